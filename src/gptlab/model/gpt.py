@@ -1,0 +1,208 @@
+"""The seed articles' decoder-only GPT, read top to bottom.
+
+token ids -> token embedding -> + positional encoding -> num_blocks x (masked multi-head
+attention, Add & Norm, ReLU feed-forward, Add & Norm) -> linear head -> logits.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from gptlab.errors import ConfigError
+from gptlab.model.attention import MultiHeadAttention
+
+NORMS = ("pre", "post")
+POSITIONALS = ("sinusoidal", "learned")
+ATTENTIONS = ("manual", "sdpa")
+
+
+@dataclass
+class GPTConfig:
+    """Every architecture knob. Checked on creation, before any data is touched.
+
+    `vocab_size` is filled in from the data module; `context_length` from the data config.
+    """
+
+    vocab_size: int | None = None
+    context_length: int = 64
+    d_model: int = 128
+    num_heads: int = 4
+    num_blocks: int = 4
+    dropout: float = 0.1
+    ffn_mult: int = 4
+    norm: str = "pre"
+    positional: str = "sinusoidal"
+    attention: str = "sdpa"
+    tie_weights: bool = False
+    bias: bool = True
+    compile: bool = False
+
+    def __post_init__(self) -> None:
+        sizes = ["context_length", "d_model", "num_heads", "num_blocks", "ffn_mult"]
+        for key in sizes + (["vocab_size"] if self.vocab_size is not None else []):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"model.{key}={value}: it must be a positive integer.")
+        if self.d_model % self.num_heads:
+            raise ConfigError(
+                f"model.d_model={self.d_model} is not divisible by model.num_heads={self.num_heads}: "
+                "each head gets head_size = d_model // num_heads features. Pick num_heads among the "
+                f"divisors of {self.d_model}, or change d_model."
+            )
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"model.dropout={self.dropout}: it must satisfy 0 <= dropout < 1.")
+        for key, allowed in (("norm", NORMS), ("positional", POSITIONALS), ("attention", ATTENTIONS)):
+            if getattr(self, key) not in allowed:
+                raise ConfigError(f"model.{key}={getattr(self, key)!r}: choose one of {allowed}.")
+        if self.positional == "sinusoidal" and self.d_model % 2:
+            raise ConfigError(
+                f"model.d_model={self.d_model}: the sinusoidal encoding pairs sin and cos "
+                "features, so d_model must be even (or use model.positional=learned)."
+            )
+
+    @property
+    def head_size(self) -> int:
+        return self.d_model // self.num_heads
+
+
+def sinusoidal_encoding(context_length: int, d_model: int) -> torch.Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model))."""
+    position = torch.arange(context_length, dtype=torch.float32).unsqueeze(1)  # [T, 1]
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float32)  # [d_model / 2]
+    angle = position / torch.pow(10000.0, two_i / d_model)  # [T, d_model / 2]
+    pe = torch.zeros(context_length, d_model)
+    pe[:, 0::2] = torch.sin(angle)
+    pe[:, 1::2] = torch.cos(angle)
+    return pe  # [context_length, d_model]
+
+
+class FeedForward(nn.Module):
+    """d_model -> ffn_mult * d_model -> ReLU -> d_model."""
+
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        hidden = config.ffn_mult * config.d_model
+        self.up = nn.Linear(config.d_model, hidden, bias=config.bias)
+        self.down = nn.Linear(hidden, config.d_model, bias=config.bias)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dropout(self.down(F.relu(self.up(x))))
+
+
+class Block(nn.Module):
+    """Attention and feed-forward, each with a residual connection and a LayerNorm.
+
+    `post` is the article's Add & Norm: x = LayerNorm(x + sublayer(x)).
+    `pre` is the reference script's: x = x + sublayer(LayerNorm(x)); it trains better deep.
+    """
+
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.pre_norm = config.norm == "pre"
+        self.ln1 = nn.LayerNorm(config.d_model, bias=config.bias)
+        self.attn = MultiHeadAttention(config.d_model, config.num_heads, config.context_length,
+                                       config.dropout, config.bias, config.attention)
+        self.ln2 = nn.LayerNorm(config.d_model, bias=config.bias)
+        self.ffn = FeedForward(config)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # [batch, context_length, d_model]
+        if self.pre_norm:
+            x = x + self.attn(self.ln1(x))
+            return x + self.ffn(self.ln2(x))
+        x = self.ln1(x + self.attn(x))  # Add & Norm
+        return self.ln2(x + self.ffn(x))  # Add & Norm
+
+
+class GPT(nn.Module):
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        if config.vocab_size is None:
+            raise ConfigError("model.vocab_size is not set; it comes from the data module.")
+        self.config = config
+        self.token_embedding = nn.Embedding(config.vocab_size, config.d_model)
+        if config.positional == "sinusoidal":
+            # fixed, so computed once here rather than in every forward pass
+            pe = sinusoidal_encoding(config.context_length, config.d_model)
+            self.register_buffer("positional_encoding", pe, persistent=False)
+        else:
+            self.position_embedding = nn.Embedding(config.context_length, config.d_model)
+        self.dropout = nn.Dropout(config.dropout)
+        self.blocks = nn.ModuleList(Block(config) for _ in range(config.num_blocks))
+        self.ln_f = nn.LayerNorm(config.d_model, bias=config.bias) if config.norm == "pre" else nn.Identity()
+        self.head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        if config.tie_weights:
+            self.head.weight = self.token_embedding.weight
+        self.apply(self._init_weights)
+        # GPT-2's depth scaling: each residual branch adds to the stream num_blocks * 2 times,
+        # so its output projection starts smaller to keep the stream's variance steady.
+        for block in self.blocks:
+            for proj in (block.attn.proj, block.ffn.down):
+                nn.init.normal_(proj.weight, mean=0.0, std=0.02 / math.sqrt(2 * config.num_blocks))
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        """Normal(0, 0.02) for weights, zeros for biases: small logits, stable first steps."""
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+    def embed(self, ids: torch.Tensor) -> torch.Tensor:
+        """Token embedding (scaled by sqrt(d_model), as in "Attention Is All You Need") + position."""
+        context_length = ids.shape[1]
+        x = self.token_embedding(ids) * math.sqrt(self.config.d_model)  # [batch, T, d_model]
+        if self.config.positional == "sinusoidal":
+            return x + self.positional_encoding[:context_length]
+        return x + self.position_embedding(torch.arange(context_length, device=ids.device))
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        """ids [batch, context_length] -> logits [batch, context_length, vocab_size]."""
+        if ids.shape[1] > self.config.context_length:
+            raise ValueError(
+                f"input of length {ids.shape[1]} exceeds context_length={self.config.context_length}"
+            )
+        x = self.dropout(self.embed(ids))
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.ln_f(x))
+
+    def num_params(self) -> dict[str, int]:
+        """Total, embedding (token + learned position) and non-embedding parameter counts."""
+        total = sum(p.numel() for p in self.parameters())
+        embedding = self.token_embedding.weight.numel()
+        if self.config.positional == "learned":
+            embedding += self.position_embedding.weight.numel()
+        return {"total": total, "embedding": embedding, "non_embedding": total - embedding}
+
+    @torch.no_grad()
+    def generate_stream(self, ids: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
+                        top_k: int | None = None,
+                        generator: torch.Generator | None = None) -> Iterator[torch.Tensor]:
+        """Yield the next token ids [batch, 1] one at a time; temperature 0 is greedy."""
+        for _ in range(max_new_tokens):
+            logits = self(ids[:, -self.config.context_length :])[:, -1, :]  # [batch, vocab_size]
+            if temperature == 0:
+                next_ids = logits.argmax(dim=-1, keepdim=True)
+            else:
+                logits = logits / temperature
+                if top_k is not None and top_k < logits.size(-1):
+                    kth = torch.topk(logits, top_k).values[:, [-1]]
+                    logits = logits.masked_fill(logits < kth, float("-inf"))
+                probs = F.softmax(logits, dim=-1)
+                next_ids = torch.multinomial(probs, num_samples=1, generator=generator)
+            ids = torch.cat([ids, next_ids], dim=1)
+            yield next_ids
+
+    @torch.no_grad()
+    def generate(self, ids: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
+                 top_k: int | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
+        """ids [batch, t] -> [batch, t + max_new_tokens]; crops the context to context_length."""
+        new = list(self.generate_stream(ids, max_new_tokens, temperature, top_k, generator))
+        return torch.cat([ids, *new], dim=1)

@@ -1,0 +1,165 @@
+"""LightningModule: the GPT, its cross-entropy loss, AdamW and the learning-rate schedule.
+
+Its hyperparameters are plain dicts (model config, optimiser config, tokenizer state), so a
+checkpoint alone rebuilds the model and its tokenizer and loads with `weights_only=True`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import asdict, dataclass, field
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+
+from gptlab.data.tokenizer import Tokenizer
+from gptlab.errors import ConfigError
+from gptlab.model.gpt import GPT, GPTConfig
+
+log = logging.getLogger(__name__)
+
+SCHEDULES = ("cosine", "constant")
+
+
+@dataclass
+class OptimConfig:
+    """AdamW and its schedule: `cosine` warms up linearly then decays to min_lr."""
+
+    lr: float = 1e-3
+    weight_decay: float = 0.1
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.95])
+    schedule: str = "cosine"
+    warmup_steps: int = 100
+    min_lr: float = 1e-4
+
+    def __post_init__(self) -> None:
+        self.betas = [float(b) for b in self.betas]
+        if self.lr <= 0:
+            raise ConfigError(f"optim.lr={self.lr}: the learning rate must be positive.")
+        if self.weight_decay < 0:
+            raise ConfigError(f"optim.weight_decay={self.weight_decay}: it must be 0 or more.")
+        if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
+            raise ConfigError(f"optim.betas={self.betas}: give two numbers in [0, 1), e.g. [0.9,0.95].")
+        if self.schedule not in SCHEDULES:
+            raise ConfigError(f"optim.schedule={self.schedule!r}: choose one of {SCHEDULES}.")
+        if self.warmup_steps < 0 or self.min_lr < 0:
+            raise ConfigError("optim.warmup_steps and optim.min_lr must be 0 or more.")
+        if self.schedule == "cosine" and self.min_lr > self.lr:
+            raise ConfigError(
+                f"optim.min_lr={self.min_lr} is above optim.lr={self.lr}: the cosine schedule decays "
+                "from lr down to min_lr. Lower optim.min_lr."
+            )
+
+
+def lr_factor(step: int, optim: OptimConfig, total_steps: int) -> float:
+    """Multiplier of optim.lr at a given step."""
+    if optim.schedule == "constant":
+        return 1.0
+    if step < optim.warmup_steps:
+        return (step + 1) / optim.warmup_steps
+    progress = min(1.0, (step - optim.warmup_steps) / max(1, total_steps - optim.warmup_steps))
+    min_factor = optim.min_lr / optim.lr
+    return min_factor + (1.0 - min_factor) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+class GPTModule(L.LightningModule):
+    def __init__(self, model: dict, optim: dict, tokenizer: dict):
+        super().__init__()
+        # logger=False: the tokenizer's id list does not belong in TensorBoard's HPARAMS table
+        self.save_hyperparameters(logger=False)
+        self.config = GPTConfig(**model)
+        self.optim = OptimConfig(**optim)
+        self.tokenizer_state = tokenizer
+        self.model = GPT(self.config)
+        self._tokenizer: Tokenizer | None = None
+        self.best_val_loss = math.inf
+        self._val_sum = torch.zeros(())
+        self._val_count = torch.zeros(())
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        if self._tokenizer is None:
+            self._tokenizer = Tokenizer.from_state_dict(self.tokenizer_state)
+        return self._tokenizer
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.model(ids)
+
+    def loss(self, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        x, y = batch  # [batch, context_length] each
+        logits = self.model(x)  # [batch, context_length, vocab_size]
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), y.reshape(-1))
+
+    # ---------------------------------------------------------------- training
+    def on_fit_start(self) -> None:
+        counts = self.model.num_params()
+        log.info(
+            "Parameters: %s total, %s embedding, %s non-embedding",
+            *(f"{counts[k]:,}" for k in ("total", "embedding", "non_embedding")),
+        )
+
+    def training_step(self, batch, batch_idx: int) -> torch.Tensor:
+        loss = self.loss(batch)
+        self.log("train/loss", loss, prog_bar=True)
+        return loss
+
+    # ---------------------------------------------------------------- validation
+    def on_validation_epoch_start(self) -> None:
+        self._val_sum = torch.zeros((), device=self.device, dtype=torch.float64)
+        self._val_count = torch.zeros((), device=self.device, dtype=torch.float64)
+
+    def validation_step(self, batch, batch_idx: int) -> None:
+        n = batch[1].numel()
+        self._val_sum += self.loss(batch).double() * n
+        self._val_count += n
+
+    def on_validation_epoch_end(self) -> None:
+        """The exact mean over every val token, summed across ranks before dividing."""
+        total = self.trainer.strategy.reduce(self._val_sum, reduce_op="sum")
+        count = self.trainer.strategy.reduce(self._val_count, reduce_op="sum")
+        val_loss = (total / count.clamp(min=1)).float()
+        self.log("val/loss", val_loss, prog_bar=True)
+        self.log("val/perplexity", val_loss.exp())
+        if not self.trainer.sanity_checking:
+            self.best_val_loss = min(self.best_val_loss, float(val_loss))
+
+    # ---------------------------------------------------------------- optimiser
+    def configure_optimizers(self):
+        decay = [p for p in self.parameters() if p.requires_grad and p.dim() >= 2]
+        no_decay = [p for p in self.parameters() if p.requires_grad and p.dim() < 2]
+        optimizer = torch.optim.AdamW(
+            [
+                {"params": decay, "weight_decay": self.optim.weight_decay, "name": "matrices"},
+                {"params": no_decay, "weight_decay": 0.0, "name": "vectors"},  # biases, norms
+            ],
+            lr=self.optim.lr,
+            betas=tuple(self.optim.betas),
+        )
+        total_steps = int(self.trainer.estimated_stepping_batches)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda step: lr_factor(step, self.optim, total_steps)
+        )
+        return {
+            "optimizer": optimizer,
+            "lr_scheduler": {"scheduler": scheduler, "interval": "step", "name": "train/lr"},
+        }
+
+    # ---------------------------------------------------------------- generation
+    def sample(self, prompt: str, max_new_tokens: int = 50, temperature: float = 0.8,
+               top_k: int | None = 50, seed: int = 0) -> str:
+        """Text continuing `prompt`, for the progress report and TensorBoard's Text tab."""
+        ids = torch.tensor([self.tokenizer.encode(prompt)], device=self.device)
+        generator = torch.Generator(device=self.device).manual_seed(seed)
+        was_training = self.training
+        self.eval()
+        try:
+            out = self.model.generate(ids, max_new_tokens, temperature, top_k, generator)
+        finally:
+            self.train(was_training)
+        return self.tokenizer.decode(out[0].tolist())
+
+    @classmethod
+    def hparams_from(cls, model: GPTConfig, optim: OptimConfig, tokenizer: Tokenizer) -> dict:
+        return {"model": asdict(model), "optim": asdict(optim), "tokenizer": tokenizer.state_dict()}

@@ -1,0 +1,168 @@
+"""gptlab-train: compose the config, check it, build data/model/trainer, fit, report.
+
+Every check that can fail on bad input runs before the corpus is downloaded or tokenized,
+and a bad input ends the run with one paragraph that names the key or file.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import sys
+import warnings
+from pathlib import Path
+
+import hydra
+import lightning as L
+import torch
+from hydra.errors import InstantiationException
+from hydra.utils import instantiate
+from lightning.pytorch.loggers import TensorBoardLogger
+from omegaconf import DictConfig, OmegaConf
+
+from gptlab.callbacks import RunStats
+from gptlab.config import register_configs
+from gptlab.errors import ConfigError
+from gptlab.module import GPTModule
+
+log = logging.getLogger("gptlab.train")
+register_configs()
+
+
+def build(node: DictConfig, **kwargs):
+    """hydra.utils.instantiate, but a ConfigError from the target surfaces as itself."""
+    try:
+        return instantiate(node, _convert_="all", **kwargs)
+    except InstantiationException as e:
+        cause = e.__cause__
+        while cause is not None and not isinstance(cause, ConfigError):
+            cause = cause.__cause__
+        if cause is not None:
+            raise cause from None
+        raise
+
+
+def route_lightning_logs() -> None:
+    """Lightning installs its own stderr handlers when imported before Hydra sets up logging;
+    send its messages through Hydra's handlers instead, so they also reach the run's log file."""
+    for name in ("lightning", "lightning.pytorch", "lightning.fabric"):
+        logger = logging.getLogger(name)
+        logger.handlers.clear()
+        logger.propagate = True
+    rank_zero = logging.getLogger("lightning.pytorch.utilities.rank_zero")
+    rank_zero.addFilter(lambda record: "litlogger" not in record.getMessage())  # an advert
+    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
+
+
+def check_ckpt_path(ckpt_path: str | None) -> None:
+    if ckpt_path and not Path(ckpt_path).is_file():
+        raise ConfigError(f"ckpt_path: no checkpoint file at '{ckpt_path}'. Give the path of a .ckpt file.")
+
+
+def train(cfg: DictConfig) -> float:
+    """Train one model as `cfg` says; return its best validation loss."""
+    route_lightning_logs()
+    if cfg.num_threads:
+        torch.set_num_threads(cfg.num_threads)
+    # configuration checks first: cheap, and they must not wait for a download
+    model_config = build(cfg.model)
+    optim_config = build(cfg.optim)
+    check_ckpt_path(cfg.ckpt_path)
+    datamodule = build(cfg.data)
+
+    L.seed_everything(cfg.seed, workers=True, verbose=False)
+    datamodule.prepare_data()
+    datamodule.setup("fit")
+    model_config.vocab_size = datamodule.vocab_size
+    module = GPTModule(**GPTModule.hparams_from(model_config, optim_config, datamodule.tokenizer))
+
+    stats = RunStats()
+    callbacks = [build(c) for c in cfg.callbacks.values()] + [stats]
+    loggers = [build(c) for c in cfg.logger.values()]
+    trainer: L.Trainer = build(cfg.trainer, callbacks=callbacks, logger=loggers or False)
+    trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.ckpt_path)
+    if stats.last_val_step != trainer.global_step:  # the final weights get their own val loss
+        trainer.validate(module, datamodule=datamodule, verbose=False)
+    final_val_loss = float(trainer.callback_metrics.get("val/loss", math.nan))
+
+    if trainer.is_global_zero:
+        metrics = run_metrics(trainer, module, stats, final_val_loss)
+        output_dir = Path(cfg.paths.output_dir)
+        (output_dir / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+        log_hparams(trainer, cfg, metrics)
+        report(cfg, trainer, module, metrics, output_dir)
+    return module.best_val_loss
+
+
+def run_metrics(trainer: L.Trainer, module: GPTModule, stats: RunStats, final_val_loss: float) -> dict:
+    best = module.best_val_loss if math.isfinite(module.best_val_loss) else final_val_loss
+    device = trainer.strategy.root_device
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+    return {
+        "best_val_loss": best,
+        "final_val_loss": final_val_loss,
+        "best_val_perplexity": math.exp(best) if math.isfinite(best) else math.inf,
+        "num_params": module.model.num_params()["total"],
+        "steps": trainer.global_step,
+        "tokens_seen": stats.tokens_seen,
+        "wall_seconds": round(stats.wall_seconds, 3),
+        "tokens_per_sec": round(stats.tokens_per_sec, 1),
+        "device": f"{name} x{trainer.world_size}",
+    }
+
+
+def log_hparams(trainer: L.Trainer, cfg: DictConfig, metrics: dict) -> None:
+    """Hyperparameters with real results, so TensorBoard's HPARAMS tab can compare runs."""
+    params = {
+        **{f"model/{k}": v for k, v in OmegaConf.to_container(cfg.model, resolve=True).items()},
+        **{f"optim/{k}": v for k, v in OmegaConf.to_container(cfg.optim, resolve=True).items()},
+        **{f"data/{k}": cfg.data[k] for k in ("encoding", "compact_vocab", "batch_size", "context_length")},
+        "trainer/max_steps": cfg.trainer.max_steps,
+        "seed": cfg.seed,
+        "num_params": metrics["num_params"],
+    }
+    params = {k: (str(v) if isinstance(v, (list, type(None))) else v) for k, v in params.items()
+              if not k.endswith("_target_")}
+    results = {f"hparams/{k}": metrics[k] for k in ("best_val_loss", "final_val_loss", "best_val_perplexity")}
+    for logger in trainer.loggers:
+        if isinstance(logger, TensorBoardLogger):
+            logger.log_hyperparams(params, metrics=results)
+        else:
+            logger.log_hyperparams(params)
+            logger.log_metrics(results, step=trainer.global_step)
+
+
+def report(cfg: DictConfig, trainer: L.Trainer, module: GPTModule, metrics: dict, output_dir: Path) -> None:
+    """Tell the user what happened and where everything is."""
+    m = metrics
+    lines = [
+        f"Done: {m['steps']} steps, {m['tokens_seen']:,} tokens in {m['wall_seconds']:.0f} s "
+        f"({m['tokens_per_sec']:,.0f} tokens/s on {m['device']}).",
+        f"Best val loss {m['best_val_loss']:.4f} (perplexity {m['best_val_perplexity']:.1f}), "
+        f"final {m['final_val_loss']:.4f}.",
+        f"Run directory: {output_dir}",
+    ]
+    checkpoint = trainer.checkpoint_callback
+    if checkpoint is not None and checkpoint.best_model_path:
+        lines.append(f"Best checkpoint: {checkpoint.best_model_path}")
+    if trainer.loggers:
+        lines.append(f"TensorBoard: tensorboard --logdir {output_dir}")
+    try:
+        lines.append(f"Sample: {module.sample(cfg.sample_prompt, max_new_tokens=40)!r}")
+    except ConfigError as e:
+        lines.append(f"No sample: {e}")
+    log.info("\n".join(lines))
+
+
+@hydra.main(version_base="1.3", config_path="pkg://gptlab.conf", config_name="train")
+def main(cfg: DictConfig) -> float:
+    try:
+        return train(cfg)
+    except ConfigError as e:
+        log.error("%s", e)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

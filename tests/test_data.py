@@ -1,0 +1,402 @@
+"""The data layer on real parts: tiktoken, files in tmp_path, an HTTP server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import socket
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tiktoken
+import torch
+
+from gptlab.data import GPTDataModule, Tokenizer
+from gptlab.data.corpus import check_url, download, resolve_corpus, sha256_of
+from gptlab.data.datamodule import SALES_TEXTBOOK_SHA256, RandomWindowSampler
+from gptlab.errors import ConfigError
+
+B, T = 4, 16  # batch_size, context_length used throughout
+
+
+def make_dm(tmp: Path, path: Path, **kw) -> GPTDataModule:
+    args = dict(path=str(path), sha256=None, url=None, data_dir=str(tmp / "data"),
+                cache_dir=str(tmp / "cache"), batch_size=B, context_length=T)
+    args.update(kw)
+    return GPTDataModule(**args)
+
+
+@pytest.fixture(scope="module")
+def dm(corpus_path, tmp_path_factory) -> GPTDataModule:
+    """The shared corpus, prepared and set up once (cl100k_base, compact vocabulary)."""
+    module = make_dm(tmp_path_factory.mktemp("dm"), corpus_path, sha256=SALES_TEXTBOOK_SHA256)
+    module.prepare_data()
+    module.setup("fit")
+    return module
+
+
+@pytest.fixture(scope="module")
+def cl100k_ids(corpus_text) -> np.ndarray:
+    return np.asarray(tiktoken.get_encoding("cl100k_base").encode_ordinary(corpus_text))
+
+
+# ------------------------------------------------------------------ tokenizer facts
+def test_cl100k_facts_on_sales_textbook(cl100k_ids):
+    enc = tiktoken.get_encoding("cl100k_base")
+    assert cl100k_ids.max() == 100069
+    assert enc.decode([int(cl100k_ids.max())]) == "Clar"
+    assert len(np.unique(cl100k_ids)) == 3771
+
+
+def test_o200k_facts_on_sales_textbook(corpus_text):
+    tok = Tokenizer("o200k_base")
+    ids = tok.encode_tiktoken(corpus_text)
+    assert ids[:7].tolist() == [45990, 220, 16, 25, 22478, 158287, 326]
+    assert ids.max() == 199853
+
+
+def test_compact_vocab_round_trip(corpus_text, cl100k_ids):
+    tok = Tokenizer.fit("cl100k_base", cl100k_ids, compact=True)
+    assert tok.vocab_size == 3771
+    ids = tok.encode(corpus_text)
+    assert min(ids) == 0 and max(ids) == 3770
+    assert tok.decode(ids) == corpus_text
+    # the checkpoint form rebuilds the same tokenizer
+    again = Tokenizer.from_state_dict(tok.state_dict())
+    assert again.vocab_size == 3771 and again.encode(corpus_text) == ids
+
+
+def test_full_vocab_size_is_tiktokens(corpus_text, cl100k_ids, tmp_path, corpus_path):
+    enc = tiktoken.get_encoding("cl100k_base")
+    tok = Tokenizer.fit("cl100k_base", cl100k_ids, compact=False)
+    assert tok.vocab is None
+    assert tok.vocab_size == enc.n_vocab == enc.max_token_value + 1
+    assert tok.decode(tok.encode(corpus_text)) == corpus_text
+    full = make_dm(tmp_path, corpus_path, compact_vocab=False)
+    assert full.vocab_size == enc.n_vocab
+    assert torch.equal(torch.cat([full.train_tokens, full.val_tokens]),
+                       torch.from_numpy(cl100k_ids.astype(np.int64)))
+
+
+def test_unseen_token_raises_config_error(cl100k_ids):
+    enc = tiktoken.get_encoding("cl100k_base")
+    tok = Tokenizer.fit("cl100k_base", cl100k_ids, compact=True)
+    seen = set(tok.vocab.tolist())
+    inside = " xylophone"  # ids inside the vocabulary's range, but never in the corpus
+    assert not set(enc.encode_ordinary(inside)) <= seen
+    # a token above the largest corpus id: searchsorted lands past the end of the vocabulary
+    above = next(s for s in (enc.decode([i]) for i in range(int(cl100k_ids.max()) + 1, enc.n_vocab))
+                 if len(enc.encode_ordinary(s)) == 1 and enc.encode_ordinary(s)[0] not in seen)
+    assert enc.encode_ordinary(above)[0] > tok.vocab[-1]
+    for prompt in (inside, "Sales " + above):
+        with pytest.raises(ConfigError, match="compact vocabulary has never seen"):
+            tok.encode(prompt)
+    assert tok.decode(tok.encode("Sales")) == "Sales"  # seen text still encodes
+
+
+def test_unknown_encoding(tmp_path, corpus_path):
+    with pytest.raises(ConfigError, match="data.encoding: 'cl100k_bogus'"):
+        Tokenizer("cl100k_bogus")
+    with pytest.raises(ConfigError, match="data.encoding"):
+        make_dm(tmp_path, corpus_path, encoding="cl100k_bogus").prepare_data()
+
+
+# ------------------------------------------------------------------ corpus file errors
+def test_missing_corpus_file(tmp_path):
+    missing = tmp_path / "nowhere" / "corpus.txt"
+    module = make_dm(tmp_path, missing)
+    with pytest.raises(ConfigError) as err:
+        module.prepare_data()
+    assert str(missing) in str(err.value) and "data.path" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "content, phrase",
+    [(b"", "is empty"), (b"  \n\t\n", "is empty"),
+     (b"plain text\x00\x01\x02 then binary", "NUL bytes"),
+     ("caf\u00e9 cr\u00e8me".encode("latin-1"), "not UTF-8")],
+    ids=["empty", "whitespace", "binary", "latin1"],
+)
+def test_bad_corpus_files(tmp_path, content, phrase):
+    bad = tmp_path / "corpus.txt"
+    bad.write_bytes(content)
+    module = make_dm(tmp_path, bad)
+    with pytest.raises(ConfigError, match=phrase) as err:
+        module.setup("fit")
+    assert str(bad) in str(err.value)
+    assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").iterdir())
+
+
+def test_corpus_too_short_for_a_val_window(tmp_path):
+    short = tmp_path / "short.txt"
+    short.write_text("The quick brown fox jumps over the lazy dog. " * 6, encoding="utf-8")
+    module = make_dm(tmp_path, short, val_fraction=0.1)
+    module.prepare_data()
+    with pytest.raises(ConfigError, match=r"data.context_length=16: the val split") as err:
+        module.setup("fit")
+    assert "fewer than one window" in str(err.value)
+    with pytest.raises(ConfigError, match="data.context_length"):
+        module.setup("validate")  # a failed setup is not remembered as done
+    with pytest.raises(ConfigError, match="data.context_length"):
+        _ = module.vocab_size
+
+
+# ------------------------------------------------------------------ token cache
+def test_second_setup_loads_cache_without_tokenizing(tmp_path, corpus_path, caplog, monkeypatch):
+    caplog.set_level(logging.INFO, logger="gptlab.data")
+    first = make_dm(tmp_path, corpus_path)
+    first.prepare_data()
+    first.setup("fit")
+    caches = list((tmp_path / "cache").glob("*.npz"))
+    assert len(caches) == 1
+    mtime = caches[0].stat().st_mtime_ns
+    assert sorted(p.name for p in corpus_path.parent.iterdir()) == ["sales_textbook.txt"]
+    assert not (tmp_path / "data").exists()  # data_dir untouched when data.path is given
+
+    def no_tokenizing(*_args, **_kw):
+        raise AssertionError("tokenized again despite a valid cache")
+
+    monkeypatch.setattr(Tokenizer, "encode_tiktoken", no_tokenizing)
+    caplog.clear()
+    second = make_dm(tmp_path, corpus_path)
+    second.prepare_data()
+    second.setup("fit")
+    assert "Loaded token cache" in caplog.text and "Tokenizing" not in caplog.text
+    assert caches[0].stat().st_mtime_ns == mtime
+    assert second.vocab_size == first.vocab_size == 3771
+    assert torch.equal(second.train_tokens, first.train_tokens)
+    assert torch.equal(second.val_tokens, first.val_tokens)
+
+
+def test_truncated_cache_is_rebuilt(tmp_path, corpus_path, caplog):
+    first = make_dm(tmp_path, corpus_path)
+    first.setup("fit")
+    (cache,) = (tmp_path / "cache").glob("*.npz")
+    cache.write_bytes(cache.read_bytes()[: cache.stat().st_size // 2])
+    caplog.set_level(logging.INFO, logger="gptlab.data")
+    second = make_dm(tmp_path, corpus_path)
+    second.setup("fit")
+    assert any(r.levelno == logging.WARNING and "damaged" in r.getMessage() for r in caplog.records)
+    assert "Tokenizing" in caplog.text
+    assert torch.equal(torch.cat([second.train_tokens, second.val_tokens]),
+                       torch.cat([first.train_tokens, first.val_tokens]))
+    assert second.load_cache(cache) is not None  # the rebuilt cache is whole again
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == [cache.name]  # no temp files
+
+
+# ------------------------------------------------------------------ split, windows, batches
+def test_split_is_train_then_val_in_token_order(dm, cl100k_ids):
+    expected = torch.from_numpy(np.searchsorted(np.unique(cl100k_ids), cl100k_ids))
+    assert len(dm.train_tokens) == int(len(expected) * 0.9)
+    assert torch.equal(torch.cat([dm.train_tokens, dm.val_tokens]), expected)
+
+
+def test_train_windows_use_train_positions_only(dm):
+    loader = dm.train_dataloader()
+    n_train = len(dm.train_tokens)
+    assert loader.dataset.tokens is dm.train_tokens
+    assert loader.sampler.num_starts == n_train - T  # the last start still ends inside train
+    offsets = torch.arange(T + 1)
+    highest = 0
+    for starts, (x, y) in zip(list(loader.sampler), loader, strict=True):
+        starts = torch.tensor(starts)
+        highest = max(highest, int(starts.max()) + T)  # last token position the window reads
+        window = dm.train_tokens[starts[:, None] + offsets]
+        assert torch.equal(x, window[:, :-1]) and torch.equal(y, window[:, 1:])
+    assert highest < n_train  # never a val position (those start at n_train)
+
+
+def test_batches_shape_and_shift(dm):
+    for loader in (dm.train_dataloader(), dm.val_dataloader()):
+        tokens = loader.dataset.tokens
+        starts, (x, y) = next(iter(loader.sampler)), next(iter(loader))
+        assert x.shape == y.shape == (B, T)
+        assert x.dtype == y.dtype == torch.int64
+        assert torch.equal(y[:, :-1], x[:, 1:])
+        assert torch.equal(y[:, -1], tokens[torch.tensor(starts) + T])  # the next corpus token
+        assert torch.equal(x[:, 0], tokens[torch.tensor(starts)])
+
+
+def test_val_windows_cover_val_split_once(dm):
+    loader = dm.val_dataloader()
+    starts = [s for batch in loader.sampler for s in batch]
+    n_val = len(dm.val_tokens)
+    assert starts == list(range(0, n_val - T, T))
+    assert len(starts) == (n_val - 1) // T  # what is left over is shorter than one window
+    xs, ys = zip(*loader, strict=True)
+    x, y = torch.cat(xs), torch.cat(ys)
+    assert len(x) == len(starts)
+    assert torch.equal(x.flatten(), dm.val_tokens[: len(starts) * T])
+    assert torch.equal(y.flatten(), dm.val_tokens[1 : len(starts) * T + 1])
+
+
+def test_val_loader_is_deterministic(dm):
+    first = list(dm.val_dataloader())
+    second = list(dm.val_dataloader())
+    assert len(first) == len(second) > 1
+    for (x1, y1), (x2, y2) in zip(first, second, strict=True):
+        assert torch.equal(x1, x2) and torch.equal(y1, y2)
+
+
+# ------------------------------------------------------------------ train sampler
+def draws(**kw) -> list[list[int]]:
+    args = dict(num_starts=10_000, batch_size=8, batches_per_epoch=5, seed=0)
+    args.update(kw)
+    return list(RandomWindowSampler(**args))
+
+
+def test_sampler_seeded():
+    assert draws(seed=1) == draws(seed=1)
+    assert draws(seed=1) != draws(seed=2)
+    assert len(draws()) == 5 and all(len(b) == 8 for b in draws())
+
+
+def test_sampler_ranks_draw_different_windows():
+    rank0 = draws(rank=0, world_size=2)
+    rank1 = draws(rank=1, world_size=2)
+    assert rank0 == draws(rank=0, world_size=2)
+    assert rank0 != rank1
+    assert not set(map(tuple, rank0)) & set(map(tuple, rank1))
+
+
+def test_sampler_epochs_and_bounds():
+    sampler = RandomWindowSampler(7, batch_size=16, batches_per_epoch=20, seed=3)
+    epoch0 = list(sampler)
+    sampler.set_epoch(1)
+    assert list(sampler) != epoch0
+    seen = {s for batch in epoch0 for s in batch}
+    assert seen == set(range(7))  # every start reachable, none out of range
+    fixed = RandomWindowSampler(7, batch_size=16, batches_per_epoch=20, seed=3, fixed=True)
+    first = list(fixed)
+    fixed.set_epoch(5)
+    assert list(fixed) == first
+
+
+# ------------------------------------------------------------------ download
+class Mirror:
+    """A real HTTP server on 127.0.0.1 that serves `files` and counts GET requests per path."""
+
+    def __init__(self, files: dict[str, bytes]):
+        self.files, self.hits = files, {}
+        mirror = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802
+                mirror.hits[self.path] = mirror.hits.get(self.path, 0) + 1
+                body = mirror.files.get(self.path)
+                if body is None:
+                    self.send_error(404)
+                    return
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *_args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever,
+                                       kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread.start()
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}{path}"
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def mirror(corpus_path, monkeypatch):
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")  # a proxy must not get in between
+    server = Mirror({"/mirror/sales_textbook.txt": corpus_path.read_bytes()})
+    yield server
+    server.close()
+
+
+def test_download_saves_and_verifies(mirror, tmp_path, corpus_path):
+    url = mirror.url("/mirror/sales_textbook.txt")
+    data_dir = tmp_path / "fresh" / "data"  # created on demand
+    got = resolve_corpus(url, None, SALES_TEXTBOOK_SHA256, data_dir, timeout=10)
+    assert got == data_dir / "sales_textbook.txt"
+    assert sha256_of(got) == SALES_TEXTBOOK_SHA256
+    assert got.read_bytes() == corpus_path.read_bytes()
+    assert [p.name for p in data_dir.iterdir()] == ["sales_textbook.txt"]  # no .part left
+    assert mirror.hits == {"/mirror/sales_textbook.txt": 1}
+
+
+def test_present_file_is_not_fetched_again(mirror, tmp_path):
+    url = mirror.url("/mirror/sales_textbook.txt")
+    target = resolve_corpus(url, None, SALES_TEXTBOOK_SHA256, tmp_path, timeout=10)
+    mtime = target.stat().st_mtime_ns
+    assert resolve_corpus(url, None, SALES_TEXTBOOK_SHA256, tmp_path, timeout=10) == target
+    assert mirror.hits["/mirror/sales_textbook.txt"] == 1
+    assert target.stat().st_mtime_ns == mtime
+    target.write_text("not the corpus", encoding="utf-8")  # a wrong file is replaced
+    assert sha256_of(resolve_corpus(url, None, SALES_TEXTBOOK_SHA256, tmp_path, timeout=10)) \
+        == SALES_TEXTBOOK_SHA256
+    assert mirror.hits["/mirror/sales_textbook.txt"] == 2
+
+
+def test_datamodule_downloads_through_mirror(mirror, tmp_path):
+    module = GPTDataModule(url=mirror.url("/mirror/sales_textbook.txt"), path=None,
+                           sha256=SALES_TEXTBOOK_SHA256, data_dir=str(tmp_path / "data"),
+                           cache_dir=str(tmp_path / "cache"), batch_size=B, context_length=T)
+    assert module.vocab_size == 3771
+    assert (tmp_path / "data" / "sales_textbook.txt").is_file()
+    assert [p.suffix for p in (tmp_path / "cache").iterdir()] == [".npz"]
+
+
+def test_download_wrong_sha256_leaves_nothing(mirror, tmp_path):
+    url = mirror.url("/mirror/sales_textbook.txt")
+    wrong = hashlib.sha256(b"something else").hexdigest()
+    with pytest.raises(ConfigError, match="data.sha256") as err:
+        resolve_corpus(url, None, wrong, tmp_path / "data", timeout=10)
+    assert url in str(err.value) and SALES_TEXTBOOK_SHA256 in str(err.value)
+    assert mirror.hits == {"/mirror/sales_textbook.txt": 1}
+    assert list((tmp_path / "data").iterdir()) == []  # neither the file nor a .part
+
+
+def test_download_without_server(tmp_path, monkeypatch):
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    with socket.socket() as s:  # a port nobody listens on any more
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/sales_textbook.txt"
+    target = tmp_path / "data" / "sales_textbook.txt"
+    with pytest.raises(ConfigError) as err:
+        resolve_corpus(url, None, SALES_TEXTBOOK_SHA256, tmp_path / "data", timeout=5)
+    message = str(err.value)
+    assert url in message and str(target) in message
+    assert "place the file there" in message and "data.path" in message
+    assert list((tmp_path / "data").iterdir()) == []
+
+
+def test_plain_http_to_other_hosts_is_refused(tmp_path):
+    for url in ("http://example.com/sales_textbook.txt", "http://10.1.2.3/c.txt", "ftp://127.0.0.1/c"):
+        with pytest.raises(ConfigError, match="data.url") as err:
+            check_url(url)
+        assert url in str(err.value)
+    target = tmp_path / "data" / "c.txt"
+    with pytest.raises(ConfigError, match="not an https"):
+        download("http://example.com/c.txt", target, None, timeout=0.001)
+    assert not target.parent.exists()  # refused before creating anything or connecting
+    for url in ("https://example.com/c.txt", "http://127.0.0.1:8000/c.txt", "http://localhost/c"):
+        check_url(url)  # allowed: returns without raising
+
+
+def test_data_dir_from_env_is_not_written(corpus_path, tmp_path, monkeypatch):
+    """data.path on the read-only shared mount, run from another directory: nothing is written."""
+    monkeypatch.chdir(tmp_path)
+    before = {p.name: p.stat().st_mtime_ns for p in corpus_path.parent.iterdir()}
+    module = make_dm(tmp_path, Path(os.environ.get("GPTLAB_DATA_DIR", corpus_path.parent))
+                     / "sales_textbook.txt")
+    module.setup("fit")
+    assert {p.name: p.stat().st_mtime_ns for p in corpus_path.parent.iterdir()} == before
+    assert list((tmp_path / "cache").glob("*.npz"))

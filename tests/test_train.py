@@ -1,0 +1,154 @@
+"""gptlab-train end to end: composition, a complete run directory, clear failures."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import yaml
+from helpers import check, read_metrics, run_cli, scalars
+from hydra import compose, initialize_config_module
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.plugins.hparams import plugin_data_pb2
+
+import gptlab.train  # noqa: F401 - registers the config schemas and resolvers
+from gptlab.config import unique_dir
+
+
+def composed(*overrides: str):
+    with initialize_config_module("gptlab.conf", version_base="1.3"):
+        return compose("train", overrides=list(overrides))
+
+
+@pytest.fixture(scope="module")
+def fast_run(tmp_path_factory):
+    """One debug=fast training run from a fresh working directory, shared by the checks below."""
+    cwd = tmp_path_factory.mktemp("fast")
+    run_dir = cwd / "run"
+    result = check(run_cli("debug=fast", f"hydra.run.dir={run_dir}", cwd=cwd))
+    return run_dir, result
+
+
+def test_run_directory_is_complete(fast_run):
+    run_dir, _ = fast_run
+    for name in (".hydra/config.yaml", ".hydra/overrides.yaml", "train.log", "metrics.json",
+                 "checkpoints/best.ckpt", "checkpoints/last.ckpt"):
+        assert (run_dir / name).is_file(), name
+    assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
+    assert "debug=fast" in (run_dir / ".hydra/overrides.yaml").read_text()
+    assert "Best val loss" in (run_dir / "train.log").read_text()
+
+
+def test_metrics_json_is_sane(fast_run):
+    run_dir, _ = fast_run
+    m = read_metrics(run_dir)
+    assert m["steps"] == 30
+    assert m["tokens_seen"] == 30 * 8 * 32  # steps x batch x context (debug=fast)
+    assert 0 < m["best_val_loss"] <= m["final_val_loss"] + 1e-6 < math.log(5000)
+    assert m["best_val_perplexity"] == pytest.approx(math.exp(m["best_val_loss"]), rel=1e-6)
+    assert m["num_params"] > 0 and m["wall_seconds"] > 0 and m["tokens_per_sec"] > 0
+    assert m["device"].startswith("cpu")
+
+
+def test_tensorboard_holds_scalars_and_real_hparams(fast_run):
+    run_dir, _ = fast_run
+    tags = scalars(run_dir / "tensorboard")
+    for tag in ("train/loss", "val/loss", "val/perplexity", "train/lr/matrices",
+                "train/tokens_per_sec"):
+        assert tags.get(tag), f"missing scalar {tag}; have {sorted(tags)}"
+    val_steps = [step for step, _ in tags["val/loss"]]
+    assert len(val_steps) == 3 and val_steps == sorted(set(val_steps))  # every 10 of 30 steps
+    best = read_metrics(run_dir)["best_val_loss"]
+    assert tags["hparams/best_val_loss"][-1][1] == pytest.approx(best, rel=1e-5)  # never -1
+
+    acc = EventAccumulator(str(run_dir / "tensorboard"))
+    acc.Reload()
+    content = acc.PluginTagToContent("hparams")
+    session = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/session_start_info"])
+    hparams = session.session_start_info.hparams
+    assert hparams["model/d_model"].number_value == 32
+    assert hparams["data/encoding"].string_value == "cl100k_base"
+    experiment = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/experiment"])
+    metric_tags = {m.name.tag for m in experiment.experiment.metric_infos}
+    assert "hparams/best_val_loss" in metric_tags
+
+
+def test_the_end_tells_the_user_what_happened(fast_run):
+    run_dir, result = fast_run
+    out = result.stderr
+    assert "Best val loss" in out and "perplexity" in out
+    assert f"tensorboard --logdir {run_dir}" in out
+    assert str(run_dir / "checkpoints" / "best.ckpt") in out
+    assert "Sample: " in out and "The salesperson" in out.split("Sample: ")[1]
+
+
+def test_cfg_job_prints_the_composed_config_from_any_directory(tmp_path):
+    result = check(run_cli("--cfg", "job", "model.num_heads=8", cwd=tmp_path))
+    cfg = yaml.safe_load(result.stdout)
+    assert cfg["model"]["num_heads"] == 8
+    assert cfg["data"]["encoding"] == "cl100k_base"
+    assert not (tmp_path / "outputs").exists() or not any((tmp_path / "outputs").rglob("*.ckpt"))
+
+
+def test_python_dash_m_entry_point(tmp_path):
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-m", "gptlab.train", "--cfg", "job"], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert yaml.safe_load(result.stdout)["model"]["d_model"] == 128
+
+
+def test_experiment_reference_is_the_reference_setting():
+    cfg = composed("experiment=reference")
+    assert cfg.data.batch_size == 4 and cfg.data.context_length == 16
+    assert cfg.data.encoding == "cl100k_base" and cfg.data.compact_vocab is False
+    m = cfg.model
+    assert (m.d_model, m.num_heads, m.num_blocks, m.norm, m.dropout) == (64, 4, 8, "pre", 0.1)
+    assert m.positional == "sinusoidal" and m.context_length == 16
+    o = cfg.optim
+    assert (o.lr, o.schedule, o.warmup_steps) == (1e-3, "constant", 0)
+    assert cfg.trainer.max_steps == 5000 and cfg.trainer.val_check_interval == 50
+
+
+@pytest.mark.parametrize("group", ["model=tiny", "model=reference", "optim=constant", "trainer=cpu",
+                                   "trainer=gpu", "trainer=ddp", "trainer=ddp_cpu", "callbacks=none",
+                                   "logger=csv", "logger=many", "logger=none", "debug=overfit",
+                                   "debug=profile", "data=text_file"])
+def test_every_group_option_composes(group):
+    cfg = composed(group)
+    assert cfg.model.d_model > 0
+
+
+def test_logger_many_has_both():
+    assert set(composed("logger=many").logger) == {"tensorboard", "csv"}
+
+
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [("model.num_head=4", "num_head"), ("trainer.max_steps=abc", "max_steps"),
+     ("data.batch_size=big", "batch_size"), ("optim.lrr=1", "lrr")],
+)
+def test_mistyped_key_or_wrong_type_fails_at_composition(tmp_path, override, key):
+    result = run_cli(override, cwd=tmp_path, timeout=120)
+    assert result.returncode != 0
+    assert key in result.stderr
+    assert not (tmp_path / "outputs").exists() or not any((tmp_path / "outputs").rglob("*.ckpt"))
+
+
+def test_bad_model_config_fails_before_any_data_work(tmp_path):
+    result = run_cli("model.d_model=64", "model.num_heads=3", "hydra.run.dir=run", cwd=tmp_path,
+                     timeout=120, env={"GPTLAB_CACHE_DIR": str(tmp_path / "cache")})
+    assert result.returncode == 2
+    assert "model.d_model=64" in result.stderr and "model.num_heads=3" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "cache").exists()  # nothing tokenized
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_unique_dir_gives_each_run_its_own_directory(tmp_path):
+    base = str(tmp_path / "outputs" / "12-00-00")
+    first, second, third = unique_dir(base), unique_dir(base), unique_dir(base)
+    assert len({first, second, third}) == 3
+    assert all((tmp_path / "outputs" / p).is_dir() for p in (first, second, third))
