@@ -32,6 +32,7 @@ class RunStats(L.Callback):
         self.wall_seconds = 0.0
         self.last_val_step = -1
         self._fit_start = self._window_start = 0.0
+        self._wall_before = 0.0  # wall time of the runs this one resumes
         self._window_tokens = 0
         self._peak_flops: float | None = None
 
@@ -78,7 +79,17 @@ class RunStats(L.Callback):
         if self._window_start:
             self.train_seconds += time.perf_counter() - self._window_start
             self._window_start = 0.0
-        self.wall_seconds = time.perf_counter() - self._fit_start
+        self.wall_seconds = self._wall_before + time.perf_counter() - self._fit_start
+
+    def state_dict(self) -> dict:
+        """Carried in checkpoints, so a resumed run reports totals over its whole life."""
+        wall = self._wall_before + time.perf_counter() - self._fit_start
+        return {"tokens_seen": self.tokens_seen, "train_seconds": self.train_seconds, "wall_seconds": wall}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.tokens_seen = state_dict["tokens_seen"]
+        self.train_seconds = state_dict["train_seconds"]
+        self._wall_before = state_dict["wall_seconds"]
 
     @property
     def tokens_per_sec(self) -> float:

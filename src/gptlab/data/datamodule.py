@@ -20,7 +20,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from gptlab.data.corpus import read_text, resolve_corpus, sha256_of
-from gptlab.data.tokenizer import Tokenizer
+from gptlab.data.tokenizer import Tokenizer, check_encoding
 from gptlab.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -111,6 +111,7 @@ class GPTDataModule(L.LightningDataModule):
                 raise ConfigError(f"data.{key}={value}: it must be a positive integer.")
         if not 0.0 < val_fraction < 1.0:
             raise ConfigError(f"data.val_fraction={val_fraction}: it must lie strictly between 0 and 1.")
+        check_encoding(encoding)
         if num_workers < 0:
             raise ConfigError(f"data.num_workers={num_workers}: it must be 0 or more.")
         if batches_per_epoch is not None and batches_per_epoch < 1:
@@ -227,6 +228,10 @@ class GPTDataModule(L.LightningDataModule):
             windows.num_starts, self.batch_size, per_epoch, self.seed, rank, world_size,
             self.fixed_windows,
         )
+        trainer = self.trainer
+        if trainer is not None:  # resuming mid-epoch: skip the batches already trained on
+            sampler.epoch = trainer.current_epoch
+            sampler.skip = trainer.fit_loop.epoch_loop.batch_progress.current.completed % per_epoch
         return self._loader(windows, sampler)
 
     def val_dataloader(self) -> DataLoader:
@@ -244,4 +249,7 @@ class GPTDataModule(L.LightningDataModule):
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
             pin_memory=torch.cuda.is_available(),
+            # its own generator: creating an iterator then draws no number from torch's global
+            # RNG, which a resumed run would otherwise see in a different state (dropout masks)
+            generator=torch.Generator().manual_seed(self.seed),
         )

@@ -15,13 +15,18 @@ import tiktoken
 from gptlab.errors import ConfigError
 
 
-def load_encoding(name: str) -> tiktoken.Encoding:
-    """tiktoken.get_encoding with errors that say which key to fix and where the cache lives."""
+def check_encoding(name: str) -> None:
+    """Fail on an unknown encoding name at once, before any download or tokenization."""
     known = tiktoken.list_encoding_names()
     if name not in known:
         raise ConfigError(
             f"data.encoding: '{name}' is not a tiktoken encoding. Choose one of: {', '.join(known)}."
         )
+
+
+def load_encoding(name: str) -> tiktoken.Encoding:
+    """tiktoken.get_encoding with errors that say which key to fix and where the cache lives."""
+    check_encoding(name)
     try:
         return tiktoken.get_encoding(name)
     except Exception as e:  # network errors come from requests, cache errors from tiktoken
