@@ -18,6 +18,7 @@ from typing import Any, Optional, Union
 
 import lightning as L
 from hydra.core.config_store import ConfigStore
+from lightning.fabric.utilities.rank_zero import rank_zero_only
 from omegaconf import MISSING, OmegaConf
 
 from gptlab.data.datamodule import GPTDataModule
@@ -70,8 +71,11 @@ def schema_for(target: type, exclude: set[str] = frozenset()) -> type:
 def unique_dir(path: str) -> str:
     """`path`, or `path_1`, `path_2`, ...: the first that did not exist, claimed by creating it.
 
-    Two runs started in the same second then still get a directory each.
+    Two runs started in the same second then still get a directory each. Ranks other than 0
+    of a job started by SLURM or torchrun share rank 0's directory instead of claiming one.
     """
+    if rank_zero_only.rank > 0:
+        return path
     candidate, n = Path(path), 0
     while True:
         try:

@@ -1,0 +1,70 @@
+"""Devices and scale on CPU: DDP with 2 gloo processes, alone and under a Hydra sweep; compile."""
+
+from __future__ import annotations
+
+import lightning as L
+import torch
+from helpers import check, read_metrics, run_cli
+
+from gptlab.checkpoints import load_module
+from gptlab.data import Tokenizer
+from gptlab.model import GPTConfig
+from gptlab.module import GPTModule, OptimConfig
+
+FAST_TOKENS = 30 * 8 * 32  # debug=fast: steps x batch x context, per rank
+
+
+def files_under(path):
+    return sorted(str(p.relative_to(path)) for p in path.rglob("*") if p.is_file())
+
+
+def test_ddp_cpu_single_run_writes_one_run_directory(tmp_path):
+    result = check(run_cli("trainer=ddp_cpu", "debug=fast", "hydra.run.dir=run", cwd=tmp_path))
+    run_dir = tmp_path / "run"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "run"]  # nothing else, no outputs/
+    files = files_under(run_dir)
+    assert files.count("metrics.json") == 1
+    assert [f for f in files if f.endswith(".ckpt")] == ["checkpoints/best.ckpt", "checkpoints/last.ckpt"]
+    assert [f for f in files if f.endswith(".log")] == ["train.log"]
+    metrics = read_metrics(run_dir)
+    assert metrics["device"] == "cpu x2"
+    assert metrics["tokens_seen"] == 2 * FAST_TOKENS  # both ranks trained, on their own windows
+    assert "Starting with 2 processes" in result.stderr  # the second rank joined the group
+    assert result.stderr.count("Done: ") == 1  # rank 0 alone reports
+
+
+def test_ddp_cpu_under_multirun_runs_each_job_once(tmp_path):
+    result = check(run_cli("-m", "trainer=ddp_cpu", "debug=fast", "model.num_heads=2,4",
+                           "hydra.sweep.dir=sweep", cwd=tmp_path, timeout=600))
+    sweep = tmp_path / "sweep"
+    assert result.stdout.count("Launching 2 jobs") + result.stderr.count("Launching 2 jobs") == 1
+    assert not (tmp_path / "outputs").exists() and not (tmp_path / "multirun").exists()
+    jobs = sorted(p.name for p in sweep.iterdir() if p.is_dir() and not p.name.startswith("."))
+    assert jobs == ["0", "1"]
+    for job, heads in (("0", 2), ("1", 4)):
+        job_dir = sweep / job
+        assert f"model.num_heads={heads}" in (job_dir / ".hydra" / "overrides.yaml").read_text()
+        assert read_metrics(job_dir)["tokens_seen"] == 2 * FAST_TOKENS
+        assert (job_dir / "checkpoints" / "last.ckpt").is_file()
+        assert (job_dir / "train.log").read_text().count("Done: ") == 1  # trained once
+
+
+def test_compiled_model_checkpoint_loads_uncompiled_with_identical_logits(tmp_path):
+    torch.set_num_threads(1)
+    tokenizer = Tokenizer("cl100k_base", list(range(50)))
+    config = GPTConfig(vocab_size=50, context_length=8, d_model=16, num_heads=2, num_blocks=1, compile=True)
+    module = GPTModule(**GPTModule.hparams_from(config, OptimConfig(warmup_steps=0), tokenizer))
+    x = torch.randint(50, (4, 8), generator=torch.Generator().manual_seed(0))
+    batches = [(x, torch.roll(x, -1, dims=1))] * 2
+    trainer = L.Trainer(accelerator="cpu", max_steps=2, logger=False, enable_progress_bar=False,
+                        enable_model_summary=False, enable_checkpointing=False, default_root_dir=tmp_path)
+    trainer.fit(module, torch.utils.data.DataLoader(batches, batch_size=None))
+    trainer.save_checkpoint(tmp_path / "compiled.ckpt")
+
+    state = torch.load(tmp_path / "compiled.ckpt", weights_only=True)["state_dict"]
+    assert state and not [k for k in state if "_orig_mod" in k]
+    loaded = load_module(tmp_path / "compiled.ckpt")
+    assert loaded.config.compile is False
+    module.eval()
+    with torch.no_grad():
+        assert torch.equal(loaded.model(x), module.model(x))
