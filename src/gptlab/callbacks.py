@@ -66,7 +66,7 @@ class RunStats(L.Callback):
         self._window_start, self._window_tokens = time.perf_counter(), 0
 
     def on_validation_start(self, trainer, pl_module) -> None:
-        if trainer.training and self._window_start:  # pause the clock during validation
+        if self._window_start:  # validation inside fit: pause the training clock
             self.train_seconds += time.perf_counter() - self._window_start
             self._window_start = 0.0
 

@@ -144,10 +144,11 @@ class GPTModule(L.LightningModule):
         self.best_val_loss = checkpoint.get("best_val_loss", math.inf)
 
     # ---------------------------------------------------------------- optimiser
-    def configure_optimizers(self):
+    def build_optimizer(self) -> torch.optim.AdamW:
+        """AdamW with weight decay on matrices only (fused where torch has the kernel)."""
         decay = [p for p in self.parameters() if p.requires_grad and p.dim() >= 2]
         no_decay = [p for p in self.parameters() if p.requires_grad and p.dim() < 2]
-        optimizer = torch.optim.AdamW(
+        return torch.optim.AdamW(
             [
                 {"params": decay, "weight_decay": self.optim.weight_decay, "name": "matrices"},
                 {"params": no_decay, "weight_decay": 0.0, "name": "vectors"},  # biases, norms
@@ -156,6 +157,9 @@ class GPTModule(L.LightningModule):
             betas=tuple(self.optim.betas),
             **fused_if_supported(self.device),
         )
+
+    def configure_optimizers(self):
+        optimizer = self.build_optimizer()
         total_steps = int(self.trainer.estimated_stepping_batches)
         scheduler = torch.optim.lr_scheduler.LambdaLR(
             optimizer, lambda step: lr_factor(step, self.optim, total_steps)

@@ -95,6 +95,8 @@ def build_loggers(cfg: DictConfig, resume_step: int | None) -> list:
     after its checkpoint (purge_step), so each curve continues without duplicate steps."""
     loggers = []
     for node in cfg.logger.values():
+        if "_target_" not in node:  # tuned by an experiment, removed by logger=none
+            continue
         extra = {}
         if resume_step is not None and node.get("_target_", "").endswith("TensorBoardLogger"):
             extra["purge_step"] = resume_step
@@ -127,7 +129,8 @@ def train(cfg: DictConfig) -> float:
     output_dir = Path(cfg.paths.output_dir)
     stats, stop = RunStats(), GracefulStop(output_dir / "checkpoints")
     loggers = build_loggers(cfg, resume_step)
-    callbacks = [build(c) for c in cfg.callbacks.values()]
+    # an experiment may tune a callback that `callbacks=none` removed: a node without _target_
+    callbacks = [build(c) for c in cfg.callbacks.values() if "_target_" in c]
     if not loggers:  # nothing to log the learning rate to (logger=none)
         callbacks = [c for c in callbacks if not isinstance(c, LearningRateMonitor)]
     callbacks += [stats, stop, RngState(), DivergenceGuard()]
