@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import os
 import types
 import typing
 from pathlib import Path
@@ -95,5 +94,3 @@ def register_configs() -> None:
     cs.store(group="trainer", name="schema", node=schema_for(L.Trainer, TRAINER_EXCLUDED))
     if not OmegaConf.has_resolver("unique_dir"):
         OmegaConf.register_new_resolver("unique_dir", unique_dir, use_cache=True)
-    if not OmegaConf.has_resolver("cpu_count"):
-        OmegaConf.register_new_resolver("cpu_count", lambda: len(os.sched_getaffinity(0)))
