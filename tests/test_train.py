@@ -152,3 +152,9 @@ def test_unique_dir_gives_each_run_its_own_directory(tmp_path):
     first, second, third = unique_dir(base), unique_dir(base), unique_dir(base)
     assert len({first, second, third}) == 3
     assert all((tmp_path / "outputs" / p).is_dir() for p in (first, second, third))
+
+
+def test_debug_overfit_drives_the_train_loss_towards_zero(tmp_path):
+    check(run_cli("debug=overfit", "hydra.run.dir=run", cwd=tmp_path))
+    train_loss = scalars(tmp_path / "run" / "tensorboard")["train/loss"]
+    assert train_loss[0][1] > 5.0 and train_loss[-1][1] < 0.1  # the same 2 batches, memorised
