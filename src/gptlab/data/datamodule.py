@@ -141,6 +141,8 @@ class GPTDataModule(L.LightningDataModule):
 
     def prepare_data(self) -> None:
         """Download (once), tokenize (once) and cache. Lightning runs it on rank 0 only."""
+        if self.tokenizer is not None:  # already set up from the cache (gptlab-train does it first)
+            return
         corpus = self.corpus_path()
         cache = self.cache_path(corpus)
         if self.load_cache(cache) is not None:
