@@ -28,6 +28,7 @@ from gptlab.callbacks import RunStats
 from gptlab.config import register_configs
 from gptlab.ddp import finish_ddp_job
 from gptlab.errors import ConfigError, run_or_exit
+from gptlab.malloc import keep_freed_memory
 from gptlab.module import GPTModule
 from gptlab.resilience import AtomicCheckpointIO, DivergenceGuard, GracefulStop, RngState
 from gptlab.resume import check_checkpoint, resume_argv
@@ -110,6 +111,8 @@ def train(cfg: DictConfig) -> float:
     check_targets(cfg)
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
+    if cfg.tune_malloc:
+        keep_freed_memory()
     # configuration checks first: cheap, and they must not wait for a download
     model_config = build(cfg.model)
     optim_config = build(cfg.optim)
