@@ -7,13 +7,15 @@
     python scripts/benchmark.py --reference-val-loss 5.9 --reference-wall-s 400   # reuse a known reference
     python scripts/benchmark.py --profile --ablations   # + cProfile and the Lightning variants
 
-What it measures, in one process on one machine (training steps/s always over training steps
+What it measures, in one run on one machine (training steps/s always over training steps
 only: the reference loop's estimate_loss and gptlab's validation are timed apart):
 
-1. the reference script's style (scripts/reference_loop.py: one module per head, the positional
-   table rebuilt every forward, full cl100k vocabulary, batch 4 x context 16, 8 pre-LN blocks)
-   against `gptlab-train experiment=reference` for the same number of steps (a subprocess;
-   its steps/s comes from metrics.json: tokens_per_sec, which leaves validation out);
+1. the reference script's style (scripts/reference_loop.py in a process of its own, as a user
+   runs it: one module per head, the positional table rebuilt every forward, full cl100k
+   vocabulary, batch 4 x context 16, 8 pre-LN blocks) against `gptlab-train experiment=reference`
+   for the same number of steps (a subprocess; its steps/s comes from metrics.json:
+   tokens_per_sec, which leaves validation out); informative: the reference loop again with
+   gptlab's malloc settings (gptlab.malloc) as environment variables, to show that share apart;
 2. gptlab's GPT in a bare PyTorch loop (same model, AdamW groups, data loader, no Lightning)
    against the same config under Lightning, in this process (gptlab.train.train): overhead in %;
 3. start-up: from spawning `gptlab-train debug=fast` (token cache warm) to the end of its first
@@ -51,10 +53,14 @@ SCRIPTS = Path(__file__).resolve().parent
 sys.path.insert(0, str(SCRIPTS))
 
 import torch  # noqa: E402
-from reference_loop import ReferenceSettings, run_reference_loop  # noqa: E402
+from reference_loop import ReferenceSettings  # noqa: E402
+
+from gptlab.malloc import MMAP_THRESHOLD, TRIM_THRESHOLD, keep_freed_memory  # noqa: E402
 
 BIN = Path(sys.executable).parent
 FIRST_STEP_MARKER = "GPTLAB_FIRST_STEP"
+# gptlab-train's own malloc settings (gptlab.malloc), as environment variables for another process
+MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(MMAP_THRESHOLD), "MALLOC_TRIM_THRESHOLD_": str(TRIM_THRESHOLD)}
 
 TARGETS = {  # id: (comparison, threshold, what is compared)
     "speedup_vs_reference": (">=", 1.5, "experiment=reference train steps/s / reference loop's"),
@@ -86,7 +92,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="torch threads on both sides (default: the cores this process may use)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--repeats", type=int, default=1,
-                   help="repeat the bare and Lightning loops, keep the best of each (noisy machines)")
+                   help="repeat the speed-up runs and the bare/Lightning loops, keep the best of each "
+                        "(noisy machines)")
     p.add_argument("--startup-repeats", type=int, default=None, help="start-up runs (default 3; --quick 1)")
     p.add_argument("--no-reference-eval", action="store_true",
                    help="leave estimate_loss out of the reference loop (its train-only rate is kept anyway)")
@@ -238,31 +245,40 @@ def compose(args, run_dir: Path, *overrides: str):
 
 
 # ------------------------------------------------------------------------------ 1. reference vs gptlab
-def reference_tokens(args):
-    """The corpus as full cl100k_base ids (gptlab's token cache, compact_vocab=false)."""
+def reference_tokens(args) -> tuple[Path, object]:
+    """The corpus as full cl100k_base ids (gptlab's token cache, compact_vocab=false), saved
+    for the reference loop's process."""
     from gptlab.train import build
 
     cfg = compose(args, args.workdir / "runs" / "unused", "experiment=reference")
     datamodule = build(cfg.data)
     datamodule.prepare_data()
     datamodule.setup("fit")
-    return torch.cat([datamodule.train_tokens, datamodule.val_tokens]), cfg
+    path = args.workdir / "reference-tokens.pt"
+    torch.save(torch.cat([datamodule.train_tokens, datamodule.val_tokens]), path)
+    return path, cfg
 
 
-def bench_reference(args, tokens) -> dict:
+def bench_reference(args, tokens_file: Path, name: str = "reference-loop", env: dict | None = None) -> dict:
+    """The reference-style loop in a process of its own (scripts/reference_loop.py), as a user
+    runs the reference script: plain python, glibc's malloc defaults unless `env` says otherwise."""
     settings = ReferenceSettings(eval_iters=2) if args.quick else ReferenceSettings()
-    with threads(args.threads):
-        result = run_reference_loop(tokens, args.steps, settings, evaluate=not args.no_reference_eval,
-                                    device=args.device)
+    out = args.workdir / f"{name}.json"
+    cmd = [sys.executable, str(SCRIPTS / "reference_loop.py"), str(tokens_file), "--steps", str(args.steps),
+           "--eval-iters", str(settings.eval_iters), "--threads", str(args.threads),
+           "--device", args.device, "--out", str(out), *(["--no-eval"] if args.no_reference_eval else [])]
+    run_child(cmd, args.workdir, {**child_env(args), **(env or {})}, timeout=7200, name=name)
+    result = json.loads(out.read_text())
     return {
-        "steps": result.steps,
-        "train_steps_per_s": result.steps / result.train_seconds,
-        "steps_per_s_incl_eval": result.steps / result.wall_seconds,
-        "train_seconds": result.train_seconds,
-        "eval_seconds": result.eval_seconds,
-        "wall_seconds": result.wall_seconds,
-        "final_val_estimate": result.final_val_estimate,
-        "vocab_size": int(tokens.max()) + 1,
+        "steps": result["steps"],
+        "train_steps_per_s": result["steps"] / result["train_seconds"],
+        "steps_per_s_incl_eval": result["steps"] / result["wall_seconds"],
+        "train_seconds": result["train_seconds"],
+        "eval_seconds": result["eval_seconds"],
+        "wall_seconds": result["wall_seconds"],
+        "final_val_estimate": result["final_val_estimate"],
+        "vocab_size": result["vocab_size"],
+        "malloc_env": env or {},
         "eval": f"every {settings.eval_interval} steps, {settings.eval_iters} batches each of train "
                 "and val" if not args.no_reference_eval else "none",
     }
@@ -301,6 +317,7 @@ def bare_loop(args, cfg, steps: int, num_threads: int | None = None) -> dict:
     from gptlab.module import GPTModule
     from gptlab.train import build
 
+    keep_freed_memory()  # as gptlab.train.train does (tune_malloc=true)
     with threads(num_threads or args.threads):
         torch.manual_seed(cfg.seed)
         model_config, optim_config = build(cfg.model), build(cfg.optim)
@@ -584,11 +601,19 @@ def main(argv=None) -> int:
     def stage(name: str):
         print(f"[benchmark] {name} ({time.time() - began:.0f} s)", file=sys.stderr, flush=True)
 
-    stage("1. reference-style loop")
-    tokens, cfg_reference = reference_tokens(args)
-    results["reference_loop"] = bench_reference(args, tokens)
-    stage("1. gptlab-train experiment=reference")
-    results["gptlab_reference"] = bench_gptlab_reference(args, args.steps, "gptlab-reference")
+    tokens_file, cfg_reference = reference_tokens(args)
+    reference, gptlab_reference, reference_malloc = [], [], []
+    for i in range(args.repeats):  # alternate, so a burst of load hits every side alike
+        stage(f"1. reference-style loop ({i + 1}/{args.repeats})")
+        reference.append(bench_reference(args, tokens_file, f"reference-loop-{i}"))
+        stage(f"1. gptlab-train experiment=reference ({i + 1}/{args.repeats})")
+        gptlab_reference.append(bench_gptlab_reference(args, args.steps, f"gptlab-reference-{i}"))
+        stage(f"1. reference-style loop with gptlab's malloc settings ({i + 1}/{args.repeats})")
+        reference_malloc.append(bench_reference(args, tokens_file, f"reference-loop-malloc-{i}",
+                                                env=MALLOC_ENV))
+    results["reference_loop"] = best_of(reference)
+    results["gptlab_reference"] = best_of(gptlab_reference)
+    results["reference_loop_gptlab_malloc"] = best_of(reference_malloc)
     stage("2. bare loop vs Lightning")
     results["overhead"] = bench_overhead(args, cfg_reference)
     if args.ablations:
@@ -630,6 +655,7 @@ def main(argv=None) -> int:
     }
 
     rl, ov = results["reference_loop"], results["overhead"]
+    rlm = results["reference_loop_gptlab_malloc"]
     speedup = ref["train_steps_per_s"] / rl["train_steps_per_s"]
     rows = [
         row("reference_loop_steps_per_s", "reference-style loop: train steps/s", rl["train_steps_per_s"],
@@ -638,6 +664,12 @@ def main(argv=None) -> int:
             ref["train_steps_per_s"], "steps/s",
             detail="metrics.json tokens_per_sec / 64, validation excluded"),
         row("speedup_vs_reference", "speed-up, train steps only", speedup, "x", "speedup_vs_reference"),
+        row("reference_loop_malloc_steps_per_s",
+            "reference-style loop with gptlab's malloc settings (informative): train steps/s",
+            rlm["train_steps_per_s"], "steps/s", detail=" ".join(f"{k}={v}" for k, v in MALLOC_ENV.items())),
+        row("speedup_same_malloc", "speed-up, same malloc settings on both sides (informative)",
+            ref["train_steps_per_s"] / rlm["train_steps_per_s"], "x",
+            detail="what the model and the loop gain alone, without gptlab.malloc's share"),
         row("speedup_incl_validation", "speed-up, validation included (informative)",
             ref["steps_per_s_incl_val"] / rl["steps_per_s_incl_eval"], "x",
             detail="each side with its own validation: exact val split every 50 vs 2x20 batches every 20"),

@@ -6,13 +6,19 @@ the heads looped in Python and concatenated, the sinusoidal table rebuilt inside
 the full cl100k_base vocabulary (max id + 1 rows), random `get_batch` windows, AdamW at a
 constant 1e-3, and `estimate_loss` (20 random batches of the train and of the val split, every
 `eval_interval` steps), as the reference script prints train/val loss every 20 steps.
+
+scripts/benchmark.py runs it in a process of its own, as a user runs the reference script:
+
+    python scripts/reference_loop.py TOKENS.pt --steps 400 --threads 2 --out result.json
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -192,3 +198,26 @@ def run_reference_loop(tokens: torch.Tensor, steps: int, settings: ReferenceSett
         result.train_seconds += time.perf_counter() - t
     result.wall_seconds = time.perf_counter() - start
     return result
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description="Train the reference-style model; write LoopResult as JSON.")
+    p.add_argument("tokens", help="a torch.save'd 1-D tensor of full cl100k_base ids")
+    p.add_argument("--steps", type=int, required=True)
+    p.add_argument("--eval-iters", type=int, default=ReferenceSettings.eval_iters)
+    p.add_argument("--no-eval", action="store_true", help="leave estimate_loss out")
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--out", required=True)
+    args = p.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    tokens = torch.load(args.tokens, weights_only=True)
+    result = run_reference_loop(tokens, args.steps, ReferenceSettings(eval_iters=args.eval_iters),
+                                evaluate=not args.no_eval, device=args.device)
+    with open(args.out, "w") as f:
+        json.dump({**asdict(result), "vocab_size": int(tokens.max()) + 1}, f)
+
+
+if __name__ == "__main__":
+    main()

@@ -12,6 +12,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 ROW_IDS = {
     "reference_loop_steps_per_s", "gptlab_reference_steps_per_s", "speedup_vs_reference",
+    "reference_loop_malloc_steps_per_s", "speedup_same_malloc",
     "bare_steps_per_s", "lightning_steps_per_s", "lightning_overhead_pct", "startup_s",
     "default_peak_rss_mb", "reference_val_loss", "reference_wall_s",
 }
