@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Side-by-side performance of gptlab on this machine, printed as a table and written as JSON.
 
-    python scripts/benchmark.py                     # the full run (30 min or more on 2 CPU cores)
+    python scripts/benchmark.py                     # the full run (about 20 min on 2 CPU cores)
     python scripts/benchmark.py --quick             # every row, few steps: a smoke run (< 1 min)
     python scripts/benchmark.py --device cuda       # on a GPU
     python scripts/benchmark.py --reference-val-loss 5.9 --reference-wall-s 400   # reuse a known reference
@@ -259,7 +259,7 @@ def reference_tokens(args) -> tuple[Path, object]:
     return path, cfg
 
 
-def bench_reference(args, tokens_file: Path, name: str = "reference-loop", env: dict | None = None) -> dict:
+def bench_reference(args, tokens_file: Path, name: str, env: dict | None = None) -> dict:
     """The reference-style loop in a process of its own (scripts/reference_loop.py), as a user
     runs the reference script: plain python, glibc's malloc defaults unless `env` says otherwise."""
     settings = ReferenceSettings(eval_iters=2) if args.quick else ReferenceSettings()
@@ -317,7 +317,8 @@ def bare_loop(args, cfg, steps: int, num_threads: int | None = None) -> dict:
     from gptlab.module import GPTModule
     from gptlab.train import build
 
-    keep_freed_memory()  # as gptlab.train.train does (tune_malloc=true)
+    if cfg.tune_malloc:  # as gptlab.train.train does
+        keep_freed_memory()
     with threads(num_threads or args.threads):
         torch.manual_seed(cfg.seed)
         model_config, optim_config = build(cfg.model), build(cfg.optim)

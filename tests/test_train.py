@@ -25,7 +25,7 @@ def fast_run(tmp_path_factory):
     """One debug=fast training run from a fresh working directory, shared by the checks below."""
     cwd = tmp_path_factory.mktemp("fast")
     run_dir = cwd / "run"
-    result = check(run_cli("debug=fast", f"hydra.run.dir={run_dir}", cwd=cwd))
+    result = check(run_cli("debug=fast", f"hydra.run.dir={run_dir}", "hydra.verbose=gptlab.malloc", cwd=cwd))
     return run_dir, result
 
 
@@ -37,6 +37,12 @@ def test_run_directory_is_complete(fast_run):
     assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
     assert "debug=fast" in (run_dir / ".hydra/overrides.yaml").read_text()
     assert "Best val loss" in (run_dir / "train.log").read_text()
+
+
+def test_train_keeps_freed_memory(fast_run):
+    """tune_malloc=true (the default) reaches gptlab.malloc in a real run (its debug line)."""
+    run_dir, _ = fast_run
+    assert "glibc malloc thresholds set" in (run_dir / "train.log").read_text()
 
 
 def test_metrics_json_is_sane(fast_run):
