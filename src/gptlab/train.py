@@ -20,14 +20,14 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from lightning.fabric.utilities.rank_zero import rank_zero_only
 from lightning.pytorch.callbacks import LearningRateMonitor
-from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig
 
 from gptlab.callbacks import RunStats
 from gptlab.config import register_configs
 from gptlab.ddp import finish_ddp_job
 from gptlab.errors import ConfigError, run_or_exit
+from gptlab.loggers import log_results
 from gptlab.malloc import keep_freed_memory
 from gptlab.module import GPTModule
 from gptlab.resilience import AtomicCheckpointIO, DivergenceGuard, GracefulStop, RngState
@@ -166,7 +166,7 @@ def fit(cfg: DictConfig, trainer: L.Trainer, module: GPTModule, datamodule, stat
     if trainer.is_global_zero:
         metrics = run_metrics(trainer, module, stats, final_val_loss)
         (output_dir / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
-        log_hparams(trainer, cfg, metrics)
+        log_results(trainer, cfg, metrics, output_dir)
         report(cfg, trainer, module, metrics, output_dir)
     return module.best_val_loss
 
@@ -187,27 +187,6 @@ def run_metrics(trainer: L.Trainer, module: GPTModule, stats: RunStats, final_va
         "device": f"{name} x{trainer.world_size}",
         "status": "ok",
     }
-
-
-def log_hparams(trainer: L.Trainer, cfg: DictConfig, metrics: dict) -> None:
-    """Hyperparameters with real results, so TensorBoard's HPARAMS tab can compare runs."""
-    params = {
-        **{f"model/{k}": v for k, v in OmegaConf.to_container(cfg.model, resolve=True).items()},
-        **{f"optim/{k}": v for k, v in OmegaConf.to_container(cfg.optim, resolve=True).items()},
-        **{f"data/{k}": cfg.data[k] for k in ("encoding", "compact_vocab", "batch_size", "context_length")},
-        "trainer/max_steps": cfg.trainer.max_steps,
-        "seed": cfg.seed,
-        "num_params": metrics["num_params"],
-    }
-    params = {k: (str(v) if isinstance(v, (list, type(None))) else v) for k, v in params.items()
-              if not k.endswith("_target_")}
-    results = {f"hparams/{k}": metrics[k] for k in ("best_val_loss", "final_val_loss", "best_val_perplexity")}
-    for logger in trainer.loggers:
-        if isinstance(logger, TensorBoardLogger):
-            logger.log_hyperparams(params, metrics=results)
-        else:
-            logger.log_hyperparams(params)
-            logger.log_metrics(results, step=trainer.global_step)
 
 
 def report(cfg: DictConfig, trainer: L.Trainer, module: GPTModule, metrics: dict, output_dir: Path) -> None:
