@@ -5,7 +5,11 @@
 
 The same files a multirun writes at its end (gptlab.sweep.write_summary): one row a job, sorted
 by best val loss, failed jobs last with their reason; the plot of val loss against parameter
-count and against each swept knob. Prints the best job and the table.
+count and against each swept knob. When the sweep varies `seed`, also summary_configs.csv: one
+row a configuration (the jobs that differ only in seed) with n_seeds, val_loss_mean,
+val_loss_std, val_loss_ci95 (95% Student-t half-width), the same for val bpb, and Welch's test
+against the best mean; summary.md then shows mean ± ci95 and summary.png error bars. Prints the
+best job (and configuration) and the tables.
 """
 
 import sys

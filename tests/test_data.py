@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
 import os
 import socket
@@ -243,10 +244,10 @@ def test_val_loader_is_deterministic(dm):
 
 
 # ------------------------------------------------------------------ train sampler
-def draws(**kw) -> list[list[int]]:
-    args = dict(num_starts=10_000, batch_size=8, batches_per_epoch=5, seed=0)
+def draws(n: int = 5, **kw) -> list[list[int]]:
+    args = dict(num_starts=10_000, batch_size=8, seed=0)
     args.update(kw)
-    return list(RandomWindowSampler(**args))
+    return list(itertools.islice(RandomWindowSampler(**args), n))
 
 
 def test_sampler_seeded():
@@ -263,17 +264,16 @@ def test_sampler_ranks_draw_different_windows():
     assert not set(map(tuple, rank0)) & set(map(tuple, rank1))
 
 
-def test_sampler_epochs_and_bounds():
-    sampler = RandomWindowSampler(7, batch_size=16, batches_per_epoch=20, seed=3)
-    epoch0 = list(sampler)
-    sampler.set_epoch(1)
-    assert list(sampler) != epoch0
-    seen = {s for batch in epoch0 for s in batch}
-    assert seen == set(range(7))  # every start reachable, none out of range
-    fixed = RandomWindowSampler(7, batch_size=16, batches_per_epoch=20, seed=3, fixed=True)
-    first = list(fixed)
-    fixed.set_epoch(5)
-    assert list(fixed) == first
+def test_sampler_continues_where_a_run_stopped():
+    """Batch i depends on i alone: starting at batch 7 gives batches 7, 8, ... of a fresh start."""
+    assert draws(5, start=7) == draws(12)[7:]
+
+
+def test_sampler_bounds_and_repeat():
+    batches = draws(20, num_starts=7, batch_size=16, seed=3)
+    assert {s for batch in batches for s in batch} == set(range(7))  # every start reachable, none out
+    repeated = draws(6, num_starts=10_000, repeat=2)
+    assert repeated[:2] == repeated[2:4] == repeated[4:] == draws(2)
 
 
 # ------------------------------------------------------------------ download

@@ -13,6 +13,7 @@ from torch import nn
 import gptlab.model.gpt as gpt_module
 from gptlab.data.tokenizer import Tokenizer
 from gptlab.errors import ConfigError
+from gptlab.inspect import trace_forward
 from gptlab.model.gpt import GPT, GPTConfig
 
 os.environ.setdefault("TIKTOKEN_CACHE_DIR", "/work/shared/tiktoken_cache")
@@ -60,12 +61,10 @@ def test_article_shape_walk():
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=vocab, context_length=16, d_model=64, num_heads=4,
                           num_blocks=1, dropout=0.0)).eval()
-    block = model.blocks[0]
-    block.attn.trace = {}
     with torch.no_grad():
         embeddings = model.embed(ids)
         logits = model(ids)
-    trace = block.attn.trace
+    _, trace = trace_forward(model, ids, block=0)
 
     assert ids.shape == (4, 16)
     assert embeddings.shape == (4, 16, 64)
@@ -123,16 +122,15 @@ def test_manual_and_sdpa_agree(norm):
         torch.testing.assert_close(sdpa(ids[:, :7]), manual(ids[:, :7]), rtol=0, atol=1e-5)
 
 
-def test_trace_takes_the_manual_path_and_matches_sdpa():
+def test_traced_steps_of_an_sdpa_model_rebuild_its_output():
+    """The article's steps recomputed from an sdpa model's Q, K, V give its own output."""
     model = make_model(attention="sdpa")
     ids = random_ids()
-    with torch.no_grad():
-        plain = model(ids)
-        for block in model.blocks:
-            block.attn.trace = {}
-        traced = model(ids)
-    torch.testing.assert_close(traced, plain, rtol=0, atol=1e-5)
-    assert "softmax" in model.blocks[1].attn.trace
+    _, trace = trace_forward(model, ids, block=1)
+    attn = model.blocks[1].attn
+    merged = trace["weighted"].transpose(1, 2).reshape(trace["merged"].shape)
+    torch.testing.assert_close(merged, trace["merged"], rtol=0, atol=1e-5)
+    torch.testing.assert_close(attn.proj(merged), trace["wo"], rtol=0, atol=1e-5)
 
 
 def test_input_longer_than_context_length_is_refused():

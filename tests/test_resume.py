@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import pickle
+import shutil
 import signal
 import subprocess
 import sys
@@ -12,11 +14,13 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from helpers import BIN, check, read_metrics, run_cli, scalars
 
-# A tiny model that takes a few seconds: long enough to interrupt, deterministic on CPU.
-TINY = ["debug=fast", "trainer.max_steps=120", "trainer.val_check_interval=40",
-        "trainer.deterministic=true", "callbacks.periodic_checkpoint.every_n_train_steps=5"]
+# A tiny model that takes a few seconds: long enough to interrupt, deterministic on CPU, with
+# dropout so that a resume must also restore the random state.
+TINY = ["debug=fast", "trainer.max_steps=120", "trainer.val_check_interval=40", "model.dropout=0.1",
+        "trainer.deterministic=true", "callbacks.last_checkpoint.every_n_train_steps=5"]
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
 
 
@@ -82,15 +86,36 @@ def test_resume_applies_new_overrides_on_top(tmp_path, uninterrupted):
     assert read_metrics(run_dir)["steps"] == 150
 
 
-def test_sigkill_right_after_a_checkpoint_then_resume(tmp_path):
+def step_of(checkpoint: Path) -> int:
+    return torch.load(checkpoint, map_location="cpu", weights_only=True)["global_step"]
+
+
+@pytest.mark.parametrize("kill_at", [20, 45])
+def test_sigkill_at_a_periodic_save_then_resume_is_exact(tmp_path, uninterrupted, kill_at):
+    """kill -9 the moment last.ckpt reaches a periodic save (at a validation step, or between
+    validations), resume=, and end where the uninterrupted run ends: weights, step, tokens."""
     run_dir = tmp_path / "run"
+    last = run_dir / "checkpoints" / "last.ckpt"
     proc = start(*TINY, f"hydra.run.dir={run_dir}", cwd=tmp_path)
-    wait_for(run_dir / "checkpoints" / "last.ckpt", proc)
+    wait_for(last, proc)
+    seen = last.stat().st_mtime_ns
+    while step_of(last) < kill_at:
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        while last.stat().st_mtime_ns == seen:  # the next save (an atomic rename)
+            time.sleep(0.001)
+        seen = last.stat().st_mtime_ns
     proc.kill()
     proc.communicate()
-    torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)  # intact
+    stopped_at = step_of(last)
+    assert kill_at <= stopped_at < 120 and not (run_dir / "metrics.json").exists()
+
     check(run_cli(f"resume={run_dir}", cwd=tmp_path))
-    assert read_metrics(run_dir)["steps"] == 120
+    whole, resumed = weights(uninterrupted / "checkpoints" / "last.ckpt"), weights(last)
+    assert max((whole[k] - resumed[k]).abs().max().item() for k in whole) <= 1e-6
+    for key in ("steps", "tokens_seen", "best_val_loss", "final_val_loss"):
+        assert read_metrics(run_dir)[key] == read_metrics(uninterrupted)[key], key
+    steps = [step for step, _ in scalars(run_dir / "tensorboard")["train/loss"]]
+    assert steps == list(range(min(steps), 121)) or len(steps) == len(set(steps))
 
 
 def test_sigkill_while_a_checkpoint_is_written_keeps_the_previous_one(tmp_path):
@@ -99,7 +124,7 @@ def test_sigkill_while_a_checkpoint_is_written_keeps_the_previous_one(tmp_path):
     torch.save({"step": 1}, target)
     script = textwrap.dedent(f"""
         import torch
-        from gptlab.resilience import AtomicCheckpointIO
+        from gptlab.callbacks import AtomicCheckpointIO
         AtomicCheckpointIO().save_checkpoint({{"step": 2, "w": torch.ones(400_000_000, dtype=torch.uint8)}},
                                               {str(target)!r})
     """)
@@ -130,6 +155,8 @@ def bad_files(tmp_path_factory, uninterrupted) -> dict[str, Path]:
     (d / "garbage.ckpt").write_bytes(os.urandom(4096))
     (d / "no_ckpt_run" / ".hydra").mkdir(parents=True)
     (d / "no_ckpt_run" / ".hydra" / "overrides.yaml").write_text("- debug=fast\n")
+    # a pickle that would leave a file behind if anything unpickled it
+    (d / "evil.pkl").write_bytes(pickle.dumps(Touch(d / "PWNED")))
     return {"dir": d, "good": good}
 
 
@@ -148,7 +175,13 @@ def bad_files(tmp_path_factory, uninterrupted) -> dict[str, Path]:
         (["ckpt_path={dir}/garbage.ckpt"], "garbage.ckpt"),
         (["ckpt_path={good}", "model.d_model=64"], "model.d_model"),
         (["resume={dir}/no_ckpt_run"], "no_ckpt_run"),
+        (["resume={dir}/nope"], "does not exist"),
         (["callbacks.text_sample._target_=os.system"], "callbacks.text_sample._target_"),
+        (["+callbacks.evil._target_=torch.load", "+callbacks.evil.f={dir}/evil.pkl",
+          "+callbacks.evil.weights_only=false"], "callbacks.evil._target_='torch.load'"),
+        (["+callbacks.evil._target_=torch.hub.load"], "torch.hub.load"),
+        (["+callbacks.evil._target_=torch.distributed.elastic.multiprocessing.subprocess_handler"
+          ".SubprocessHandler"], "SubprocessHandler"),
     ],
 )
 def test_bad_input_fails_clearly_before_training(tmp_path, bad_files, overrides, needle):
@@ -160,3 +193,31 @@ def test_bad_input_fails_clearly_before_training(tmp_path, bad_files, overrides,
     assert "Traceback" not in result.stderr
     assert not list((tmp_path / "run").rglob("*.ckpt"))
     assert bad_files["good"].read_bytes() == good_bytes  # nothing overwritten
+    assert not (bad_files["dir"] / "PWNED").exists()
+
+
+class Touch:
+    """Unpickling this creates a file: proof that something ran the pickle."""
+
+    def __init__(self, path: Path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (Path.touch, (Path(self.path),))
+
+
+def test_a_planted_run_directory_runs_nothing(tmp_path, uninterrupted):
+    """resume= of a directory someone handed over: its overrides that could run code are skipped
+    and named; the rest of the run continues normally."""
+    run_dir = tmp_path / "handed"
+    shutil.copytree(uninterrupted, run_dir)
+    planted = ["debug=fast", "trainer.max_steps=125", "+hydra.callbacks.evil._target_=builtins.print",
+               "+hydra.callbacks.evil.end=PWNED-HYDRA", "+callbacks.evil._target_=builtins.print",
+               "trainer.profiler={_target_:builtins.print,end:PWNED-TRAINER}"]
+    (run_dir / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(planted))
+    result = check(run_cli(f"resume={run_dir}", cwd=tmp_path))
+    [skipped] = [line for line in result.stderr.splitlines() if "not replaying" in line]
+    assert "not replaying 4 override(s)" in skipped and "PWNED-TRAINER" in skipped
+    rest = (result.stdout + result.stderr).replace(skipped, "")
+    assert "PWNED" not in rest  # builtins.print never ran
+    assert read_metrics(run_dir)["steps"] == 125

@@ -4,22 +4,36 @@ from __future__ import annotations
 
 import csv
 import itertools
+import json
 import math
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import yaml
-from helpers import check, read_metrics, run_cli, scalars
+from helpers import BIN, check, read_metrics, run_cli, scalars
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
 
 import gptlab.train  # noqa: F401 - registers the config schemas and resolvers
-from gptlab.sweep import sweep_job
+from gptlab import sweep
+from gptlab.sweep import (
+    aggregate,
+    ci_half_width,
+    collect,
+    mean_std,
+    sweep_job,
+    t_quantile,
+    t_two_sided_p,
+    welch_p,
+    write_summary,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = ("debug=fast", "trainer.max_steps=10")
@@ -181,8 +195,9 @@ def composed_with_hydra(*overrides: str):
 def test_experiment_sweep_holds_the_grid():
     params = composed_with_hydra("experiment=sweep").hydra.sweeper.params
     grid = [str(v).split(",") for v in params.values()]
-    assert set(params) == {"model.num_heads", "model.num_blocks", "model.d_model"}
-    assert len(list(itertools.product(*grid))) == 18
+    assert set(params) == {"model.num_heads", "model.num_blocks", "model.d_model", "seed"}
+    assert len(params["seed"].split(",")) == 3  # every configuration with 3 seeds
+    assert len(list(itertools.product(*grid))) == 36
     for d_model, heads in itertools.product(params["model.d_model"].split(","),
                                             params["model.num_heads"].split(",")):
         assert int(d_model) % int(heads) == 0
@@ -193,3 +208,224 @@ def test_slurm_launcher_composes_with_its_knobs():
     assert launcher._target_.endswith("SlurmLauncher") and launcher.partition == "gpu"
     assert launcher.gpus_per_node == launcher.tasks_per_node == 1
     assert launcher.submitit_folder.endswith("/.submitit/%j")
+
+
+# ---------------------------------------------------------------------------------------------
+# seeds as a sweep axis: one row per configuration, mean ± 95% CI, Welch's test against the best
+
+
+@pytest.fixture(scope="module")
+def seed_grid(tmp_path_factory):
+    """heads x seeds: 2 configurations x 2 seeds, one process."""
+    cwd = tmp_path_factory.mktemp("seeds")
+    sweep_dir = cwd / "sweep"
+    result = check(run_cli("-m", *FAST, "model.num_heads=2,4", "seed=1,2", f"hydra.sweep.dir={sweep_dir}",
+                           cwd=cwd))
+    return sweep_dir, result
+
+
+def config_rows(sweep_dir: Path) -> list[dict]:
+    with (sweep_dir / "summary_configs.csv").open() as f:
+        return list(csv.DictReader(f))
+
+
+def test_seed_sweep_writes_one_row_per_configuration_with_mean_and_ci(seed_grid):
+    sweep_dir, result = seed_grid
+    jobs = summary_rows(sweep_dir)
+    assert len(jobs) == 4 and {r["seed"] for r in jobs} == {"1", "2"}  # summary.csv: one row a job
+    configs = config_rows(sweep_dir)
+    assert len(configs) == 2
+    for column in ("n_seeds", "n_failed", "val_loss_mean", "val_loss_std", "val_loss_ci95", "val_bpb_mean",
+                   "val_bpb_ci95", "vs_best"):
+        assert column in configs[0]
+    assert [float(c["val_loss_mean"]) for c in configs] == sorted(float(c["val_loss_mean"]) for c in configs)
+    for config in configs:
+        heads = config["model.num_heads"]
+        metrics = [read_metrics(sweep_dir / j["job"]) for j in jobs if j["num_heads"] == heads]
+        losses = [m["best_val_loss"] for m in metrics]
+        assert config["n_seeds"] == "2" and config["n_failed"] == "0" and config["seeds"] == "1 2"
+        assert float(config["val_loss_mean"]) == pytest.approx(sum(losses) / 2)
+        std = abs(losses[0] - losses[1]) / math.sqrt(2)
+        assert float(config["val_loss_std"]) == pytest.approx(std)
+        assert float(config["val_loss_ci95"]) == pytest.approx(12.7062 * std / math.sqrt(2), rel=1e-4)
+        bpbs = [m.get("best_val_bpb") for m in metrics]
+        if all(b is not None for b in bpbs):  # runs of a gptlab that logs val/bpb
+            assert float(config["val_bpb_mean"]) == pytest.approx(sum(bpbs) / 2)
+            assert config["val_bpb_ci95"] != ""
+    assert configs[0]["vs_best"] == "best"
+    assert configs[1]["vs_best"] in ("not distinguishable", "worse")
+    md = (sweep_dir / "summary.md").read_text()
+    assert "## Configurations" in md and "±" in md and "Welch" in md and md.count("| ok |") == 4
+    best = configs[0]
+    assert f"{float(best['val_loss_mean']):.4f} ± {float(best['val_loss_ci95']):.4f}" in md
+    assert (sweep_dir / "summary.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "Best configuration: model.num_heads=" in result.stdout
+
+
+def test_each_finished_job_records_its_overrides_in_metrics_json(seed_grid):
+    sweep_dir, _ = seed_grid
+    for job in job_dirs(sweep_dir):
+        recorded = read_metrics(job)["overrides"]
+        assert recorded == yaml.safe_load((job / ".hydra" / "overrides.yaml").read_text())
+
+
+def test_t_quantiles_match_the_table():
+    # two-sided 95%: the textbook table, and the closed form of 1 degree of freedom (Cauchy)
+    table = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 9: 2.262, 10: 2.228, 30: 2.042, 120: 1.980}
+    for df, t in table.items():
+        assert t_quantile(0.975, df) == pytest.approx(t, abs=1e-3)
+    assert t_quantile(0.975, 1) == pytest.approx(math.tan(math.pi * 0.475), rel=1e-9)
+    assert t_quantile(0.975, 10**6) == pytest.approx(1.95996, abs=1e-4)
+    # closed forms of the two-sided tail: 1 df, 2 df
+    for t in (0.3, 1.0, 2.5, 7.0):
+        assert t_two_sided_p(t, 1) == pytest.approx(1 - 2 / math.pi * math.atan(t), rel=1e-9)
+        assert t_two_sided_p(t, 2) == pytest.approx(1 - t / math.sqrt(2 + t * t), rel=1e-9)
+
+
+def test_mean_std_ci_and_welch_against_hand_computed_values():
+    # [1, 2, 3, 4]: mean 2.5, s^2 = (2.25 + 0.25 + 0.25 + 2.25) / 3 = 5/3, CI = 3.182 * s / 2
+    mean, std = mean_std([1.0, 2.0, 3.0, 4.0])
+    assert mean == 2.5 and std == pytest.approx(math.sqrt(5 / 3))
+    assert ci_half_width([1.0, 2.0, 3.0, 4.0]) == pytest.approx(3.1824 * math.sqrt(5 / 3) / 2, rel=1e-4)
+    assert mean_std([4.2]) == (4.2, None) and ci_half_width([4.2]) is None
+    # [1, 2, 3] vs [4, 5, 6]: both variances 1, t = -3 / sqrt(2/3) = -3.674, Welch df = 4;
+    # with 4 df the two-sided tail is 1 - sqrt(x) (1 + (1 - x) / 2), x = t^2 / (t^2 + 4)
+    t = 3 / math.sqrt(2 / 3)
+    x = t * t / (t * t + 4)
+    assert welch_p([1.0, 2.0, 3.0], [4.0, 5.0, 6.0]) == pytest.approx(1 - math.sqrt(x) * (1 + (1 - x) / 2))
+    assert welch_p([1.0, 2.0, 3.0], [4.0, 5.0, 6.0]) == pytest.approx(0.0213, abs=1e-4)
+    assert welch_p([1.0, 2.0, 3.0], [1.0, 2.0, 3.0]) == pytest.approx(1.0)
+    assert welch_p([1.0], [1.0, 2.0]) is None
+    assert welch_p([2.0, 2.0], [2.0, 2.0]) == 1.0 and welch_p([2.0, 2.0], [3.0, 3.0]) == 0.0
+
+
+def fake_job(sweep_dir: Path, num: int, overrides: list[str], metrics: dict | None) -> None:
+    job = sweep_dir / str(num)
+    (job / ".hydra").mkdir(parents=True)
+    (job / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
+    heads, seed = (int(o.split("=")[1]) for o in overrides)
+    cfg = {"model": {"d_model": 32, "num_heads": heads}, "seed": seed}
+    (job / ".hydra" / "config.yaml").write_text(yaml.safe_dump(cfg))
+    if metrics is not None:
+        (job / "metrics.json").write_text(json.dumps({"status": "ok", "num_params": 1000, **metrics}))
+
+
+def test_aggregation_leaves_failed_jobs_out_counts_them_and_tolerates_missing_bpb(tmp_path):
+    """Hand-made sweep: heads=2 with seeds 1-3 (seed 3 failed, no bpb: an older run); heads=4
+    with seeds 1-3, far worse."""
+    losses = {(2, 1): 3.0, (2, 2): 3.2, (4, 1): 5.0, (4, 2): 5.1, (4, 3): 5.2}
+    num = 0
+    for heads in (2, 4):
+        for seed in (1, 2, 3):
+            loss = losses.get((heads, seed))
+            metrics = {"best_val_loss": loss} if loss else {"status": "failed", "reason": "boom"}
+            if heads == 4:
+                metrics["best_val_bpb"] = loss / 4
+            fake_job(tmp_path, num, [f"model.num_heads={heads}", f"seed={seed}"], metrics)
+            num += 1
+    rows, knobs = collect(tmp_path)
+    assert knobs == ["model.num_heads", "seed"]
+    best, other = aggregate(rows, knobs)
+    assert best["config"] == "model.num_heads=2" and best["n_seeds"] == 2 and best["n_failed"] == 1
+    assert best["val_loss_mean"] == pytest.approx(3.1)
+    assert best["val_loss_std"] == pytest.approx(math.sqrt(0.02))
+    assert best["val_loss_ci95"] == pytest.approx(12.7062 * math.sqrt(0.02) / math.sqrt(2), rel=1e-4)
+    assert best["val_bpb_mean"] is None and best["val_bpb_ci95"] is None
+    assert other["n_seeds"] == 3 and other["val_loss_mean"] == pytest.approx(5.1)
+    assert other["val_bpb_mean"] == pytest.approx(5.1 / 4) and other["val_bpb_std"] == pytest.approx(0.025)
+    assert other["val_loss_ci95"] == pytest.approx(4.3027 * 0.1 / math.sqrt(3), rel=1e-4)
+    assert best["vs_best"] == "best" and other["vs_best"] == "worse" and other["p_vs_best"] < 0.05
+    write_summary(tmp_path)
+    configs = config_rows(tmp_path)
+    assert [c["n_failed"] for c in configs] == ["1", "0"] and configs[0]["val_bpb_mean"] == ""
+    md = (tmp_path / "summary.md").read_text()
+    assert "3.1000 ± 1.2706" in md and "| worse |" in md
+    assert "best_val_bpb" in summary_rows(tmp_path)[0]  # some jobs have it: the column is there
+
+
+def test_a_sweep_without_a_seed_axis_writes_no_configuration_table(grid):
+    sweep_dir, _ = grid
+    assert not (sweep_dir / "summary_configs.csv").exists()
+    assert "## Configurations" not in (sweep_dir / "summary.md").read_text()
+
+
+# ---------------------------------------------------------------------------------------------
+# continuing a sweep: finished jobs are kept as they are
+
+
+def test_a_continued_sweep_keeps_a_finished_job_without_training_it(tmp_path, monkeypatch):
+    job = tmp_path / "0"
+    job.mkdir()
+    overrides = ["debug=fast", "seed=1"]
+    metrics = {"status": "ok", "best_val_loss": 4.5, "overrides": overrides}
+    (job / "metrics.json").write_text(json.dumps(metrics))
+    before = (job / "metrics.json").read_bytes()
+    cfg = OmegaConf.create({"num_threads": None, "resume": str(tmp_path), "paths": {"output_dir": str(job)}})
+    trained = []
+
+    def train(c):
+        trained.append(c)
+        return 3.0
+
+    # relaunched with resume=<sweep dir> added: the same job
+    monkeypatch.setattr(sweep, "job_overrides", lambda: [*overrides, f"resume='{tmp_path}'"])
+    assert sweep_job(train, cfg) == 4.5 and not trained
+    assert (job / "metrics.json").read_bytes() == before
+    # another job in that directory (the overrides differ): trained
+    monkeypatch.setattr(sweep, "job_overrides", lambda: ["debug=fast", "seed=2", f"resume='{tmp_path}'"])
+    assert sweep_job(train, cfg) == 3.0 and len(trained) == 1
+    # not a continuation: always trained
+    cfg.resume = None
+    monkeypatch.setattr(sweep, "job_overrides", lambda: overrides)
+    assert sweep_job(train, cfg) == 3.0 and len(trained) == 2
+
+
+def test_a_continued_sweep_retrains_failed_stopped_and_unrecorded_jobs(tmp_path):
+    job = tmp_path / "0"
+    job.mkdir()
+    cases = [({"status": "failed", "best_val_loss": 4.0, "overrides": ["a=1"]}, "status 'failed'"),
+             ({"status": "ok", "best_val_loss": 4.0}, "does not record"),
+             ({"status": "ok", "best_val_loss": None, "overrides": ["a=1"]}, "no finite"),
+             ({"status": "ok", "best_val_loss": 4.0, "overrides": ["a=2"]}, "other overrides")]
+    for metrics, why in cases:
+        (job / "metrics.json").write_text(json.dumps(metrics))
+        best, reason = sweep.finished_result(job, ["a=1"])
+        assert best is None and why in reason
+    assert sweep.finished_result(tmp_path / "missing", ["a=1"])[0] is None
+
+
+def wait_until(condition, proc: subprocess.Popen, what: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert proc.poll() is None, f"the sweep ended before {what}"
+        assert time.monotonic() < deadline, f"{what} never happened"
+        time.sleep(0.05)
+
+
+def test_a_sweep_stopped_by_sigterm_continues_with_resume_and_keeps_finished_jobs(tmp_path):
+    """3 jobs; SIGTERM once the first has finished and the second trains; `resume=<sweep dir>`
+    then finishes the sweep: 3 jobs ok, the first one kept as it was."""
+    sweep_dir = tmp_path / "sweep"
+    args = ["-m", "debug=fast", "trainer.max_steps=60", "seed=1,2,3", f"hydra.sweep.dir={sweep_dir}"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    with open(tmp_path / "first.log", "w") as log_file:  # a file: a full pipe would block the sweep
+        proc = subprocess.Popen([str(BIN / "gptlab-train"), *args], cwd=tmp_path, env=env, stdout=log_file,
+                                stderr=subprocess.STDOUT)
+        first = sweep_dir / "0" / "metrics.json"
+        wait_until(lambda: first.is_file() and json.loads(first.read_text()).get("overrides"), proc,
+                   "job 0 finished")
+        wait_until(lambda: (sweep_dir / "1" / "checkpoints" / "best.ckpt").is_file(), proc, "job 1 trained")
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=120)
+    assert proc.returncode != 0
+    assert not (sweep_dir / "2").exists()
+    assert read_metrics(sweep_dir / "1")["status"] == "failed"  # stopped (or killed before it trained)
+    kept = first.read_bytes(), first.stat().st_mtime_ns
+
+    result = check(run_cli(f"resume={sweep_dir}", cwd=tmp_path))
+    assert [read_metrics(sweep_dir / str(i))["status"] for i in range(3)] == ["ok"] * 3
+    assert (first.read_bytes(), first.stat().st_mtime_ns) == kept
+    assert "Kept job 0" in result.stderr
+    assert read_metrics(sweep_dir / "1")["steps"] == 60
+    assert "Sweep done: 3 jobs, 3 ok, 0 failed." in result.stdout
+    assert len(summary_rows(sweep_dir)) == 3

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+import torch
 import yaml
 from helpers import check, read_metrics, run_cli, scalars
 from hydra import compose, initialize_config_module
@@ -25,7 +26,7 @@ def fast_run(tmp_path_factory):
     """One debug=fast training run from a fresh working directory, shared by the checks below."""
     cwd = tmp_path_factory.mktemp("fast")
     run_dir = cwd / "run"
-    result = check(run_cli("debug=fast", f"hydra.run.dir={run_dir}", "hydra.verbose=gptlab.malloc", cwd=cwd))
+    result = check(run_cli("debug=fast", f"hydra.run.dir={run_dir}", cwd=cwd))
     return run_dir, result
 
 
@@ -39,10 +40,39 @@ def test_run_directory_is_complete(fast_run):
     assert "Best val loss" in (run_dir / "train.log").read_text()
 
 
-def test_train_keeps_freed_memory(fast_run):
-    """tune_malloc=true (the default) reaches gptlab.malloc in a real run (its debug line)."""
+def test_checkpoints_are_exactly_best_and_last(fast_run):
     run_dir, _ = fast_run
-    assert "glibc malloc thresholds set" in (run_dir / "train.log").read_text()
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["best.ckpt", "last.ckpt"]
+    last = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
+    assert last["global_step"] == 30  # the final weights, not the last periodic save
+
+
+def test_best_checkpoint_exists_when_training_ends_before_the_first_validation(tmp_path):
+    check(run_cli("debug=fast", "trainer.max_steps=7", "trainer.val_check_interval=20",
+                  "callbacks.last_checkpoint.every_n_train_steps=5", "hydra.run.dir=run", cwd=tmp_path))
+    run_dir = tmp_path / "run"
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["best.ckpt", "last.ckpt"]
+    metrics = read_metrics(run_dir)
+    assert metrics["steps"] == 7 and metrics["tokens_seen"] == 7 * 8 * 32
+    assert metrics["best_val_loss"] == metrics["final_val_loss"]  # the final weights were validated
+    val = scalars(run_dir / "tensorboard")["val/loss"]
+    assert [step for step, _ in val] == [7]
+    assert val[0][1] == pytest.approx(metrics["final_val_loss"], rel=1e-6)
+
+
+def test_the_first_screen_shows_the_config_model_and_run_dir(fast_run):
+    run_dir, result = fast_run
+    before_training = result.stderr.split("Total FLOPs")[0]
+    assert "d_model: 32" in before_training and "GPT: " in before_training
+    assert f"Run directory: {run_dir}" in before_training
+    assert "d_model: 32" in (run_dir / "config_tree.log").read_text()
+
+
+def test_model_summary_counts_real_flops(fast_run):
+    run_dir, _ = fast_run
+    log = (run_dir / "train.log").read_text()
+    flops = log.split("Total FLOPs:")[1].split()[0]
+    assert flops not in ("0", "0.0")
 
 
 def test_metrics_json_is_sane(fast_run):
@@ -53,13 +83,16 @@ def test_metrics_json_is_sane(fast_run):
     assert 0 < m["best_val_loss"] <= m["final_val_loss"] + 1e-6 < math.log(5000)
     assert m["best_val_perplexity"] == pytest.approx(math.exp(m["best_val_loss"]), rel=1e-6)
     assert m["num_params"] > 0 and m["wall_seconds"] > 0 and m["tokens_per_sec"] > 0
-    assert m["device"].startswith("cpu")
+    assert m["device"].startswith("cpu") and m["status"] == "ok" and m["slurm_job_id"] is None
+    # bits per byte: the same val text, so bpb / loss is the constant tokens / (bytes * ln 2)
+    assert 0 < m["best_val_bpb"] < m["best_val_loss"]
+    assert m["best_val_bpb"] / m["best_val_loss"] == pytest.approx(m["final_val_bpb"] / m["final_val_loss"])
 
 
 def test_tensorboard_holds_scalars_and_real_hparams(fast_run):
     run_dir, _ = fast_run
     tags = scalars(run_dir / "tensorboard")
-    for tag in ("train/loss", "val/loss", "val/perplexity", "train/lr/matrices",
+    for tag in ("train/loss", "val/loss", "val/perplexity", "val/bpb", "train/lr/matrices",
                 "train/tokens_per_sec"):
         assert tags.get(tag), f"missing scalar {tag}; have {sorted(tags)}"
     val_steps = [step for step, _ in tags["val/loss"]]
@@ -127,6 +160,12 @@ def test_every_group_option_composes(group):
     assert cfg.model.d_model > 0
 
 
+def test_help_lists_resume_and_hides_the_schemas(tmp_path):
+    out = check(run_cli("--help", cwd=tmp_path)).stdout
+    assert "resume: null" in out
+    assert "schema" not in out
+
+
 def test_logger_many_has_both():
     assert set(composed("logger=many").logger) == {"tensorboard", "csv"}
 
@@ -134,12 +173,15 @@ def test_logger_many_has_both():
 @pytest.mark.parametrize(
     ("override", "key"),
     [("model.num_head=4", "num_head"), ("trainer.max_steps=abc", "max_steps"),
-     ("data.batch_size=big", "batch_size"), ("optim.lrr=1", "lrr")],
+     ("data.batch_size=big", "batch_size"), ("optim.lrr=1", "lrr"), ("seed=abc", "seed"),
+     ("model=schema", "model/schema"), ("model=model_schema", "model/model_schema"),
+     ("model=huge", "model/huge"), ("trainer.precision=17", "precision"),
+     ("num_threads=two", "num_threads")],
 )
-def test_mistyped_key_or_wrong_type_fails_at_composition(tmp_path, override, key):
-    result = run_cli(override, cwd=tmp_path, timeout=120)
-    assert result.returncode != 0
-    assert key in result.stderr
+def test_bad_config_exits_2_with_a_paragraph_and_no_traceback(tmp_path, override, key):
+    result = run_cli(override, "hydra.run.dir=run", cwd=tmp_path, timeout=120)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert key in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "outputs").exists() or not any((tmp_path / "outputs").rglob("*.ckpt"))
 
 

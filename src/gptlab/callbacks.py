@@ -1,99 +1,225 @@
-"""Lightning callbacks: throughput and run statistics, text samples in TensorBoard."""
+"""Lightning callbacks (and a plugin) around the training loop: checkpoints, stops, resumes, statistics.
+
+- `AtomicCheckpointIO` writes every checkpoint beside its target and renames it into place,
+  so a SIGKILL at any moment leaves the previous one whole.
+- `LastCheckpoint` is the one writer of `last.ckpt`: every N steps, after the final step, and
+  when the run is stopped (SIGTERM, Ctrl-C, a SLURM preemption).
+- `FinalValidation` validates the final weights inside `fit`, so best.ckpt always exists.
+- `GracefulStop` turns a first Ctrl-C into Lightning's own SIGTERM stop at a step boundary.
+- `RngState` carries torch's RNG state in checkpoints: a resumed run draws the same dropout.
+- `DivergenceGuard` stops at the first NaN loss, before any checkpoint of the broken weights.
+- `RunStats` measures tokens/s (validation left out) and MFU where the device's peak is known.
+- `TextSample` writes a sample to TensorBoard's Text tab after each validation.
+"""
 
 from __future__ import annotations
 
 import logging
+import os
+import signal
+import threading
 import time
+from pathlib import Path
 
 import lightning as L
 import torch
+from lightning.fabric.plugins import TorchCheckpointIO
 from lightning.fabric.utilities.throughput import get_available_flops
+from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+from gptlab.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
 
-def flops_per_token(config) -> float:
-    """Training FLOPs per token: 6 per weight (forward + backward) plus attention's T·d terms."""
-    d, layers, ctx = config.d_model, config.num_blocks, config.context_length
-    weights = layers * (4 + 2 * config.ffn_mult) * d * d + d * config.vocab_size  # blocks + head
-    return 6 * weights + 12 * layers * ctx * d
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """torch.save to `.<name>.tmp` beside the target, then an atomic rename: a kill at any moment
+    leaves the previous checkpoint whole. (Lightning's own save stages the file in the system's
+    temporary directory; where that is another filesystem, the final move is a plain copy.)"""
+
+    def save_checkpoint(self, checkpoint: dict, path, storage_options=None) -> None:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        torch.save(checkpoint, tmp)
+        os.replace(tmp, path)
 
 
-class RunStats(L.Callback):
-    """Tokens seen, training time and tokens/s (model FLOPs utilisation on GPUs).
+class LastCheckpoint(ModelCheckpoint):
+    """`last.ckpt` every `every_n_train_steps` steps, after the final step and on a stop; never
+    after an error (a crashed or diverged step's weights must not replace the last good ones)."""
 
-    Validation time is left out of the rate; wall time covers the whole fit.
+    def __init__(self, dirpath: str, every_n_train_steps: int = 100):
+        if every_n_train_steps < 1:
+            raise ConfigError(f"callbacks.last_checkpoint.every_n_train_steps={every_n_train_steps}: "
+                              "it must be a positive number of steps.")
+        super().__init__(dirpath=dirpath, filename="last", every_n_train_steps=every_n_train_steps,
+                         enable_version_counter=False)
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        self.save_now(trainer)
+
+    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+        if isinstance(exception, SIGTERMException):  # Lightning stops at a step boundary
+            self.save_now(trainer)
+
+    def save_now(self, trainer) -> None:
+        path = self.format_checkpoint_name({})
+        trainer.save_checkpoint(path, weights_only=False)
+        log.info("Saved %s at step %d", path, trainer.global_step)
+
+
+class FinalValidation(L.Callback):
+    """Ask for a validation after the last training step (Lightning validates when a callback
+    sets `should_stop`), so the final weights get their exact val loss and a best.ckpt chance."""
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.max_steps > 0 and trainer.global_step >= trainer.max_steps:
+            trainer.should_stop = True
+
+
+class GracefulStop(L.Callback):
+    """A first Ctrl-C becomes a SIGTERM: Lightning finishes the step, LastCheckpoint saves,
+    the run stops. A second Ctrl-C aborts at once."""
+
+    def __init__(self):
+        self.signal_name = "SIGTERM"
+        self._previous = None
+
+    def on_fit_start(self, trainer, pl_module) -> None:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._on_sigint)
+
+    def _on_sigint(self, signum, frame) -> None:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        self.signal_name = "Ctrl-C"
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    def on_fit_end(self, trainer, pl_module) -> None:
+        self._restore()
+
+    def on_exception(self, trainer, pl_module, exception) -> None:
+        self._restore()
+
+    def _restore(self) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+            self._previous = None
+
+
+class RngState(L.Callback):
+    """Carry torch's RNG state (CPU and CUDA) in checkpoints: exact dropout after a resume."""
+
+    def state_dict(self) -> dict:
+        state = {"cpu": torch.get_rng_state()}
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            state["cuda"] = torch.cuda.get_rng_state_all()
+        return state
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        torch.set_rng_state(state_dict["cpu"])
+        if "cuda" in state_dict and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state_dict["cuda"])
+
+
+class DivergenceError(ConfigError):
+    """The loss became NaN or infinite: almost always a learning rate too high."""
+
+
+class DivergenceGuard(L.Callback):
+    """Stop at the first NaN or infinite training loss, before it reaches a checkpoint.
+
+    On CPU the check runs every step; on GPUs every `log_every_n_steps` steps (a check waits for
+    the device) and always before a checkpoint is written.
     """
 
     def __init__(self):
-        self.tokens_seen = 0
-        self.train_seconds = 0.0
-        self.wall_seconds = 0.0
-        self.last_val_step = -1
+        self._loss: torch.Tensor | None = None
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self._loss = outputs["loss"].detach()
+        if pl_module.device.type == "cpu" or trainer.global_step % trainer.log_every_n_steps == 0:
+            self._check(trainer, pl_module)
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint) -> None:
+        self._check(trainer, pl_module)
+
+    def _check(self, trainer, pl_module) -> None:
+        if self._loss is None or bool(torch.isfinite(self._loss)):
+            return
+        value, self._loss = float(self._loss), None
+        raise DivergenceError(
+            f"Training diverged at step {trainer.global_step}: train/loss is {value}. The last good "
+            f"checkpoint is kept. Lower optim.lr (now {pl_module.optim.lr}), add warmup "
+            "(optim.warmup_steps) or clipping (trainer.gradient_clip_val), then train again."
+        )
+
+
+class RunStats(L.Callback):
+    """Training time without validation, wall time over the run's whole life (resumes included),
+    tokens/s and model FLOPs utilisation (where Lightning knows the device's peak)."""
+
+    def __init__(self):
+        self.train_seconds = self.wall_seconds = 0.0
+        self.tokens_per_step = 0
+        self.peak_flops: float | None = None
         self._fit_start = self._window_start = 0.0
-        self._wall_before = 0.0  # wall time of the runs this one resumes
-        self._window_tokens = 0
-        self._peak_flops: float | None = None
+        self._wall_before = 0.0  # wall time of the runs this one continues
+        self._window_steps, self._window_seconds = 0, 0.0  # since the last logged rate
 
     def on_fit_start(self, trainer, pl_module) -> None:
         self._fit_start = time.perf_counter()
-        if trainer.strategy.root_device.type == "cuda":
-            dtype = torch.bfloat16 if "bf16" in str(trainer.precision) else torch.float32
-            self._peak_flops = get_available_flops(trainer.strategy.root_device, dtype)
+        dtype = torch.bfloat16 if "bf16" in str(trainer.precision) else torch.float32
+        self.peak_flops = get_available_flops(trainer.strategy.root_device, dtype)
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self.tokens_per_step = batch[0].numel() * trainer.world_size
         if not self._window_start:
             self._window_start = time.perf_counter()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        tokens = batch[0].numel() * trainer.world_size
-        self.tokens_seen += tokens
-        self._window_tokens += tokens
+        self._window_steps += 1
         if trainer.global_step % trainer.log_every_n_steps == 0:
-            self._close_window(pl_module)
+            elapsed = self._window_seconds + self._close_window()
+            if elapsed > 0:
+                rate = self._window_steps * self.tokens_per_step / elapsed
+                pl_module.log("train/tokens_per_sec", rate)
+                if self.peak_flops:
+                    pl_module.log("train/mfu", self.mfu(rate, pl_module, trainer.world_size))
+            self._window_steps, self._window_seconds = 0, 0.0
 
-    def _close_window(self, pl_module) -> None:
+    def mfu(self, tokens_per_sec: float, pl_module, world_size: int) -> float | None:
+        if not self.peak_flops:
+            return None
+        flops_per_token = pl_module.flops_per_batch / pl_module.example_input_array.numel()
+        return tokens_per_sec * flops_per_token / (self.peak_flops * world_size)
+
+    def _close_window(self) -> float:
+        """Add the open stretch of training to train_seconds; return its length."""
+        if not self._window_start:
+            return 0.0
         elapsed = time.perf_counter() - self._window_start
-        if not self._window_start or elapsed <= 0 or not self._window_tokens:
-            return
         self.train_seconds += elapsed
-        rate = self._window_tokens / elapsed
-        pl_module.log("train/tokens_per_sec", rate)
-        if self._peak_flops:
-            mfu = rate * flops_per_token(pl_module.config) / (self._peak_flops * pl_module.trainer.world_size)
-            pl_module.log("train/mfu", mfu)
-        self._window_start, self._window_tokens = time.perf_counter(), 0
+        self._window_start = 0.0
+        return elapsed
 
     def on_validation_start(self, trainer, pl_module) -> None:
-        if self._window_start:  # validation inside fit: pause the training clock
-            self.train_seconds += time.perf_counter() - self._window_start
-            self._window_start = 0.0
-
-    def on_validation_end(self, trainer, pl_module) -> None:
-        if not trainer.sanity_checking:
-            self.last_val_step = trainer.global_step
-        self._window_tokens = 0
+        self._window_seconds += self._close_window()  # validation inside fit: pause the clock
 
     def on_fit_end(self, trainer, pl_module) -> None:
-        if self._window_start:
-            self.train_seconds += time.perf_counter() - self._window_start
-            self._window_start = 0.0
+        self._close_window()
         self.wall_seconds = self._wall_before + time.perf_counter() - self._fit_start
 
     def state_dict(self) -> dict:
         """Carried in checkpoints, so a resumed run reports totals over its whole life."""
         wall = self._wall_before + time.perf_counter() - self._fit_start
-        return {"tokens_seen": self.tokens_seen, "train_seconds": self.train_seconds, "wall_seconds": wall}
+        return {"train_seconds": self.train_seconds, "wall_seconds": wall}
 
     def load_state_dict(self, state_dict: dict) -> None:
-        self.tokens_seen = state_dict["tokens_seen"]
         self.train_seconds = state_dict["train_seconds"]
         self._wall_before = state_dict["wall_seconds"]
-
-    @property
-    def tokens_per_sec(self) -> float:
-        return self.tokens_seen / self.train_seconds if self.train_seconds else 0.0
 
 
 class TextSample(L.Callback):

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import hydra
 from omegaconf import DictConfig
 
-from gptlab.errors import ConfigError, run_or_exit
+from gptlab.errors import ConfigError, check_whole_number, main_or_exit, run_or_exit
 
 if TYPE_CHECKING:
     import torch
@@ -32,18 +32,11 @@ DEVICES = ("auto", "cpu", "cuda")
 
 
 # ---------------------------------------------------------------- arguments
-def whole_number(cfg: DictConfig, key: str, minimum: int, meaning: str) -> int:
-    value = cfg[key]
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"{key}={value!r}: {meaning}; give a whole number of at least {minimum}.")
-    return value
-
-
 def check_args(cfg: DictConfig) -> None:
     """Every sampling argument, checked before any heavy work."""
-    whole_number(cfg, "max_new_tokens", 1, "the number of tokens to generate")
-    whole_number(cfg, "num_samples", 1, "the number of samples")
-    whole_number(cfg, "seed", 0, "the random seed")
+    check_whole_number(cfg, "max_new_tokens", 1, "the number of tokens to generate")
+    check_whole_number(cfg, "num_samples", 1, "the number of samples")
+    check_whole_number(cfg, "seed", 0, "the random seed")
     temperature = cfg.temperature
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or temperature < 0:
         raise ConfigError(
@@ -51,7 +44,7 @@ def check_args(cfg: DictConfig) -> None:
             "most likely token; 1 samples from the model's distribution as it is)."
         )
     if cfg.top_k is not None:
-        whole_number(cfg, "top_k", 1, "sampling keeps the top_k most likely tokens (null keeps all)")
+        check_whole_number(cfg, "top_k", 1, "sampling keeps the top_k most likely tokens (null keeps all)")
     check_device(cfg.device)
 
 
@@ -70,15 +63,6 @@ def resolve_device(device: str) -> str:
     if device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("device=cuda: torch sees no CUDA device here. Use device=cpu or device=auto.")
     return device
-
-
-def encode_prompt(tokenizer: Tokenizer, prompt) -> list[int]:
-    """Model ids of the prompt; an empty prompt starts from a newline token."""
-    text = "" if prompt is None else str(prompt)
-    try:
-        return tokenizer.encode(text or "\n")
-    except ConfigError as e:
-        raise ConfigError(f"prompt={text!r}: {e}") from None
 
 
 # ---------------------------------------------------------------- decoding and sampling
@@ -121,7 +105,7 @@ def sample_texts(module: GPTModule, prompt: str, max_new_tokens: int = 100, temp
     """`num_samples` continuations of `prompt`, drawn in turn from one generator seeded with `seed`."""
     import torch
 
-    prompt_ids = encode_prompt(module.tokenizer, prompt)
+    prompt_ids = module.tokenizer.encode_prompt(prompt)
     generator = torch.Generator(device=module.device).manual_seed(seed)
     texts = []
     for i in range(num_samples):
@@ -147,7 +131,7 @@ def generate(cfg: DictConfig) -> list[str]:
     path = find_checkpoint(cfg.ckpt_path)
     device = resolve_device(cfg.device)
     module = load_module(path, map_location=device)
-    encode_prompt(module.tokenizer, cfg.prompt)  # an unknown token fails before anything is printed
+    module.tokenizer.encode_prompt(cfg.prompt)  # an unknown token fails before anything is printed
     log.info("Sampling from %s on %s", path, device)
     start = time.perf_counter()
     texts = sample_texts(module, cfg.prompt, cfg.max_new_tokens, float(cfg.temperature), cfg.top_k,
@@ -171,7 +155,7 @@ def hydra_main(cfg: DictConfig) -> None:
 
 def main() -> None:
     """Console entry point `gptlab-generate`."""
-    hydra_main()
+    main_or_exit(hydra_main, "gptlab-generate")
 
 
 if __name__ == "__main__":

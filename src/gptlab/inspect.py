@@ -7,8 +7,8 @@ One real forward pass over windows of the prompt prints every step's tensor shap
 articles' order (ids -> embeddings -> + positional encoding -> Q/K/V -> heads -> scores ->
 mask -> softmax -> weighted sum -> merged -> Wo -> residual/LayerNorm -> FFN -> logits) and
 draws the positional encoding and one block's attention, before the mask, after it and after
-softmax, one panel per head. The attention tensors are the ones the block's MultiHeadAttention
-records when its `trace` is set; the other steps are caught by forward hooks.
+softmax, one panel per head. Forward hooks catch each step's tensors; the attention steps are
+recomputed the article's way from the block's Q, K and V.
 """
 
 from __future__ import annotations
@@ -26,8 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from gptlab.config import register_configs
 from gptlab.data.tokenizer import Tokenizer
-from gptlab.errors import ConfigError, run_or_exit
-from gptlab.generate import encode_prompt, whole_number
+from gptlab.errors import ConfigError, check_whole_number, main_or_exit, run_or_exit
 from gptlab.model.gpt import GPT, GPTConfig
 
 log = logging.getLogger("gptlab.inspect")
@@ -72,8 +71,9 @@ def prompt_windows(ids: list[int], batch_size: int, context_length: int) -> torc
 
 
 def trace_forward(model: GPT, ids: torch.Tensor, block: int = 0) -> tuple[list[Step], dict]:
-    """Run the model's own forward on ids [batch, T], recording every step's shape; the chosen
-    block's attention records its tensors in `trace` (the manual steps, even for sdpa models)."""
+    """Run the model's own forward on ids [batch, T], recording every step's shape with forward
+    hooks; the chosen block's attention steps are recomputed the article's way from its Q, K, V
+    (the same numbers an sdpa model's fused kernel computes)."""
     if not 0 <= block < len(model.blocks):
         raise ConfigError(f"block={block}: the model has {len(model.blocks)} block(s); choose 0 to "
                           f"{len(model.blocks) - 1}.")
@@ -87,20 +87,18 @@ def trace_forward(model: GPT, ids: torch.Tensor, block: int = 0) -> tuple[list[S
     chosen = model.blocks[block]
     watched = {"embedding": model.token_embedding, "embed_dropout": model.dropout, "ln1": chosen.ln1,
                "ln2": chosen.ln2, "ffn_up": chosen.ffn.up, "ffn": chosen.ffn, "block": chosen,
-               "ln_f": model.ln_f, "head": model.head}
+               "ln_f": model.ln_f, "head": model.head, "qkv": chosen.attn.qkv, "wo": chosen.attn.proj}
     handles = [module.register_forward_hook(keep(name)) for name, module in watched.items()]
-    chosen.attn.trace = {}
     was_training = model.training
     model.eval()
     try:
         with torch.no_grad():
             model(ids)
-        trace = chosen.attn.trace
     finally:
-        chosen.attn.trace = None
         model.train(was_training)
         for handle in handles:
             handle.remove()
+    trace = attention_steps(chosen.attn, seen["qkv"][1], seen["wo"])
 
     c = model.config
     b = f"block {block}:"
@@ -151,6 +149,17 @@ def trace_forward(model: GPT, ids: torch.Tensor, block: int = 0) -> tuple[list[S
     return steps, trace
 
 
+def attention_steps(attn, qkv: torch.Tensor, wo: tuple[torch.Tensor, torch.Tensor]) -> dict:
+    """The article's attention steps from the block's x·[Wq Wk Wv] output [batch, T, 3 * d_model]."""
+    q, k, v = qkv.split(qkv.shape[-1] // 3, dim=2)  # each [batch, T, d_model]
+    heads = [attn.split_heads(t) for t in (q, k, v)]  # each [batch, num_heads, T, head_size]
+    scores = attn.scores(heads[0], heads[1])
+    masked = attn.masked(scores)
+    softmax = torch.softmax(masked, dim=-1)
+    return {"q": q, "k": k, "v": v, "heads": heads[0], "scores": scores, "masked": masked,
+            "softmax": softmax, "weighted": softmax @ heads[2], "merged": wo[0], "wo": wo[1]}
+
+
 def token_label(tokenizer: Tokenizer, token_id: int) -> str:
     """A token as an axis label: newlines and tabs visible, `$` not read as mathtext."""
     text = tokenizer.decode([token_id])
@@ -164,7 +173,7 @@ def inspect_model(model: GPT, tokenizer: Tokenizer, prompt: str, batch_size: int
         raise ConfigError(f"batch_size={batch_size!r}: the number of prompt windows; give a whole "
                           "number of at least 1.")
     device = next(model.parameters()).device
-    ids = prompt_windows(encode_prompt(tokenizer, prompt), batch_size, model.config.context_length)
+    ids = prompt_windows(tokenizer.encode_prompt(prompt), batch_size, model.config.context_length)
     ids = ids.to(device)
     steps, trace = trace_forward(model, ids, block)
     if model.config.positional == "sinusoidal":
@@ -280,8 +289,8 @@ def images_to_tensorboard(paths: list[Path], log_dir: Path, step: int) -> None:
 # ---------------------------------------------------------------- the tool
 def look_inside(cfg: DictConfig) -> Inspection:
     """gptlab-inspect's work: build or load the model, print the steps, write the figures."""
-    whole_number(cfg, "block", 0, "the block whose attention is drawn")
-    whole_number(cfg, "batch_size", 1, "the number of prompt windows")
+    check_whole_number(cfg, "block", 0, "the block whose attention is drawn")
+    check_whole_number(cfg, "batch_size", 1, "the number of prompt windows")
     run_dir, step = None, 0
     if cfg.ckpt_path:
         from gptlab.checkpoints import find_checkpoint, load_checkpoint, load_module
@@ -328,7 +337,7 @@ def hydra_main(cfg: DictConfig) -> None:
 
 def main() -> None:
     """Console entry point `gptlab-inspect`."""
-    hydra_main()
+    main_or_exit(hydra_main, "gptlab-inspect")
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 import lightning as L
 import torch
 import torch.nn.functional as F
+from lightning.pytorch.plugins import MixedPrecision
 
 from gptlab.data.tokenizer import Tokenizer
 from gptlab.errors import ConfigError
@@ -64,12 +65,26 @@ def lr_factor(step: int, optim: OptimConfig, total_steps: int) -> float:
     return min_factor + (1.0 - min_factor) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
-def fused_if_supported(device: torch.device) -> dict:
+def fused_if_supported(device: torch.device, mixed_precision: bool) -> dict:
     """AdamW's fused kernel: one pass over all parameters instead of a dozen small ops each,
-    about 4x faster a step on CPU for the reference's 13M parameters (torch >= 2.4 on CPU)."""
+    about 4x faster a step on CPU for the reference's 13M parameters (torch >= 2.4 on CPU).
+
+    Not under mixed precision: a fused AdamW unscales fp16 gradients inside its step, after
+    gradient clipping would have seen them still scaled, so Lightning's MixedPrecision plugin
+    refuses to clip for it (for bf16 as well). The default foreach AdamW is used there."""
+    if mixed_precision:
+        return {}
     if device.type == "cuda" or (device.type == "cpu" and torch.__version__ >= "2.4"):  # TorchVersion
         return {"fused": True}
     return {}
+
+
+def flops_per_token(config: GPTConfig) -> int:
+    """Training FLOPs per token: 6 per weight of the blocks and the head (forward 2, backward 4)
+    plus attention's scores and weighted sum, 12 * num_blocks * context_length * d_model."""
+    d, blocks = config.d_model, config.num_blocks
+    weights = blocks * (4 + 2 * config.ffn_mult) * d * d + d * config.vocab_size
+    return 6 * weights + 12 * blocks * config.context_length * d
 
 
 class GPTModule(L.LightningModule):
@@ -86,9 +101,16 @@ class GPTModule(L.LightningModule):
         compiled = torch.compile(self.model) if self.config.compile else self.model
         object.__setattr__(self, "_train_model", compiled)
         self._tokenizer: Tokenizer | None = None
+        self._token_bytes: torch.Tensor | None = None  # [vocab_size]: UTF-8 bytes of each token
         self.best_val_loss = math.inf
-        self._val_sum = torch.zeros(())
-        self._val_count = torch.zeros(())
+        self._val_sum = self._val_count = self._val_bytes = torch.zeros(())
+
+    def setup(self, stage: str) -> None:
+        """One batch as the example input: Lightning's summary then counts its forward FLOPs."""
+        batch_size = self.trainer.datamodule.batch_size if self.trainer.datamodule is not None else 1
+        self.example_input_array = torch.zeros(batch_size, self.config.context_length, dtype=torch.long)
+        # forward + backward of one batch on one device: ThroughputMonitor and train/mfu read it
+        self.flops_per_batch = flops_per_token(self.config) * batch_size * self.config.context_length
 
     @property
     def tokenizer(self) -> Tokenizer:
@@ -119,23 +141,31 @@ class GPTModule(L.LightningModule):
 
     # ---------------------------------------------------------------- validation
     def on_validation_epoch_start(self) -> None:
-        self._val_sum = torch.zeros((), device=self.device, dtype=torch.float64)
-        self._val_count = torch.zeros((), device=self.device, dtype=torch.float64)
+        if self._token_bytes is None:
+            self._token_bytes = torch.as_tensor(self.tokenizer.token_bytes())
+        self._token_bytes = self._token_bytes.to(self.device)
+        zero = torch.zeros((), device=self.device, dtype=torch.float64)
+        self._val_sum, self._val_count, self._val_bytes = zero.clone(), zero.clone(), zero.clone()
 
     def validation_step(self, batch, batch_idx: int) -> None:
-        n = batch[1].numel()
-        self._val_sum += self.loss(batch).double() * n
-        self._val_count += n
+        targets = batch[1]  # [batch, context_length]
+        self._val_sum += self.loss(batch).double() * targets.numel()  # nats, summed over tokens
+        self._val_count += targets.numel()
+        self._val_bytes += self._token_bytes[targets].sum()
 
     def on_validation_epoch_end(self) -> None:
-        """The exact mean over every val token, summed across ranks before dividing."""
-        total = self.trainer.strategy.reduce(self._val_sum, reduce_op="sum")
-        count = self.trainer.strategy.reduce(self._val_count, reduce_op="sum")
+        """Exact means over every val token, summed across ranks before dividing: the loss in
+        nats per token, and in bits per UTF-8 byte of the text (comparable across tokenizers)."""
+        total, count, num_bytes = (self.trainer.strategy.reduce(t, reduce_op="sum")
+                                   for t in (self._val_sum, self._val_count, self._val_bytes))
         val_loss = (total / count.clamp(min=1)).float()
         self.log("val/loss", val_loss, prog_bar=True)
         self.log("val/perplexity", val_loss.exp())
+        self.log("val/bpb", (total / (math.log(2) * num_bytes.clamp(min=1))).float())
         if not self.trainer.sanity_checking and self.trainer.state.fn == "fit":
             self.best_val_loss = min(self.best_val_loss, float(val_loss))
+        # for the run's metrics, also where the module is a copy (ddp_spawn): not for the loggers
+        self.log("val/best_loss", self.best_val_loss, logger=False)
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["best_val_loss"] = self.best_val_loss
@@ -144,7 +174,7 @@ class GPTModule(L.LightningModule):
         self.best_val_loss = checkpoint.get("best_val_loss", math.inf)
 
     # ---------------------------------------------------------------- optimiser
-    def build_optimizer(self) -> torch.optim.AdamW:
+    def build_optimizer(self, mixed_precision: bool = False) -> torch.optim.AdamW:
         """AdamW with weight decay on matrices only (fused where torch has the kernel)."""
         decay = [p for p in self.parameters() if p.requires_grad and p.dim() >= 2]
         no_decay = [p for p in self.parameters() if p.requires_grad and p.dim() < 2]
@@ -155,11 +185,11 @@ class GPTModule(L.LightningModule):
             ],
             lr=self.optim.lr,
             betas=tuple(self.optim.betas),
-            **fused_if_supported(self.device),
+            **fused_if_supported(self.device, mixed_precision),
         )
 
     def configure_optimizers(self):
-        optimizer = self.build_optimizer()
+        optimizer = self.build_optimizer(isinstance(self.trainer.precision_plugin, MixedPrecision))
         total_steps = int(self.trainer.estimated_stepping_batches)
         scheduler = torch.optim.lr_scheduler.LambdaLR(
             optimizer, lambda step: lr_factor(step, self.optim, total_steps)

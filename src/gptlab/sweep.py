@@ -3,9 +3,16 @@
 In a multirun (`gptlab-train -m ...`) each job runs through `sweep_job`: a job that fails (bad
 config, an error, a diverged loss) is written down in its `metrics.json` as
 `"status": "failed"` with a one-line `"reason"`, and returns +inf so the sweep, Optuna included,
-goes on. At the end the Hydra callback `SweepSummary` writes `summary.csv`, `summary.md` and
-`summary.png` into the sweep directory and makes the command exit non-zero if any job failed.
-`scripts/sweep_report.py <sweep_dir>` writes the same files on demand.
+goes on. A finished job records its overrides in its metrics.json, so a sweep continued with
+`gptlab-train resume=<sweep dir>` keeps it as it is instead of training it again.
+
+At the end the Hydra callback `SweepSummary` writes `summary.csv` (one row a job), `summary.md`
+and `summary.png` into the sweep directory and makes the command exit non-zero if any job
+failed. When the sweep varies `seed`, the jobs that differ only in seed form a configuration:
+`summary_configs.csv` holds one row each (mean, standard deviation and 95% Student-t interval of
+the best val loss and bpb over its seeds, Welch's t-test against the best mean), summary.md shows
+`mean ± ci95` and summary.png error bars. `scripts/sweep_report.py <sweep_dir>` writes the same
+files on demand.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from gptlab.errors import ConfigError
+from gptlab.errors import ConfigError, Task
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +47,9 @@ PARAMS = [
     ("context_length", "data.context_length"),
     ("max_steps", "trainer.max_steps"),
 ]
-RESULTS = ["best_val_loss", "best_val_perplexity", "num_params", "tokens_per_sec", "wall_seconds"]
+# From metrics.json; bits per byte only in runs of gptlab versions that log val/bpb.
+RESULTS = ["best_val_loss", "best_val_bpb", "final_val_loss", "final_val_bpb", "best_val_perplexity",
+           "num_params", "tokens_per_sec", "wall_seconds"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -79,18 +88,90 @@ def one_line(error: BaseException) -> str:
     return text if len(text) <= 500 else text[:497] + "..."
 
 
-def record_failure(output_dir: Path, reason: str) -> None:
+# Overrides that say how a job was launched, not what it computes: a job re-launched by
+# `gptlab-train resume=<sweep dir>` is the same job with or without them.
+LAUNCH_KEYS = ("resume", "ckpt_path")
+
+
+def override_key(override: str) -> str:
+    return str(override).split("=", 1)[0].lstrip("+~")
+
+
+def job_identity(overrides: list[str]) -> list[str]:
+    """What makes two launches the same job: their overrides minus LAUNCH_KEYS, in any order."""
+    return sorted(str(o) for o in overrides if override_key(o) not in LAUNCH_KEYS)
+
+
+def job_overrides() -> list[str]:
+    """The task overrides of the running Hydra job (`model.num_heads=2 seed=1 ...`)."""
+    if not HydraConfig.initialized():
+        return []
+    return [str(o) for o in HydraConfig.get().overrides.task]
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    """Write to a temporary file beside `path`, then rename: never half a metrics.json."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def finished_result(output_dir: Path, overrides: list[str]) -> tuple[float | None, str]:
+    """(best val loss, '') of a job that already finished with these same overrides, else
+    (None, why not). Only metrics.json is trusted: Hydra rewrites the job's .hydra/ before the
+    task runs, so the overrides a finished job ran with are the ones its metrics.json records."""
+    path = output_dir / "metrics.json"
+    if not path.is_file():
+        return None, "no metrics.json yet"
+    metrics = _read_json(path)
+    if metrics is None:
+        return None, "its metrics.json is unreadable"
+    if metrics.get("status") != "ok":
+        return None, f"its metrics.json says status {metrics.get('status')!r}"
+    best = _number(metrics.get("best_val_loss"))
+    if best is None:
+        return None, f"its metrics.json holds no finite best_val_loss ({metrics.get('best_val_loss')!r})"
+    recorded = metrics.get("overrides")
+    if not isinstance(recorded, list):
+        return None, "its metrics.json does not record the job's overrides (written by an older gptlab)"
+    if job_identity(recorded) != job_identity(overrides):
+        return None, (f"its metrics.json records other overrides ({' '.join(job_identity(recorded))}) "
+                      f"than this launch ({' '.join(job_identity(overrides))})")
+    return best, ""
+
+
+def record_overrides(output_dir: Path, overrides: list[str]) -> None:
+    """Write the job's overrides into the metrics.json it just wrote (rank 0 writes that file),
+    so a later `resume=<sweep dir>` can tell a finished job from another one in its directory."""
+    from lightning.fabric.utilities.rank_zero import rank_zero_only
+
+    path = output_dir / "metrics.json"
+    if getattr(rank_zero_only, "rank", 0) != 0 or not path.is_file():
+        return
+    metrics = _read_json(path)
+    if metrics is None or metrics.get("overrides") == overrides:
+        return
+    metrics["overrides"] = overrides
+    _write_json(path, metrics)
+
+
+def record_failure(output_dir: Path, reason: str, overrides: list[str] | None = None) -> None:
     """Mark the job failed in its metrics.json, keeping whatever metrics it had written."""
     path = output_dir / "metrics.json"
-    metrics: dict[str, Any] = {}
-    if path.is_file():
-        try:
-            metrics = json.loads(path.read_text())
-        except (OSError, ValueError):
-            metrics = {}
+    metrics: dict[str, Any] = (_read_json(path) or {}) if path.is_file() else {}
     metrics.update(status="failed", reason=reason)
+    if overrides:
+        metrics["overrides"] = overrides
     output_dir.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(metrics, indent=2) + "\n")
+    _write_json(path, metrics)
 
 
 def sweep_job(train: Callable[[DictConfig], float], cfg: DictConfig) -> float:
@@ -99,8 +180,22 @@ def sweep_job(train: Callable[[DictConfig], float], cfg: DictConfig) -> float:
     A failure (an exception, gptlab's exit on a bad config, a non-finite val loss) is written to
     the job's metrics.json and logged; the job then returns +inf, which every sweeper takes as
     'worst' (Optuna crashes on nan) and the sweep goes on. A stop (SIGTERM, Ctrl-C) is written
-    down too, but stops the whole sweep."""
+    down too, but stops the whole sweep.
+
+    A sweep continued with `gptlab-train resume=<sweep dir>` (`cfg.resume` set) keeps each job
+    that already finished with the same overrides: its best val loss is returned without
+    training and its files are left as they are. The others train (continuing from their
+    last.ckpt when they have one)."""
+    Task.started = True  # a task runs: its exit codes are its own (gptlab.errors.main_or_exit)
     output_dir = Path(cfg.paths.output_dir)
+    overrides = job_overrides()
+    if cfg.get("resume"):
+        best, why = finished_result(output_dir, overrides)
+        if best is not None:
+            log.info("Kept job %s: it finished before with the same overrides (best val loss %.4f); "
+                     "not trained again, its metrics.json left as it is", output_dir.name, best)
+            return best
+        log.info("Job %s runs: %s", output_dir.name, why)
     threads = job_threads(cfg)
     if threads:
         import torch
@@ -111,11 +206,11 @@ def sweep_job(train: Callable[[DictConfig], float], cfg: DictConfig) -> float:
         value = float(train(cfg))
     except SystemExit as e:
         if e.code != 2:  # stopped by SIGTERM / Ctrl-C (143 / 130): record it, then stop the sweep
-            record_failure(output_dir, f"stopped (exit code {e.code})")
+            record_failure(output_dir, f"stopped (exit code {e.code})", overrides)
             raise
         reason = one_line(e.__context__ or e)  # exit code 2: gptlab's bad-config exit
         log.error("Job failed: %s", reason)
-        record_failure(output_dir, reason)
+        record_failure(output_dir, reason, overrides)
         return math.inf
     except Exception as e:
         reason = one_line(e)
@@ -123,14 +218,113 @@ def sweep_job(train: Callable[[DictConfig], float], cfg: DictConfig) -> float:
             log.error("Job failed: %s", reason)
         else:
             log.exception("Job failed: %s", reason)
-        record_failure(output_dir, reason)
+        record_failure(output_dir, reason, overrides)
         return math.inf
     if not math.isfinite(value):
         reason = f"diverged: no finite validation loss (best {value})"
         log.error("Job failed: %s", reason)
-        record_failure(output_dir, reason)
+        record_failure(output_dir, reason, overrides)
         return math.inf
+    record_overrides(output_dir, overrides)
     return value
+
+
+# ---------------------------------------------------------------------------------------------
+# statistics over seeds: Student's t without scipy (the regularized incomplete beta function)
+
+CONFIDENCE = 0.95  # of the intervals; the Welch test against the best runs at 1 - CONFIDENCE
+
+
+def _betacf(a: float, b: float, x: float) -> float:
+    """The continued fraction of the incomplete beta function (modified Lentz's method)."""
+    tiny, eps = 1e-300, 1e-15
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 500):
+        for numerator in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+                          -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+            d = 1.0 + numerator * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1.0) < eps:
+            break
+    return h
+
+
+def betainc(a: float, b: float, x: float) -> float:
+    """The regularized incomplete beta function I_x(a, b), for a, b > 0 and 0 <= x <= 1."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
+                     + a * math.log(x) + b * math.log1p(-x))
+    if x < (a + 1.0) / (a + b + 2.0):
+        return front * _betacf(a, b, x) / a
+    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
+
+
+def t_two_sided_p(t: float, df: float) -> float:
+    """P(|T| >= |t|) for Student's t with `df` (> 0, not necessarily whole) degrees of freedom."""
+    if math.isinf(t):
+        return 0.0
+    return betainc(df / 2.0, 0.5, df / (df + t * t))
+
+
+def t_quantile(p: float, df: float) -> float:
+    """The p-quantile of Student's t with `df` degrees of freedom, for 0.5 <= p < 1 (bisection)."""
+    if not 0.5 <= p < 1.0 or df <= 0:
+        raise ValueError(f"t_quantile: need 0.5 <= p < 1 and df > 0, got p={p}, df={df}")
+    tail = 2.0 * (1.0 - p)
+    lo, hi = 0.0, 1.0
+    while t_two_sided_p(hi, df) > tail:
+        lo, hi = hi, hi * 2.0
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if t_two_sided_p(mid, df) > tail:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo <= 1e-12 * hi:
+            break
+    return 0.5 * (lo + hi)
+
+
+def mean_std(values: list[float]) -> tuple[float | None, float | None]:
+    """The mean and the sample standard deviation (n - 1); None where there are too few values."""
+    n = len(values)
+    if n == 0:
+        return None, None
+    mean = math.fsum(values) / n
+    if n == 1:
+        return mean, None
+    return mean, math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1))
+
+
+def ci_half_width(values: list[float], confidence: float = CONFIDENCE) -> float | None:
+    """Half the width of the Student-t confidence interval of the mean: t(1-a/2, n-1) * s / sqrt(n)."""
+    n = len(values)
+    _, std = mean_std(values)
+    if std is None:
+        return None
+    return t_quantile(0.5 + confidence / 2.0, n - 1) * std / math.sqrt(n)
+
+
+def welch_p(a: list[float], b: list[float]) -> float | None:
+    """Two-sided p-value of Welch's t-test (unequal variances) for equal means of a and b;
+    None when either has fewer than 2 values."""
+    if len(a) < 2 or len(b) < 2:
+        return None
+    (mean_a, std_a), (mean_b, std_b) = mean_std(a), mean_std(b)
+    va, vb = std_a**2 / len(a), std_b**2 / len(b)
+    if va + vb == 0.0:  # no spread at all: equal means cannot be told apart, others can
+        return 1.0 if mean_a == mean_b else 0.0
+    t = (mean_a - mean_b) / math.sqrt(va + vb)
+    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
+    return t_two_sided_p(t, df)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -157,6 +351,7 @@ def read_job(job_dir: Path) -> dict[str, Any]:
     """One row: the job's overrides, its parameters from .hydra/config.yaml, its metrics.json."""
     overrides_file = job_dir / ".hydra" / "overrides.yaml"
     overrides = [str(o) for o in OmegaConf.load(overrides_file)] if overrides_file.is_file() else []
+    overrides = [o for o in overrides if override_key(o) not in LAUNCH_KEYS]  # resume=: not a knob
     cfg = OmegaConf.load(job_dir / ".hydra" / "config.yaml")
     row: dict[str, Any] = {"job": job_dir.name, "overrides": " ".join(overrides)}
     for column, key in PARAMS:
@@ -177,7 +372,7 @@ def read_job(job_dir: Path) -> dict[str, Any]:
     else:
         metrics = {"status": "failed", "reason": "no metrics.json: the job did not finish"}
     for key in RESULTS:
-        row[key] = metrics.get(key)
+        row[key] = metrics.get(key)  # None when an older run did not write it (best_val_bpb)
     row["status"] = metrics.get("status", "ok")
     row["reason"] = metrics.get("reason", "")
     if row["status"] == "ok" and _number(row["best_val_loss"]) is None:
@@ -217,16 +412,79 @@ def collect(sweep_dir: Path) -> tuple[list[dict], list[str]]:
     return rows, knobs
 
 
-def columns(knobs: list[str]) -> list[str]:
+def _sort_value(value: Any) -> tuple:
+    number = _number(value)
+    return (number is None, number or 0.0, str(value))
+
+
+def aggregate(rows: list[dict], knobs: list[str]) -> list[dict]:
+    """One row per configuration (the jobs that differ only in `seed`), sorted by mean val loss.
+
+    val_loss_* are over each ok job's best val loss, val_bpb_* over its best_val_bpb (where the
+    job recorded one); failed jobs are left out of both and counted in n_failed. vs_best compares
+    each configuration with the best mean by Welch's two-sided t-test at 1 - CONFIDENCE."""
+    group_knobs = [k for k in knobs if k != "seed"]
+    groups: dict[tuple, list[dict]] = {}
+    for row in rows:
+        groups.setdefault(tuple(repr(row["_knobs"].get(k)) for k in group_knobs), []).append(row)
+    configs = []
+    for members in groups.values():
+        ok = [r for r in members if r["status"] == "ok" and _number(r["best_val_loss"]) is not None]
+        losses = [_number(r["best_val_loss"]) for r in ok]
+        bpbs = [b for b in (_number(r.get("best_val_bpb")) for r in ok) if b is not None]
+        knob_values = {k: members[0]["_knobs"].get(k) for k in group_knobs}
+        loss_mean, loss_std = mean_std(losses)
+        bpb_mean, bpb_std = mean_std(bpbs)
+        configs.append({
+            "config": " ".join(f"{k}={_fmt('', v)}" for k, v in knob_values.items()) or "(every job)",
+            **{k: v for k, v in knob_values.items()},
+            "_knobs": knob_values,
+            "num_params": next((r["num_params"] for r in ok if r.get("num_params") is not None), None),
+            "n_seeds": len(ok),
+            "n_failed": len(members) - len(ok),
+            "val_loss_mean": loss_mean, "val_loss_std": loss_std, "val_loss_ci95": ci_half_width(losses),
+            "val_bpb_mean": bpb_mean, "val_bpb_std": bpb_std, "val_bpb_ci95": ci_half_width(bpbs),
+            "seeds": " ".join(str(r["_knobs"].get("seed", "")) for r in sorted(
+                members, key=lambda r: _sort_value(r["_knobs"].get("seed")))),
+            "jobs": " ".join(r["job"] for r in sorted(members, key=lambda r: _sort_value(r["job"]))),
+            "_losses": losses,
+        })
+    configs.sort(key=lambda c: (c["val_loss_mean"] is None, c["val_loss_mean"] or 0.0))
+    best = configs[0] if configs and configs[0]["val_loss_mean"] is not None else None
+    for config in configs:
+        if best is None or config["val_loss_mean"] is None:
+            config["p_vs_best"], config["vs_best"] = None, ""
+        elif config is best:
+            config["p_vs_best"], config["vs_best"] = None, "best"
+        else:
+            p = welch_p(config["_losses"], best["_losses"])
+            config["p_vs_best"] = p
+            config["vs_best"] = ("untested (fewer than 2 seeds)" if p is None
+                                 else "not distinguishable" if p >= 1.0 - CONFIDENCE else "worse")
+    return configs
+
+
+def seed_is_swept(knobs: list[str]) -> bool:
+    return "seed" in knobs
+
+
+def columns(knobs: list[str], rows: list[dict] | None = None) -> list[str]:
     extra = [k for k in knobs if k not in {key for _, key in PARAMS}]
-    return (["job", "status", "best_val_loss", "best_val_perplexity", "num_params"]
+    bpb = ["best_val_bpb"] if rows and any(_number(r.get("best_val_bpb")) is not None for r in rows) else []
+    return (["job", "status", "best_val_loss", *bpb, "best_val_perplexity", "num_params"]
             + [c for c, _ in PARAMS] + extra + ["tokens_per_sec", "wall_seconds", "overrides", "reason"])
+
+
+def config_columns(knobs: list[str]) -> list[str]:
+    return (["config", *[k for k in knobs if k != "seed"], "num_params", "n_seeds", "n_failed",
+             "val_loss_mean", "val_loss_std", "val_loss_ci95", "val_bpb_mean", "val_bpb_std", "val_bpb_ci95",
+             "p_vs_best", "vs_best", "seeds", "jobs"])
 
 
 def _fmt(column: str, value: Any) -> str:
     if value is None:
         return ""
-    if column in ("best_val_loss",) and _number(value) is not None:
+    if column in ("best_val_loss", "best_val_bpb") and _number(value) is not None:
         return f"{value:.4f}"
     if column in ("best_val_perplexity", "tokens_per_sec", "wall_seconds") and _number(value) is not None:
         return f"{value:,.1f}"
@@ -237,6 +495,13 @@ def _fmt(column: str, value: Any) -> str:
     return str(value).replace("|", "\\|")
 
 
+def _pm(mean: float | None, half: float | None, digits: int = 4) -> str:
+    """'mean ± half-width', or the mean alone when there is no interval (one seed)."""
+    if mean is None:
+        return ""
+    return f"{mean:.{digits}f} ± {half:.{digits}f}" if half is not None else f"{mean:.{digits}f}"
+
+
 def write_csv(rows: list[dict], cols: list[str], path: Path) -> None:
     with path.open("w", newline="") as f:
         writer = csv.writer(f)
@@ -245,18 +510,60 @@ def write_csv(rows: list[dict], cols: list[str], path: Path) -> None:
             writer.writerow(["" if row.get(c) is None else row.get(c) for c in cols])
 
 
-def write_markdown(rows: list[dict], cols: list[str], sweep_dir: Path, path: Path) -> None:
+def config_table(configs: list[dict], knobs: list[str]) -> list[str]:
+    """The Markdown of the configurations: mean ± CI, and which are not told apart from the best."""
+    level = f"{1 - CONFIDENCE:g}"
+    seeds = sorted({s for c in configs for s in c["seeds"].split()}, key=_sort_value)
+    has_bpb = any(c["val_bpb_mean"] is not None for c in configs)
+    lines = [
+        "## Configurations", "",
+        f"{len(configs)} configurations x seeds {', '.join(seeds)}: the jobs of a configuration differ only "
+        "in `seed`. **val loss** is each job's best val loss: mean over the seeds ± the half-width of "
+        f"the {CONFIDENCE:.0%} confidence interval of that mean (Student's t, n - 1 degrees of freedom)"
+        + ("; **val bpb** likewise" if has_bpb else "") + ". Failed jobs are left out of the means and "
+        "counted under *failed*. Sorted by mean val loss.", "",
+        f"**vs best**: *best* is the lowest mean; *≈ best* marks a configuration that Welch's two-sided "
+        f"t-test (unequal variances) cannot tell apart from it at the {level} level (p ≥ {level}); *worse*: "
+        f"p < {level}. Not telling them apart is not evidence that they are equal: with few seeds the "
+        "test only sees large differences, no correction is made for comparing many configurations, "
+        "and the best was picked from these same runs, so its mean flatters it.", "",
+        "| rank | configuration | seeds | failed | val loss (mean ± ci95) | "
+        + ("val bpb (mean ± ci95) | " if has_bpb else "") + "vs best | Welch p | parameters |",
+        "|" + "---|" * (8 + has_bpb),
+    ]
+    marks = {"best": "**best**", "not distinguishable": "≈ best", "worse": "worse"}
+    for rank, c in enumerate(configs, 1):
+        cells = [str(rank), _fmt("", c["config"]), str(c["n_seeds"]), str(c["n_failed"] or ""),
+                 _pm(c["val_loss_mean"], c["val_loss_ci95"])]
+        if has_bpb:
+            cells.append(_pm(c["val_bpb_mean"], c["val_bpb_ci95"]))
+        p = "" if c["p_vs_best"] is None else f"{c['p_vs_best']:.3g}"
+        cells += [marks.get(c["vs_best"], c["vs_best"]), p, _fmt("num_params", c["num_params"])]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
+def write_markdown(rows: list[dict], cols: list[str], sweep_dir: Path, path: Path,
+                   configs: list[dict] | None = None, knobs: list[str] | None = None) -> None:
     failed = sum(r["status"] != "ok" for r in rows)
     lines = [f"# Sweep {sweep_dir}", "",
-             f"{len(rows)} jobs, {len(rows) - failed} ok, {failed} failed; sorted by best val loss.", "",
-             "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+             f"{len(rows)} jobs, {len(rows) - failed} ok, {failed} failed.", ""]
+    if configs is not None:
+        lines += config_table(configs, knobs or [])
+        lines += ["## Jobs", ""]
+    lines += ["One row per job, sorted by best val loss, failed jobs last.", "",
+              "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for row in rows:
         lines.append("| " + " | ".join(_fmt(c, row.get(c)) for c in cols) + " |")
     path.write_text("\n".join(lines) + "\n")
 
 
-def write_plot(rows: list[dict], knobs: list[str], sweep_dir: Path, path: Path) -> None:
-    """Best val loss against parameter count, and against each swept knob (ok jobs only)."""
+def write_plot(rows: list[dict], knobs: list[str], sweep_dir: Path, path: Path,
+               configs: list[dict] | None = None) -> None:
+    """Best val loss against parameter count, and against each swept knob (ok jobs only).
+
+    With seeds swept, each configuration is drawn as its mean with the 95% confidence interval
+    as an error bar, and its jobs as faint dots; `seed` gets no panel of its own."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -270,71 +577,106 @@ def write_plot(rows: list[dict], knobs: list[str], sweep_dir: Path, path: Path) 
         return f"{x:g}"
 
     ok = [r for r in rows if r["status"] == "ok" and _number(r["best_val_loss"]) is not None]
+    jobs = [{"_knobs": r["_knobs"], "num_params": r.get("num_params"), "y": r["best_val_loss"]} for r in ok]
+    if configs is not None:
+        knobs = [k for k in knobs if k != "seed"]
+        points = [{"_knobs": c["_knobs"], "num_params": c["num_params"], "y": c["val_loss_mean"],
+                   "yerr": c["val_loss_ci95"]} for c in configs if c["val_loss_mean"] is not None]
+    else:
+        points = [{**j, "yerr": None} for j in jobs]
     panels = ["num_params"] + [k for k in knobs if k != "num_params"]
     ncols = 2 if len(panels) in (2, 4) else min(3, len(panels))
     nrows = math.ceil(len(panels) / ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 3.3 * nrows), squeeze=False)
     for ax in axes.flat[len(panels):]:
         ax.set_visible(False)
-    losses = [r["best_val_loss"] for r in ok]
 
     def colour_knob(panel: str) -> str | None:
         """The swept knob with the fewest values (not the panel's own), to colour the points by."""
-        counts = {k: len({str(r["_knobs"].get(k)) for r in ok}) for k in knobs if k != panel}
+        counts = {k: len({str(p["_knobs"].get(k)) for p in points}) for k in knobs if k != panel}
         counts = {k: n for k, n in counts.items() if 1 < n <= 6}
         return min(counts, key=lambda k: (counts[k], knobs.index(k))) if counts else None
 
+    def value(point: dict, panel: str) -> Any:
+        return point.get("num_params") if panel == "num_params" else point["_knobs"].get(panel)
+
     for ax, panel in zip(axes.flat, panels, strict=False):
-        values = [r.get("num_params") if panel == "num_params" else r["_knobs"].get(panel) for r in ok]
-        numbers = [_number(v) for v in values]
+        numbers = [_number(value(p, panel)) for p in points + jobs]
         if numbers and all(n is not None for n in numbers):
-            xs = numbers
-            if min(xs) > 0 and max(xs) / min(xs) >= 10:
+            def xs_of(items, panel=panel):
+                return [_number(value(p, panel)) for p in items]
+
+            if min(numbers) > 0 and max(numbers) / min(numbers) >= 10:
                 ax.set_xscale("log")
                 ax.xaxis.set_minor_formatter(NullFormatter())
             if panel == "num_params":
                 ax.xaxis.set_major_formatter(FuncFormatter(human))
         else:  # a categorical knob: one tick per value
-            labels = sorted({str(v) for v in values})
-            xs = [labels.index(str(v)) for v in values]
+            labels = sorted({str(value(p, panel)) for p in points + jobs})
+
+            def xs_of(items, panel=panel, labels=labels):
+                return [labels.index(str(value(p, panel))) for p in items]
+
             ax.set_xticks(range(len(labels)), labels)
-        colour = colour_knob(panel)
-        if colour:
-            groups = sorted({str(r["_knobs"].get(colour)) for r in ok},
-                            key=lambda v: (_number(v) is None, _number(v) or 0, v))
-            for i, group in enumerate(groups):
-                picked = [(x, loss) for x, loss, r in zip(xs, losses, ok, strict=True)
-                          if str(r["_knobs"].get(colour)) == group]
-                ax.scatter(*zip(*picked, strict=True), s=28, alpha=0.75, color=f"C{i % 10}",
-                           label=f"{colour.split('.')[-1]}={group}")
-            ax.legend(fontsize=7, loc="best")
-        else:
-            ax.scatter(xs, losses, s=28, alpha=0.75)
+        xs = xs_of(points)
         distinct = sorted(set(xs))
+        colour = colour_knob(panel)
+        groups = sorted({str(p["_knobs"].get(colour)) for p in points}, key=_sort_value) if colour else [None]
+        # side by side: the colour groups' error bars at one x would hide each other
+        gap = min((b - a for a, b in zip(distinct, distinct[1:], strict=False)), default=1.0)
+        log_x = ax.get_xscale() == "log"
+        for i, group in enumerate(groups):
+            picked = [k for k, p in enumerate(points)
+                      if colour is None or str(p["_knobs"].get(colour)) == group]
+            shift = (i - (len(groups) - 1) / 2) * 0.06 if configs is not None and len(groups) > 1 else 0.0
+
+            def moved(values, shift=shift, log_x=log_x, gap=gap):
+                return [x * (1 + shift / 2) if log_x else x + shift * gap for x in values]
+
+            gx = moved([xs[k] for k in picked])
+            style = {"color": f"C{i % 10}"}
+            label = f"{colour.split('.')[-1]}={group}" if colour else None
+            if configs is not None:
+                member_jobs = [j for j in jobs if colour is None or str(j["_knobs"].get(colour)) == group]
+                ax.scatter(moved(xs_of(member_jobs)), [j["y"] for j in member_jobs], s=10, alpha=0.3, **style)
+                yerr = [points[k]["yerr"] or 0.0 for k in picked]
+                ax.errorbar(gx, [points[k]["y"] for k in picked], yerr=yerr, fmt="o", ms=5, capsize=3,
+                            label=label, **style)
+            else:
+                ax.scatter(gx, [points[k]["y"] for k in picked], s=28, alpha=0.75, label=label, **style)
+        if colour:
+            ax.legend(fontsize=7, loc="best")
         if panel != "num_params" and 1 < len(distinct) < len(xs) and len(distinct) <= 12:
-            # a grid knob (values repeat): the best loss at each value
-            best = [min(loss for x, loss in zip(xs, losses, strict=True) if x == d) for d in distinct]
+            # a grid knob (values repeat): the best loss (or mean) at each value
+            best = [min(p["y"] for x, p in zip(xs, points, strict=True) if x == d) for d in distinct]
             ax.plot(distinct, best, "-", color="0.4", alpha=0.7, zorder=0)
             if all(float(d).is_integer() for d in distinct) and ax.get_xscale() == "linear":
                 ax.set_xticks(distinct)
         ax.set_xlabel("parameters" if panel == "num_params" else panel)
-        ax.set_ylabel("best val loss")
+        ax.set_ylabel("best val loss" + (f" (mean ± {CONFIDENCE:.0%} CI)" if configs is not None else ""))
         ax.grid(True, alpha=0.3)
     failed = len(rows) - len(ok)
-    fig.suptitle(f"{sweep_dir.name}: {len(ok)} jobs" + (f" ({failed} failed, not shown)" if failed else ""))
+    what = f"{len(ok)} jobs"
+    if configs is not None:
+        what = f"{len(points)} configurations x seeds, {what}"
+    fig.suptitle(f"{sweep_dir.name}: {what}" + (f" ({failed} failed, not shown)" if failed else ""))
     fig.tight_layout()
     fig.savefig(path, dpi=80)
     plt.close(fig)
 
 
 def write_summary(sweep_dir: str | Path) -> list[dict]:
-    """Write summary.csv, summary.md and summary.png into `sweep_dir`; return the rows."""
+    """Write summary.csv, summary.md and summary.png into `sweep_dir` (and summary_configs.csv,
+    one row per configuration, when the sweep varies `seed`); return the job rows."""
     sweep_dir = Path(sweep_dir)
     rows, knobs = collect(sweep_dir)
-    cols = columns(knobs)
+    cols = columns(knobs, rows)
+    configs = aggregate(rows, knobs) if seed_is_swept(knobs) else None
     write_csv(rows, cols, sweep_dir / "summary.csv")
-    write_markdown(rows, cols, sweep_dir, sweep_dir / "summary.md")
-    write_plot(rows, knobs, sweep_dir, sweep_dir / "summary.png")
+    if configs is not None:
+        write_csv(configs, config_columns(knobs), sweep_dir / "summary_configs.csv")
+    write_markdown(rows, cols, sweep_dir, sweep_dir / "summary.md", configs, knobs)
+    write_plot(rows, knobs, sweep_dir, sweep_dir / "summary.png", configs)
     return rows
 
 
@@ -347,6 +689,18 @@ def describe(rows: list[dict], sweep_dir: Path) -> str:
         lines.append(f"Best: job {best['job']} ({best['overrides'] or 'no overrides'}): val loss "
                      f"{best['best_val_loss']:.4f}, perplexity {best['best_val_perplexity']:.1f}, "
                      f"{_fmt('num_params', best['num_params'])} parameters.")
+    knobs = swept_knobs(rows)
+    if seed_is_swept(knobs):
+        configs = aggregate(rows, knobs)
+        if configs and configs[0]["vs_best"] == "best":
+            top = configs[0]
+            ties = [c for c in configs if c["vs_best"] == "not distinguishable"]
+            loss = _pm(top["val_loss_mean"], top["val_loss_ci95"])
+            lines.append(
+                f"Best configuration: {top['config']}: val loss {loss} "
+                f"(mean ± {CONFIDENCE:.0%} CI over {top['n_seeds']} seeds); {len(ties)} of the other "
+                f"{len(configs) - 1} not distinguishable from it (Welch's t-test, p ≥ {1 - CONFIDENCE:g}). "
+                f"See {sweep_dir / 'summary_configs.csv'}.")
     optuna = sweep_dir / "optimization_results.yaml"
     if optuna.is_file():
         result = OmegaConf.load(optuna)
@@ -365,8 +719,11 @@ class SweepSummary(Callback):
     one paragraph on stderr and SystemExit(1), after every job ran and the summary is written."""
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        # the jobs ran (maybe in other processes: joblib, submitit): an exit from here is the
+        # sweep's verdict, not a config that could not be composed (gptlab.errors.main_or_exit)
+        Task.started = True
         sweep_dir = Path(config.hydra.sweep.dir)
-        if not sweep_dir.is_dir():
+        if not sweep_dir.is_dir() or "trainer" not in config:  # not gptlab-train (e.g. gptlab-eval -m)
             return
         rows = write_summary(sweep_dir)
         print(describe(rows, sweep_dir), flush=True)

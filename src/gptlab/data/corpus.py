@@ -8,12 +8,12 @@ download is really needed.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
-import tempfile
 from pathlib import Path
-from urllib.parse import unquote, urlparse
+from urllib.parse import unquote, urljoin, urlparse
 
 import requests
 from tqdm.auto import tqdm
@@ -55,6 +55,7 @@ def resolve_corpus(
         raise ConfigError("data.url and data.path are both empty: set one of them.")
 
     target = Path(data_dir).expanduser() / filename_from_url(url)
+    remove_stale_parts(target)
     if target.is_file():
         if sha256 is None or sha256_of(target) == sha256:
             log.info("Corpus found at %s", target)
@@ -69,15 +70,37 @@ def filename_from_url(url: str) -> str:
     return name or "corpus.txt"
 
 
-def check_url(url: str) -> None:
+def check_url(url: str, redirected_from: str | None = None) -> None:
     """Only HTTPS, or plain HTTP to this machine itself (local mirrors and tests)."""
     parsed = urlparse(url)
     if parsed.scheme == "https" or (parsed.scheme == "http" and parsed.hostname in LOOPBACK_HOSTS):
         return
+    via = f" (a redirect from '{redirected_from}')" if redirected_from else ""
     raise ConfigError(
-        f"data.url: '{url}' is not an https:// address. Downloads go over HTTPS only "
+        f"data.url: '{url}'{via} is not an https:// address. Downloads go over HTTPS only "
         "(plain http is allowed to 127.0.0.1/localhost); fix the URL or set data.path to a local file."
     )
+
+
+def check_redirect(response: requests.Response, *args, **kwargs) -> None:
+    """A requests hook: every redirect hop is checked like the URL itself, before it is followed."""
+    if response.is_redirect:
+        check_url(urljoin(response.url, response.headers["location"]), redirected_from=response.url)
+
+
+def remove_stale_parts(target: Path) -> None:
+    """Delete the partial downloads of `target` whose process is gone (killed mid-download)."""
+    for part in target.parent.glob(f".{target.name}.*.part"):
+        pid = part.name[len(target.name) + 2 : -len(".part")]
+        try:
+            os.kill(int(pid), 0)
+            continue  # its download is still running
+        except ProcessLookupError:
+            with contextlib.suppress(OSError):  # a read-only data directory keeps it
+                part.unlink()
+                log.info("Removed %s, left by a download that was killed", part)
+        except (ValueError, PermissionError):
+            pass
 
 
 def download(url: str, target: Path, sha256: str | None, timeout: float = 30.0) -> None:
@@ -91,12 +114,12 @@ def download(url: str, target: Path, sha256: str | None, timeout: float = 30.0) 
             "(or GPTLAB_DATA_DIR) at a writable folder, or set data.path to a local copy."
         ) from e
     log.info("Downloading %s to %s", url, target)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
-    tmp = Path(tmp_name)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.part")  # the pid tells a killed download
     digest = hashlib.sha256()
     try:
-        with os.fdopen(fd, "wb") as out:
-            with requests.get(url, stream=True, timeout=timeout) as response:
+        with open(tmp, "wb") as out:
+            hooks = {"response": check_redirect}
+            with requests.get(url, stream=True, timeout=timeout, hooks=hooks) as response:
                 response.raise_for_status()
                 total = int(response.headers.get("content-length", 0)) or None
                 with tqdm(total=total, unit="B", unit_scale=True, desc=target.name) as bar:

@@ -53,36 +53,27 @@ class Windows(Dataset):
 
 
 class RandomWindowSampler(Sampler[list[int]]):
-    """Yields batches of random start offsets, a pure function of (seed, epoch, rank, batch).
+    """Endless batches of random start offsets; batch i is a pure function of (seed, rank, i).
 
-    Knowing that, a resumed run can skip exactly the batches it already trained on.
+    Training is one endless epoch that `trainer.max_steps` ends. A run continued from a
+    checkpoint at step n starts at batch n, so it trains on exactly the batches the stopped run
+    would have drawn next. With `repeat`, batch i is batch i % repeat: the same few over and over.
     """
 
-    def __init__(self, num_starts: int, batch_size: int, batches_per_epoch: int, seed: int,
-                 rank: int = 0, world_size: int = 1, fixed: bool = False):
-        self.num_starts, self.batch_size = num_starts, batch_size
-        self.batches_per_epoch, self.seed = batches_per_epoch, seed
+    def __init__(self, num_starts: int, batch_size: int, seed: int, rank: int = 0, world_size: int = 1,
+                 start: int = 0, repeat: int | None = None):
+        self.num_starts, self.batch_size, self.seed = num_starts, batch_size, seed
         self.rank, self.world_size = rank, world_size
-        self.fixed = fixed  # the same windows every epoch (debug=overfit)
-        self.epoch = 0
-        self.skip = 0  # batches of the current epoch already consumed (set when resuming)
-
-    def set_epoch(self, epoch: int) -> None:
-        if epoch != self.epoch:
-            self.skip = 0
-        self.epoch = epoch
-
-    def __len__(self) -> int:
-        return self.batches_per_epoch
+        self.start, self.repeat = start, repeat
 
     def __iter__(self):
-        entropy = [self.seed, 0 if self.fixed else self.epoch, self.rank, self.world_size]
-        generator = torch.Generator().manual_seed(int(np.random.SeedSequence(entropy).generate_state(1)[0]))
-        for i in range(self.batches_per_epoch):
-            starts = torch.randint(self.num_starts, (self.batch_size,), generator=generator)
-            if i >= self.skip:
-                yield starts.tolist()
-        self.skip = 0
+        i = self.start
+        while True:
+            key = i % self.repeat if self.repeat else i
+            entropy = np.random.SeedSequence([self.seed, self.rank, self.world_size, key])
+            generator = torch.Generator().manual_seed(int(entropy.generate_state(1)[0]))
+            yield torch.randint(self.num_starts, (self.batch_size,), generator=generator).tolist()
+            i += 1
 
 
 class GPTDataModule(L.LightningDataModule):
@@ -102,28 +93,28 @@ class GPTDataModule(L.LightningDataModule):
         data_dir: str = "data",
         cache_dir: str = "data/cache",
         seed: int = 0,
-        batches_per_epoch: int | None = None,
-        fixed_windows: bool = False,
+        repeat_batches: int | None = None,
+        tokenizer: dict | None = None,
     ):
         super().__init__()
         for key, value in (("batch_size", batch_size), ("context_length", context_length)):
             if value < 1:
                 raise ConfigError(f"data.{key}={value}: it must be a positive integer.")
-        if not 0.0 < val_fraction < 1.0:
-            raise ConfigError(f"data.val_fraction={val_fraction}: it must lie strictly between 0 and 1.")
+        if not 0.0 < val_fraction <= 1.0:
+            raise ConfigError(f"data.val_fraction={val_fraction}: it must lie in (0, 1] (1: no train split).")
         check_encoding(encoding)
         if num_workers < 0:
             raise ConfigError(f"data.num_workers={num_workers}: it must be 0 or more.")
-        if batches_per_epoch is not None and batches_per_epoch < 1:
-            raise ConfigError(f"data.batches_per_epoch={batches_per_epoch}: it must be positive or null.")
+        if repeat_batches is not None and repeat_batches < 1:
+            raise ConfigError(f"data.repeat_batches={repeat_batches}: it must be positive or null.")
         self.url, self.path, self.sha256 = url, path, sha256
         self.encoding, self.compact_vocab = encoding, compact_vocab
         self.val_fraction, self.batch_size = val_fraction, batch_size
         self.context_length, self.num_workers = context_length, num_workers
         self.data_dir, self.cache_dir = Path(data_dir), Path(cache_dir)
-        self.seed, self.batches_per_epoch = seed, batches_per_epoch
-        self.fixed_windows = fixed_windows
+        self.seed, self.repeat_batches = seed, repeat_batches
         self._corpus: Path | None = None
+        self.given_tokenizer = tokenizer  # a checkpoint's (gptlab-eval): encode the text with it
         self.tokenizer: Tokenizer | None = None
         self.train_tokens: torch.Tensor | None = None
         self.val_tokens: torch.Tensor | None = None
@@ -141,7 +132,7 @@ class GPTDataModule(L.LightningDataModule):
 
     def prepare_data(self) -> None:
         """Download (once), tokenize (once) and cache. Lightning runs it on rank 0 only."""
-        if self.tokenizer is not None:  # already set up from the cache (gptlab-train does it first)
+        if self.tokenizer is not None or self.given_tokenizer:  # set up already, or nothing to cache
             return
         corpus = self.corpus_path()
         cache = self.cache_path(corpus)
@@ -186,20 +177,24 @@ class GPTDataModule(L.LightningDataModule):
     def setup(self, stage: str | None = None) -> None:
         if self.tokenizer is not None:
             return
-        cache = self.cache_path(self.corpus_path())
-        loaded = self.load_cache(cache)
-        if loaded is None:
-            self.prepare_data()
+        if self.given_tokenizer:
+            tokenizer = Tokenizer.from_state_dict(self.given_tokenizer)
+            ids = tokenizer.to_model_ids(tokenizer.encode_tiktoken(read_text(self.corpus_path())))
+        else:
+            cache = self.cache_path(self.corpus_path())
             loaded = self.load_cache(cache)
-        ids, vocab = loaded
-        log.info("Loaded token cache %s (%d tokens)", cache, len(ids))
-        tokenizer = Tokenizer(self.encoding, vocab if len(vocab) else None)
+            if loaded is None:
+                self.prepare_data()
+                loaded = self.load_cache(cache)
+            ids, vocab = loaded
+            log.info("Loaded token cache %s (%d tokens)", cache, len(ids))
+            tokenizer = Tokenizer(self.encoding, vocab if len(vocab) else None)
 
         tokens = torch.from_numpy(ids.astype(np.int64))
         n_train = int(len(tokens) * (1.0 - self.val_fraction))  # token order, like the seeds
         train_tokens, val_tokens = tokens[:n_train], tokens[n_train:]
         for split, part in (("train", train_tokens), ("val", val_tokens)):
-            if len(part) < self.context_length + 1:
+            if len(part) < self.context_length + 1 and (split == "val" or stage == "fit"):
                 raise ConfigError(
                     f"data.context_length={self.context_length}: the {split} split holds only "
                     f"{len(part)} tokens, fewer than one window of context_length + 1. Lower "
@@ -223,17 +218,10 @@ class GPTDataModule(L.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         rank, world_size = self._rank()
         windows = Windows(self.train_tokens, self.context_length)
-        per_epoch = self.batches_per_epoch or max(
-            1, len(self.train_tokens) // (self.batch_size * self.context_length * world_size)
-        )
-        sampler = RandomWindowSampler(
-            windows.num_starts, self.batch_size, per_epoch, self.seed, rank, world_size,
-            self.fixed_windows,
-        )
-        trainer = self.trainer
-        if trainer is not None:  # resuming mid-epoch: skip the batches already trained on
-            sampler.epoch = trainer.current_epoch
-            sampler.skip = trainer.fit_loop.epoch_loop.batch_progress.current.completed % per_epoch
+        # continuing from a checkpoint: start at the first batch the stopped run had not trained on
+        start = self.trainer.global_step if self.trainer is not None else 0
+        sampler = RandomWindowSampler(windows.num_starts, self.batch_size, self.seed, rank, world_size,
+                                      start, self.repeat_batches)
         return self._loader(windows, sampler)
 
     def val_dataloader(self) -> DataLoader:

@@ -72,19 +72,39 @@ class Tokenizer:
             pieces = sorted({self.encoding.decode([int(t)]) for t in tiktoken_ids[missing]})
             raise ConfigError(
                 f"The text holds {len(pieces)} token(s) the compact vocabulary has never seen "
-                f"({', '.join(repr(p) for p in pieces[:10])}). Rephrase the prompt with words "
-                "from the corpus, or train with data.compact_vocab=false."
+                f"({', '.join(repr(p) for p in pieces[:10])}). Use text made of the corpus's tokens, "
+                "or train with data.compact_vocab=false (the whole tiktoken vocabulary)."
             )
         return idx.astype(np.int64)
 
     def encode(self, text: str) -> list[int]:
         return self.to_model_ids(self.encode_tiktoken(text)).tolist()
 
+    def encode_prompt(self, prompt) -> list[int]:
+        """Model ids of a prompt; an empty prompt starts from a newline token."""
+        text = "" if prompt is None else str(prompt)
+        try:
+            return self.encode(text or "\n")
+        except ConfigError as e:
+            raise ConfigError(f"prompt={text!r}: {e}") from None
+
     def decode(self, ids) -> str:
         ids = np.asarray(ids, dtype=np.int64)
         if self.vocab is not None:
             ids = self.vocab[ids]
         return self.encoding.decode(ids.tolist())
+
+    def token_bytes(self) -> np.ndarray:
+        """UTF-8 bytes of each model id's token (0 for ids tiktoken leaves unused), so a loss in
+        nats per token becomes bits per byte: comparable across tokenizers."""
+        ids = range(self.vocab_size) if self.vocab is None else self.vocab.tolist()
+        lengths = []
+        for token in ids:
+            try:
+                lengths.append(len(self.encoding.decode_single_token_bytes(int(token))))
+            except KeyError:
+                lengths.append(0)
+        return np.asarray(lengths, dtype=np.int64)
 
     def state_dict(self) -> dict:
         """Plain types only, so checkpoints load with torch.load(weights_only=True)."""

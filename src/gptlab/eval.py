@@ -1,0 +1,113 @@
+"""gptlab-eval: the exact val loss, perplexity and bits per byte of a checkpoint.
+
+    gptlab-eval ckpt_path=outputs/<date>/<time>                          # best.ckpt, the run's val split
+    gptlab-eval ckpt_path=outputs/<date>/<time>/checkpoints/last.ckpt    # the final weights
+    gptlab-eval ckpt_path=outputs/<date>/<time> data.path=heldout.txt    # all of another text
+
+Lightning's `trainer.validate` runs the module's own validation step over the data module's own
+val windows, with the checkpoint's tokenizer and the run's data settings, so on the run's val
+split the numbers equal what the run logged for those weights. The result is printed and
+written to `eval.json` beside the run (or in this tool's output dir when the run's is read-only).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from gptlab.config import register_configs
+from gptlab.errors import ConfigError, main_or_exit, run_or_exit
+from gptlab.generate import check_device, resolve_device
+
+log = logging.getLogger("gptlab.eval")
+register_configs()  # the unique_dir resolver of the output directory
+
+
+def run_settings(run_dir: Path | None) -> tuple[dict, dict]:
+    """The run's data and trainer settings, resolved as the run resolved them (its working dir)."""
+    if run_dir is None or not (run_dir / ".hydra" / "config.yaml").is_file():
+        return {}, {}
+    cfg = OmegaConf.load(run_dir / ".hydra" / "config.yaml")
+    hydra_cfg = OmegaConf.load(run_dir / ".hydra" / "hydra.yaml")
+    cfg.paths.root_dir = hydra_cfg.hydra.runtime.cwd
+    cfg.paths.output_dir = str(run_dir)
+    return (OmegaConf.to_container(cfg.data, resolve=True), OmegaConf.to_container(cfg.trainer, resolve=True))
+
+
+def evaluate(cfg: DictConfig) -> dict:
+    """Validate the checkpoint as its run did; print and write the result; return it."""
+    check_device(cfg.device)
+    import lightning as L
+
+    from gptlab.checkpoints import find_checkpoint, load_checkpoint, load_module
+    from gptlab.data.datamodule import GPTDataModule
+
+    checkpoint = find_checkpoint(cfg.ckpt_path).resolve()
+    run_dir = checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else None
+    data, trainer_cfg = run_settings(run_dir)
+    other = {k: v for k, v in OmegaConf.to_container(cfg.data, resolve=True).items() if v is not None}
+    if "path" in other or "url" in other:  # another text: none of the run's corpus, all of the text
+        data.update(url=None, path=None, sha256=None, val_fraction=1.0)
+    elif not data:
+        raise ConfigError(f"ckpt_path: '{checkpoint}' lies in no run directory, so there is no run data to "
+                          "evaluate on. Give a text: data.path=/some/file.txt (or data.url=https://...).")
+    data.update(other)
+    module = load_module(checkpoint)
+    data.pop("_target_", None)
+    datamodule = GPTDataModule(**{**data, "tokenizer": module.tokenizer_state})
+    own = run_dir is not None and not other
+    trainer = L.Trainer(accelerator=resolve_device(cfg.device), devices=1, logger=False,
+                        precision=trainer_cfg.get("precision") or "32-true",
+                        limit_val_batches=(trainer_cfg.get("limit_val_batches") if own else None) or 1.0,
+                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer.validate(module, datamodule=datamodule, verbose=False)
+
+    loss, bpb = (float(trainer.callback_metrics[k]) for k in ("val/loss", "val/bpb"))
+    result = {"checkpoint": str(checkpoint), "step": load_checkpoint(checkpoint).get("global_step"),
+              "corpus": str(datamodule.corpus_path()), "val_fraction": datamodule.val_fraction,
+              "context_length": datamodule.context_length, "val_loss": loss,
+              "val_perplexity": math.exp(loss), "val_bpb": bpb}
+    lines = [f"Checkpoint: {checkpoint} (step {result['step']})",
+             f"Data: {'the val split' if datamodule.val_fraction < 1 else 'all'} of {result['corpus']}",
+             f"val loss:   {loss:.6f} nats per token", f"perplexity: {math.exp(loss):.4f}",
+             f"bpb:        {bpb:.6f} bits per byte"]
+    metrics_file = run_dir / "metrics.json" if own else None
+    metrics = json.loads(metrics_file.read_text()) if metrics_file and metrics_file.is_file() else {}
+    key = "best_val_loss" if checkpoint.name == "best.ckpt" else "final_val_loss"
+    if key in metrics and (key == "best_val_loss" or result["step"] == metrics.get("steps")):
+        lines.append(f"The run logged {key} = {metrics[key]:.6f} for these weights.")
+    label = f"{checkpoint.name} on {result['corpus']} (val_fraction {datamodule.val_fraction})"
+    for out in ([run_dir] if run_dir is not None else []) + [Path(cfg.output_dir)]:
+        try:  # beside the run; in this tool's own output dir when the run's is read-only
+            saved = json.loads((out / "eval.json").read_text()) if (out / "eval.json").is_file() else {}
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "eval.json").write_text(json.dumps({**saved, label: result}, indent=2) + "\n")
+            break
+        except OSError as e:
+            lines.append(f"Could not write {out / 'eval.json'} ({e.strerror}).")
+    print("\n".join([*lines, f"Written: {out / 'eval.json'}"]), flush=True)
+    return result
+
+
+def run_job(cfg: DictConfig) -> dict:
+    """The Hydra task: bad input ends in one clear paragraph and exit code 2."""
+    return run_or_exit(evaluate, cfg, log)
+
+
+@hydra.main(version_base="1.3", config_path="pkg://gptlab.conf", config_name="eval")
+def hydra_main(cfg: DictConfig) -> None:
+    run_job(cfg)
+
+
+def main() -> None:
+    """Console entry point `gptlab-eval`."""
+    main_or_exit(hydra_main, "gptlab-eval")
+
+
+if __name__ == "__main__":
+    main()
