@@ -311,3 +311,22 @@ def test_module_refuses_a_bad_model_config(corpus):
     tokenizer, _ = corpus
     with pytest.raises(ConfigError, match=r"model\.d_model=64.*model\.num_heads=3"):
         make_module(tokenizer, model={"d_model": 64, "num_heads": 3})
+
+
+@pytest.mark.parametrize("settings", [{"num_blocks": 2}, {"num_blocks": 3, "ffn_mult": 2}])
+def test_declared_flops_match_what_torch_counts_for_a_training_step(settings):
+    """flops_per_token (6 per weight + attention's 12·L·T·d) against Lightning's measure_flops of
+    one real forward and backward pass (torch's FLOP counter: every matmul). The article's manual
+    attention: on CPU the counter does not see inside the fused SDPA kernel."""
+    from lightning.fabric.utilities.throughput import measure_flops
+
+    from gptlab.model.gpt import GPT
+    from gptlab.module import flops_per_token
+
+    config = GPTConfig(vocab_size=500, context_length=32, d_model=64, num_heads=4, dropout=0.0,
+                       attention="manual", **settings)
+    model = GPT(config)
+    ids = torch.randint(500, (4, 32))
+    counted = measure_flops(model, lambda: model(ids), loss_fn=lambda logits: logits.sum())
+    declared = flops_per_token(config) * ids.numel()
+    assert counted == pytest.approx(declared, rel=0.02)

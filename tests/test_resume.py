@@ -16,6 +16,8 @@ import pytest
 import torch
 import yaml
 from helpers import BIN, check, read_metrics, run_cli, scalars
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.plugins.hparams import plugin_data_pb2
 
 # A tiny model that takes a few seconds: long enough to interrupt, deterministic on CPU, with
 # dropout so that a resume must also restore the random state.
@@ -84,6 +86,12 @@ def test_resume_applies_new_overrides_on_top(tmp_path, uninterrupted):
     assert proc.returncode == 130, err[-3000:]
     check(run_cli(f"resume={run_dir}", "trainer.max_steps=150", cwd=tmp_path))
     assert read_metrics(run_dir)["steps"] == 150
+    # TensorBoard's HPARAMS tab shows the latest start's hyperparameters, not the first one's
+    acc = EventAccumulator(str(run_dir / "tensorboard" / "hparams"))
+    acc.Reload()
+    content = acc.PluginTagToContent("hparams")["_hparams_/session_start_info"]
+    session = plugin_data_pb2.HParamsPluginData.FromString(content).session_start_info
+    assert session.hparams["trainer/max_steps"].number_value == 150
 
 
 def step_of(checkpoint: Path) -> int:

@@ -64,7 +64,8 @@ def evaluate(cfg: DictConfig) -> dict:
     trainer = L.Trainer(accelerator=resolve_device(cfg.device), devices=1, logger=False,
                         precision=trainer_cfg.get("precision") or "32-true",
                         limit_val_batches=(trainer_cfg.get("limit_val_batches") if own else None) or 1.0,
-                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                        default_root_dir=cfg.output_dir)  # not the cwd, where SLURM leaves hpc_ckpt files
     trainer.validate(module, datamodule=datamodule, verbose=False)
 
     loss, bpb = (float(trainer.callback_metrics[k]) for k in ("val/loss", "val/bpb"))

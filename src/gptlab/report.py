@@ -15,6 +15,7 @@ from pathlib import Path
 
 import lightning as L
 import torch
+from lightning.pytorch.loggers import TensorBoardLogger
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 from rich.tree import Tree
@@ -61,8 +62,8 @@ def print_first_screen(cfg: DictConfig, model: GPT, output_dir: Path, multirun: 
 class RunReport(L.Callback):
     """At the end of fit, on rank 0: metrics.json, results to every logger, a report."""
 
-    def __init__(self, cfg: dict, output_dir: str, stats: RunStats):
-        self.cfg, self.output_dir, self.stats = cfg, Path(output_dir), stats
+    def __init__(self, cfg: dict, output_dir: str, stats: RunStats, overrides: list[str]):
+        self.cfg, self.output_dir, self.stats, self.overrides = cfg, Path(output_dir), stats, overrides
 
     def setup(self, trainer, pl_module, stage: str) -> None:
         """A DDP process that Lightning spawned starts without Hydra's logging: give it the same
@@ -110,6 +111,7 @@ class RunReport(L.Callback):
             "mfu": None if mfu is None else round(mfu, 4),
             "device": f"{name} x{trainer.world_size}",
             "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+            "overrides": self.overrides,  # what a continued sweep recognises its finished jobs by
             "status": "ok",
         }
 
@@ -124,7 +126,7 @@ class RunReport(L.Callback):
         checkpoint = trainer.checkpoint_callback
         if checkpoint is not None and checkpoint.best_model_path:
             lines.append(f"Best checkpoint: {checkpoint.best_model_path}")
-        if trainer.loggers:
+        if any(isinstance(logger, TensorBoardLogger) for logger in trainer.loggers):
             lines.append(f"TensorBoard: tensorboard --logdir {self.output_dir}")
         try:
             lines.append(f"Sample: {pl_module.sample(self.cfg['sample_prompt'], max_new_tokens=40)!r}")

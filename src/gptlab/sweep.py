@@ -3,7 +3,7 @@
 In a multirun (`gptlab-train -m ...`) each job runs through `sweep_job`: a job that fails (bad
 config, an error, a diverged loss) is written down in its `metrics.json` as
 `"status": "failed"` with a one-line `"reason"`, and returns +inf so the sweep, Optuna included,
-goes on. A finished job records its overrides in its metrics.json, so a sweep continued with
+goes on. A finished job's metrics.json records its overrides, so a sweep continued with
 `gptlab-train resume=<sweep dir>` keeps it as it is instead of training it again.
 
 At the end the Hydra callback `SweepSummary` writes `summary.csv` (one row a job), `summary.md`
@@ -117,13 +117,6 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    """Write to a temporary file beside `path`, then rename: never half a metrics.json."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(tmp, path)
-
-
 def finished_result(output_dir: Path, overrides: list[str]) -> tuple[float | None, str]:
     """(best val loss, '') of a job that already finished with these same overrides, else
     (None, why not). Only metrics.json is trusted: Hydra rewrites the job's .hydra/ before the
@@ -148,21 +141,6 @@ def finished_result(output_dir: Path, overrides: list[str]) -> tuple[float | Non
     return best, ""
 
 
-def record_overrides(output_dir: Path, overrides: list[str]) -> None:
-    """Write the job's overrides into the metrics.json it just wrote (rank 0 writes that file),
-    so a later `resume=<sweep dir>` can tell a finished job from another one in its directory."""
-    from lightning.fabric.utilities.rank_zero import rank_zero_only
-
-    path = output_dir / "metrics.json"
-    if getattr(rank_zero_only, "rank", 0) != 0 or not path.is_file():
-        return
-    metrics = _read_json(path)
-    if metrics is None or metrics.get("overrides") == overrides:
-        return
-    metrics["overrides"] = overrides
-    _write_json(path, metrics)
-
-
 def record_failure(output_dir: Path, reason: str, overrides: list[str] | None = None) -> None:
     """Mark the job failed in its metrics.json, keeping whatever metrics it had written."""
     path = output_dir / "metrics.json"
@@ -171,7 +149,7 @@ def record_failure(output_dir: Path, reason: str, overrides: list[str] | None = 
     if overrides:
         metrics["overrides"] = overrides
     output_dir.mkdir(parents=True, exist_ok=True)
-    _write_json(path, metrics)
+    path.write_text(json.dumps(metrics, indent=2) + "\n")
 
 
 def sweep_job(train: Callable[[DictConfig], float], cfg: DictConfig) -> float:
@@ -225,72 +203,13 @@ def sweep_job(train: Callable[[DictConfig], float], cfg: DictConfig) -> float:
         log.error("Job failed: %s", reason)
         record_failure(output_dir, reason, overrides)
         return math.inf
-    record_overrides(output_dir, overrides)
     return value
 
 
 # ---------------------------------------------------------------------------------------------
-# statistics over seeds: Student's t without scipy (the regularized incomplete beta function)
+# statistics over seeds (scipy's Student t)
 
 CONFIDENCE = 0.95  # of the intervals; the Welch test against the best runs at 1 - CONFIDENCE
-
-
-def _betacf(a: float, b: float, x: float) -> float:
-    """The continued fraction of the incomplete beta function (modified Lentz's method)."""
-    tiny, eps = 1e-300, 1e-15
-    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 500):
-        for numerator in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
-                          -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
-            d = 1.0 + numerator * d
-            d = 1.0 / (d if abs(d) > tiny else tiny)
-            c = 1.0 + numerator / c
-            c = c if abs(c) > tiny else tiny
-            h *= d * c
-        if abs(d * c - 1.0) < eps:
-            break
-    return h
-
-
-def betainc(a: float, b: float, x: float) -> float:
-    """The regularized incomplete beta function I_x(a, b), for a, b > 0 and 0 <= x <= 1."""
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
-                     + a * math.log(x) + b * math.log1p(-x))
-    if x < (a + 1.0) / (a + b + 2.0):
-        return front * _betacf(a, b, x) / a
-    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
-
-
-def t_two_sided_p(t: float, df: float) -> float:
-    """P(|T| >= |t|) for Student's t with `df` (> 0, not necessarily whole) degrees of freedom."""
-    if math.isinf(t):
-        return 0.0
-    return betainc(df / 2.0, 0.5, df / (df + t * t))
-
-
-def t_quantile(p: float, df: float) -> float:
-    """The p-quantile of Student's t with `df` degrees of freedom, for 0.5 <= p < 1 (bisection)."""
-    if not 0.5 <= p < 1.0 or df <= 0:
-        raise ValueError(f"t_quantile: need 0.5 <= p < 1 and df > 0, got p={p}, df={df}")
-    tail = 2.0 * (1.0 - p)
-    lo, hi = 0.0, 1.0
-    while t_two_sided_p(hi, df) > tail:
-        lo, hi = hi, hi * 2.0
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        if t_two_sided_p(mid, df) > tail:
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo <= 1e-12 * hi:
-            break
-    return 0.5 * (lo + hi)
 
 
 def mean_std(values: list[float]) -> tuple[float | None, float | None]:
@@ -306,25 +225,24 @@ def mean_std(values: list[float]) -> tuple[float | None, float | None]:
 
 def ci_half_width(values: list[float], confidence: float = CONFIDENCE) -> float | None:
     """Half the width of the Student-t confidence interval of the mean: t(1-a/2, n-1) * s / sqrt(n)."""
-    n = len(values)
+    from scipy import stats
+
     _, std = mean_std(values)
     if std is None:
         return None
-    return t_quantile(0.5 + confidence / 2.0, n - 1) * std / math.sqrt(n)
+    return float(stats.t.ppf(0.5 + confidence / 2.0, len(values) - 1)) * std / math.sqrt(len(values))
 
 
 def welch_p(a: list[float], b: list[float]) -> float | None:
     """Two-sided p-value of Welch's t-test (unequal variances) for equal means of a and b;
     None when either has fewer than 2 values."""
+    from scipy import stats
+
     if len(a) < 2 or len(b) < 2:
         return None
-    (mean_a, std_a), (mean_b, std_b) = mean_std(a), mean_std(b)
-    va, vb = std_a**2 / len(a), std_b**2 / len(b)
-    if va + vb == 0.0:  # no spread at all: equal means cannot be told apart, others can
-        return 1.0 if mean_a == mean_b else 0.0
-    t = (mean_a - mean_b) / math.sqrt(va + vb)
-    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
-    return t_two_sided_p(t, df)
+    if mean_std(a)[1] == mean_std(b)[1] == 0.0:  # no spread at all: only equal means are alike
+        return 1.0 if mean_std(a)[0] == mean_std(b)[0] else 0.0
+    return float(stats.ttest_ind(a, b, equal_var=False).pvalue)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -560,106 +478,46 @@ def write_markdown(rows: list[dict], cols: list[str], sweep_dir: Path, path: Pat
 
 def write_plot(rows: list[dict], knobs: list[str], sweep_dir: Path, path: Path,
                configs: list[dict] | None = None) -> None:
-    """Best val loss against parameter count, and against each swept knob (ok jobs only).
-
-    With seeds swept, each configuration is drawn as its mean with the 95% confidence interval
-    as an error bar, and its jobs as faint dots; `seed` gets no panel of its own."""
+    """Best val loss against the parameter count and against each swept knob (ok jobs only).
+    With seeds swept, each configuration is its mean with the 95% interval as an error bar, its
+    jobs faint dots beside it; `seed` gets no panel of its own."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import FuncFormatter, NullFormatter
-
-    def human(x, _pos=None) -> str:
-        for unit, scale in (("M", 1e6), ("k", 1e3)):
-            if abs(x) >= scale:
-                return f"{x / scale:g}{unit}"
-        return f"{x:g}"
 
     ok = [r for r in rows if r["status"] == "ok" and _number(r["best_val_loss"]) is not None]
-    jobs = [{"_knobs": r["_knobs"], "num_params": r.get("num_params"), "y": r["best_val_loss"]} for r in ok]
-    if configs is not None:
-        knobs = [k for k in knobs if k != "seed"]
-        points = [{"_knobs": c["_knobs"], "num_params": c["num_params"], "y": c["val_loss_mean"],
-                   "yerr": c["val_loss_ci95"]} for c in configs if c["val_loss_mean"] is not None]
-    else:
-        points = [{**j, "yerr": None} for j in jobs]
-    panels = ["num_params"] + [k for k in knobs if k != "num_params"]
-    ncols = 2 if len(panels) in (2, 4) else min(3, len(panels))
-    nrows = math.ceil(len(panels) / ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 3.3 * nrows), squeeze=False)
+    panels = ["num_params"] + [k for k in knobs if k not in ("num_params", "seed")]
+    points = ([(c, c["val_loss_mean"], c["val_loss_ci95"]) for c in configs if c["val_loss_mean"] is not None]
+              if configs is not None else [(r, r["best_val_loss"], None) for r in ok])
+    ncols = min(3, len(panels))
+    fig, axes = plt.subplots(math.ceil(len(panels) / ncols), ncols, figsize=(4.2 * ncols,
+                             3.3 * math.ceil(len(panels) / ncols)), squeeze=False)
     for ax in axes.flat[len(panels):]:
         ax.set_visible(False)
-
-    def colour_knob(panel: str) -> str | None:
-        """The swept knob with the fewest values (not the panel's own), to colour the points by."""
-        counts = {k: len({str(p["_knobs"].get(k)) for p in points}) for k in knobs if k != panel}
-        counts = {k: n for k, n in counts.items() if 1 < n <= 6}
-        return min(counts, key=lambda k: (counts[k], knobs.index(k))) if counts else None
-
-    def value(point: dict, panel: str) -> Any:
-        return point.get("num_params") if panel == "num_params" else point["_knobs"].get(panel)
-
     for ax, panel in zip(axes.flat, panels, strict=False):
-        numbers = [_number(value(p, panel)) for p in points + jobs]
-        if numbers and all(n is not None for n in numbers):
-            def xs_of(items, panel=panel):
-                return [_number(value(p, panel)) for p in items]
+        def x_of(item, panel=panel):
+            return item.get("num_params") if panel == "num_params" else item["_knobs"].get(panel)
 
-            if min(numbers) > 0 and max(numbers) / min(numbers) >= 10:
-                ax.set_xscale("log")
-                ax.xaxis.set_minor_formatter(NullFormatter())
-            if panel == "num_params":
-                ax.xaxis.set_major_formatter(FuncFormatter(human))
-        else:  # a categorical knob: one tick per value
-            labels = sorted({str(value(p, panel)) for p in points + jobs})
+        labels = sorted({str(x_of(item)) for item, _, _ in points}, key=_sort_value)
+        numeric = all(_number(label) is not None for label in labels)
 
-            def xs_of(items, panel=panel, labels=labels):
-                return [labels.index(str(value(p, panel))) for p in items]
+        def position(item, numeric=numeric, labels=labels):
+            return _number(x_of(item)) if numeric else labels.index(str(x_of(item)))
 
+        if configs is not None:
+            ax.scatter([position(r) for r in ok], [r["best_val_loss"] for r in ok], s=10, alpha=0.3)
+        ax.errorbar([position(item) for item, _, _ in points], [y for _, y, _ in points],
+                    yerr=[e or 0.0 for _, _, e in points], fmt="o", ms=5, capsize=3)
+        if not numeric:
             ax.set_xticks(range(len(labels)), labels)
-        xs = xs_of(points)
-        distinct = sorted(set(xs))
-        colour = colour_knob(panel)
-        groups = sorted({str(p["_knobs"].get(colour)) for p in points}, key=_sort_value) if colour else [None]
-        # side by side: the colour groups' error bars at one x would hide each other
-        gap = min((b - a for a, b in zip(distinct, distinct[1:], strict=False)), default=1.0)
-        log_x = ax.get_xscale() == "log"
-        for i, group in enumerate(groups):
-            picked = [k for k, p in enumerate(points)
-                      if colour is None or str(p["_knobs"].get(colour)) == group]
-            shift = (i - (len(groups) - 1) / 2) * 0.06 if configs is not None and len(groups) > 1 else 0.0
-
-            def moved(values, shift=shift, log_x=log_x, gap=gap):
-                return [x * (1 + shift / 2) if log_x else x + shift * gap for x in values]
-
-            gx = moved([xs[k] for k in picked])
-            style = {"color": f"C{i % 10}"}
-            label = f"{colour.split('.')[-1]}={group}" if colour else None
-            if configs is not None:
-                member_jobs = [j for j in jobs if colour is None or str(j["_knobs"].get(colour)) == group]
-                ax.scatter(moved(xs_of(member_jobs)), [j["y"] for j in member_jobs], s=10, alpha=0.3, **style)
-                yerr = [points[k]["yerr"] or 0.0 for k in picked]
-                ax.errorbar(gx, [points[k]["y"] for k in picked], yerr=yerr, fmt="o", ms=5, capsize=3,
-                            label=label, **style)
-            else:
-                ax.scatter(gx, [points[k]["y"] for k in picked], s=28, alpha=0.75, label=label, **style)
-        if colour:
-            ax.legend(fontsize=7, loc="best")
-        if panel != "num_params" and 1 < len(distinct) < len(xs) and len(distinct) <= 12:
-            # a grid knob (values repeat): the best loss (or mean) at each value
-            best = [min(p["y"] for x, p in zip(xs, points, strict=True) if x == d) for d in distinct]
-            ax.plot(distinct, best, "-", color="0.4", alpha=0.7, zorder=0)
-            if all(float(d).is_integer() for d in distinct) and ax.get_xscale() == "linear":
-                ax.set_xticks(distinct)
+        elif panel == "num_params":
+            ax.set_xscale("log")
         ax.set_xlabel("parameters" if panel == "num_params" else panel)
         ax.set_ylabel("best val loss" + (f" (mean ± {CONFIDENCE:.0%} CI)" if configs is not None else ""))
         ax.grid(True, alpha=0.3)
     failed = len(rows) - len(ok)
-    what = f"{len(ok)} jobs"
-    if configs is not None:
-        what = f"{len(points)} configurations x seeds, {what}"
-    fig.suptitle(f"{sweep_dir.name}: {what}" + (f" ({failed} failed, not shown)" if failed else ""))
+    fig.suptitle(f"{sweep_dir.name}: {len(ok)} jobs" + (f" ({failed} failed, not shown)" if failed else ""))
     fig.tight_layout()
     fig.savefig(path, dpi=80)
     plt.close(fig)

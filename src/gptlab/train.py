@@ -33,7 +33,7 @@ from gptlab.errors import ConfigError, main_or_exit, run_or_exit
 from gptlab.module import GPTModule
 from gptlab.report import RunReport, print_first_screen
 from gptlab.resume import check_architecture, checkpoint_to_continue, resume_argv
-from gptlab.sweep import in_multirun, sweep_job
+from gptlab.sweep import in_multirun, job_overrides, sweep_job
 
 log = logging.getLogger("gptlab.train")
 register_configs()
@@ -89,7 +89,7 @@ def train(cfg: DictConfig) -> float:
     stats = RunStats()
     resolved = OmegaConf.to_container(cfg, resolve=True)  # plain: it travels to spawned DDP ranks
     callbacks += [stats, FinalValidation(), GracefulStop(), RngState(), DivergenceGuard(),
-                  RunReport(resolved, str(output_dir), stats)]
+                  RunReport(resolved, str(output_dir), stats, job_overrides())]
     trainer: L.Trainer = build(cfg.trainer, "trainer", callbacks=callbacks, logger=loggers or False,
                                plugins=[AtomicCheckpointIO()])
 
