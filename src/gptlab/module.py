@@ -26,14 +26,15 @@ SCHEDULES = ("cosine", "constant")
 
 @dataclass
 class OptimConfig:
-    """AdamW and its schedule: `cosine` warms up linearly then decays to min_lr."""
+    """AdamW and its schedule, with gptlab's defaults (conf/optim/ only overrides them): `cosine`
+    warms up linearly then decays to min_lr; weight decay applies to matrices only."""
 
-    lr: float = 1e-3
+    lr: float = 3e-3
     weight_decay: float = 0.1
     betas: list[float] = field(default_factory=lambda: [0.9, 0.95])
     schedule: str = "cosine"
     warmup_steps: int = 100
-    min_lr: float = 1e-4
+    min_lr: float = 3e-4
 
     def __post_init__(self) -> None:
         self.betas = [float(b) for b in self.betas]

@@ -435,16 +435,11 @@ def config_table(configs: list[dict], knobs: list[str]) -> list[str]:
     has_bpb = any(c["val_bpb_mean"] is not None for c in configs)
     lines = [
         "## Configurations", "",
-        f"{len(configs)} configurations x seeds {', '.join(seeds)}: the jobs of a configuration differ only "
-        "in `seed`. **val loss** is each job's best val loss: mean over the seeds ± the half-width of "
-        f"the {CONFIDENCE:.0%} confidence interval of that mean (Student's t, n - 1 degrees of freedom)"
-        + ("; **val bpb** likewise" if has_bpb else "") + ". Failed jobs are left out of the means and "
-        "counted under *failed*. Sorted by mean val loss.", "",
-        f"**vs best**: *best* is the lowest mean; *≈ best* marks a configuration that Welch's two-sided "
-        f"t-test (unequal variances) cannot tell apart from it at the {level} level (p ≥ {level}); *worse*: "
-        f"p < {level}. Not telling them apart is not evidence that they are equal: with few seeds the "
-        "test only sees large differences, no correction is made for comparing many configurations, "
-        "and the best was picked from these same runs, so its mean flatters it.", "",
+        f"{len(configs)} configurations x seeds {', '.join(seeds)}, sorted by mean. val loss (and val bpb): "
+        f"each ok job's best, mean over seeds ± half the {CONFIDENCE:.0%} Student-t interval of the mean. "
+        f"*≈ best*: Welch's t-test cannot tell it from the best at the {level} level (p ≥ {level}), which is "
+        "no evidence that they are equal: few seeds see only large differences, and the best was "
+        "picked from these same runs.", "",
         "| rank | configuration | seeds | failed | val loss (mean ± ci95) | "
         + ("val bpb (mean ± ci95) | " if has_bpb else "") + "vs best | Welch p | parameters |",
         "|" + "---|" * (8 + has_bpb),

@@ -82,19 +82,19 @@ class GPTDataModule(L.LightningDataModule):
     def __init__(
         self,
         url: str | None = SALES_TEXTBOOK_URL,
-        path: str | None = None,
-        sha256: str | None = SALES_TEXTBOOK_SHA256,
-        encoding: str = "cl100k_base",
-        compact_vocab: bool = True,
+        path: str | None = None,  # a local copy; when set, nothing is downloaded
+        sha256: str | None = SALES_TEXTBOOK_SHA256,  # None skips the check
+        encoding: str = "cl100k_base",  # any tiktoken encoding, e.g. o200k_base
+        compact_vocab: bool = True,  # keep only the ids that occur: 3,771 rows instead of 100,070
         val_fraction: float = 0.1,
-        batch_size: int = 16,
+        batch_size: int = 16,  # per device
         context_length: int = 64,
-        num_workers: int = 0,
+        num_workers: int = 0,  # batches are tiny: worker processes cost more than they save
         data_dir: str = "data",
         cache_dir: str = "data/cache",
         seed: int = 0,
-        repeat_batches: int | None = None,
-        tokenizer: dict | None = None,
+        repeat_batches: int | None = None,  # N: the same N batches over and over (debug=overfit)
+        tokenizer: dict | None = None,  # a checkpoint's (gptlab-eval): the text is encoded with it
     ):
         super().__init__()
         for key, value in (("batch_size", batch_size), ("context_length", context_length)):

@@ -24,7 +24,8 @@ ATTENTIONS = ("manual", "sdpa")
 
 @dataclass
 class GPTConfig:
-    """Every architecture knob. Checked on creation, before any data is touched.
+    """Every architecture knob, with gptlab's defaults (conf/model/ only overrides them).
+    Checked on creation, before any data is touched.
 
     `vocab_size` is filled in from the data module; `context_length` from the data config.
     """
@@ -34,11 +35,11 @@ class GPTConfig:
     d_model: int = 128
     num_heads: int = 4
     num_blocks: int = 4
-    dropout: float = 0.1
+    dropout: float = 0.2  # the corpus is small (78k tokens): regularise
     ffn_mult: int = 4
-    norm: str = "pre"
-    positional: str = "sinusoidal"
-    attention: str = "sdpa"
+    norm: str = "pre"  # pre: LayerNorm before each sublayer; post: the article's Add & Norm
+    positional: str = "sinusoidal"  # the article's fixed formula | learned
+    attention: str = "sdpa"  # sdpa (fused) | manual (the article's steps)
     tie_weights: bool = False
     bias: bool = True
     compile: bool = False
