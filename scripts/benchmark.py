@@ -1,11 +1,16 @@
 #!/usr/bin/env python
 """Side-by-side performance of gptlab on this machine, printed as a table and written as JSON.
 
-    python scripts/benchmark.py                     # the full run (about 20 min on 2 CPU cores)
-    python scripts/benchmark.py --quick             # every row, few steps: a smoke run (< 1 min)
+    python scripts/benchmark.py                     # the full run (about 25 min on 2 quiet CPU cores)
+    python scripts/benchmark.py --repeats 3         # ... each throughput side 3 times (about 35 min)
+    python scripts/benchmark.py --quick             # every row, few steps: a smoke run (about 1.5 min)
     python scripts/benchmark.py --device cuda       # on a GPU
-    python scripts/benchmark.py --reference-val-loss 5.9 --reference-wall-s 400   # reuse a known reference
+    python scripts/benchmark.py --reference-val-loss 4.75 --reference-wall-s 628   # reuse a known reference
     python scripts/benchmark.py --profile --ablations   # + cProfile and the Lightning variants
+
+gptlab-train is measured from the outside, as a user runs it: real `gptlab-train` processes,
+read through what they write anyway (metrics.json, their TensorBoard event files) and their
+/proc/<pid>/status. Nothing in gptlab is patched.
 
 What it measures, in one run on one machine (training steps/s always over training steps
 only: the reference loop's estimate_loss and gptlab's validation are timed apart):
@@ -13,41 +18,62 @@ only: the reference loop's estimate_loss and gptlab's validation are timed apart
 1. the reference script's style (scripts/reference_loop.py in a process of its own, as a user
    runs it: one module per head, the positional table rebuilt every forward, full cl100k
    vocabulary, batch 4 x context 16, 8 pre-LN blocks) against `gptlab-train experiment=reference`
-   for the same number of steps (a subprocess; its steps/s comes from metrics.json:
-   tokens_per_sec, which leaves validation out); informative: the reference loop again with
-   gptlab's malloc settings (gptlab.malloc) as environment variables, to show that share apart;
-2. gptlab's GPT in a bare PyTorch loop (same model, AdamW groups, data loader, no Lightning)
+   for the same number of steps (its steps/s comes from metrics.json: tokens_per_sec, which
+   leaves validation out);
+2. precision: the same experiment=reference run with `trainer.precision=bf16-mixed`, and the
+   default run (5.) again with it: steps/s and the final val loss each reaches after the same
+   steps, fp32 against bf16-mixed;
+3. gptlab's GPT in a bare PyTorch loop (same model, AdamW groups, data loader, no Lightning)
    against the same config under Lightning, in this process (gptlab.train.train): overhead in %;
-3. start-up: from spawning `gptlab-train debug=fast` (token cache warm) to the end of its first
-   training step (scripts/first_step_probe.py prints the time of that moment);
-4. the peak resident memory of the default run (`gptlab-train`, token cache warm; its
-   /proc/<pid>/status VmHWM, followed until it exits);
-5. the wall time the default run takes to reach the val loss `experiment=reference` ends with
-   (its TensorBoard val/loss events carry wall times), against the reference run's wall time.
+4. start-up: from spawning `gptlab-train debug=fast` (token cache warm) to its first `train/loss`
+   record in its TensorBoard event file (written at the end of the first training step; the
+   record carries its wall time);
+5. the default run (`gptlab-train`, token cache warm): its peak resident memory (its own
+   /proc/<pid>/status VmHWM, followed until it exits) and the wall time it takes to reach the
+   val loss `experiment=reference` ends with (its TensorBoard val/loss events carry wall times),
+   against the reference run's wall time;
+6. a busy machine: the default run as shipped (torch's own thread count, gptlab's OpenMP
+   defaults), quiet, then again while one CPU-bound process (`python -c "while True: pass"`)
+   competes for the cores: the ratio of the two tokens/s.
 
-Every child gets `num_threads=<--threads>` and OMP_NUM_THREADS, and this process calls
+The CPU model and its bf16 instructions (/proc/cpuinfo flags amx_bf16, amx_tile, avx512_bf16)
+head the table and are in the JSON with the core count, thread count and versions.
+
+Children start from the environment this script was started with: every gptlab-train child
+applies gptlab's own OpenMP defaults (gptlab/__init__.py), the reference loop runs as a user's
+plain script would. This process imports gptlab before torch, so its in-process rows (3.) run
+under the same defaults as gptlab-train. Every child but the busy-machine pair gets
+`num_threads=<--threads>` (the reference loop `--threads`), and this process calls
 torch.set_num_threads with the same value. Children run in --workdir (default
 outputs/benchmark/work), whose data/cache keeps the token caches warm between runs.
 """
 
 from __future__ import annotations
 
-import argparse
-import cProfile
-import io
-import json
-import math
 import os
-import platform
-import pstats
-import shutil
-import statistics
-import subprocess
-import sys
-import threading
-import time
-from contextlib import contextmanager, redirect_stdout
-from pathlib import Path
+
+# The environment as the user gave it, before gptlab's OpenMP defaults: what children start from.
+USER_ENV = dict(os.environ)
+import gptlab  # noqa: E402, F401, I001  (before torch: its OpenMP defaults must reach torch's runtime)
+
+# what importing gptlab set (OMP_WAIT_POLICY=PASSIVE unless the user set OpenMP variables)
+GPTLAB_OPENMP = {k: v for k, v in os.environ.items() if USER_ENV.get(k) != v}
+
+import argparse  # noqa: E402
+import cProfile  # noqa: E402
+import io  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+import platform  # noqa: E402
+import pstats  # noqa: E402
+import shutil  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+from contextlib import contextmanager, redirect_stdout  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 SCRIPTS = Path(__file__).resolve().parent
 sys.path.insert(0, str(SCRIPTS))
@@ -55,20 +81,19 @@ sys.path.insert(0, str(SCRIPTS))
 import torch  # noqa: E402
 from reference_loop import ReferenceSettings  # noqa: E402
 
-from gptlab.malloc import MMAP_THRESHOLD, TRIM_THRESHOLD, keep_freed_memory  # noqa: E402
-
 BIN = Path(sys.executable).parent
-FIRST_STEP_MARKER = "GPTLAB_FIRST_STEP"
-# gptlab-train's own malloc settings (gptlab.malloc), as environment variables for another process
-MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(MMAP_THRESHOLD), "MALLOC_TRIM_THRESHOLD_": str(TRIM_THRESHOLD)}
+BF16_FLAGS = ("amx_bf16", "amx_tile", "avx512_bf16")  # /proc/cpuinfo flags
+COMPETITOR = "while True: pass"  # one CPU-bound process, for the busy-machine row
+BF16 = "trainer.precision=bf16-mixed"
 
 TARGETS = {  # id: (comparison, threshold, what is compared)
     "speedup_vs_reference": (">=", 1.5, "experiment=reference train steps/s / reference loop's"),
     "lightning_overhead_pct": ("<=", 10.0, "bare loop steps/s / Lightning steps/s - 1, in %"),
-    "startup_s": ("<=", 6.0, "spawn of gptlab-train debug=fast to end of first step"),
+    "startup_s": ("<=", 6.0, "spawn of gptlab-train debug=fast to its first train/loss record"),
     "time_to_reference_loss_fraction": ("<=", 0.1, "default run's time to the reference's final "
                                         "val loss / reference run's wall time"),
     "default_peak_rss_mb": ("<=", 1000.0, "peak RSS of the default run, MB (1e6 bytes)"),
+    "busy_quiet_ratio": (">=", 0.45, "default run's tokens/s with one CPU-bound competitor / quiet"),
 }
 
 
@@ -87,7 +112,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--reference-wall-s", type=float, default=None,
                    help="with --reference-val-loss: that run's wall time (else estimated)")
     p.add_argument("--default-steps", type=int, default=None,
-                   help="trainer.max_steps of the default run (default: its config; --quick 20)")
+                   help="trainer.max_steps of the default runs, fp32 and bf16 (default: its config; "
+                        "--quick 20)")
+    p.add_argument("--busy-steps", type=int, default=None,
+                   help="trainer.max_steps of the quiet and the busy run (default 300; --quick 20)")
     p.add_argument("--threads", type=int, default=None,
                    help="torch threads on both sides (default: the cores this process may use)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
@@ -98,7 +126,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--no-reference-eval", action="store_true",
                    help="leave estimate_loss out of the reference loop (its train-only rate is kept anyway)")
     p.add_argument("--ablations", action="store_true",
-                   help="also time Lightning variants (no callbacks, guard, progress bar, logging, threads)")
+                   help="also time Lightning variants (no callbacks, progress bar, logging, threads)")
     p.add_argument("--profile", action="store_true",
                    help="cProfile the bare and the Lightning loop; host time by package in the JSON")
     p.add_argument("--workdir", type=Path, default=Path("outputs/benchmark/work"))
@@ -107,6 +135,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = p.parse_args(argv)
     args.steps = args.steps or (8 if args.quick else 400)
     args.startup_repeats = args.startup_repeats or (1 if args.quick else 3)
+    args.busy_steps = args.busy_steps or (20 if args.quick else 300)
     if args.default_steps is None and args.quick:
         args.default_steps = 20
     if args.reference_steps is None:
@@ -119,22 +148,43 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def machine_info(args) -> dict:
-    cpu = platform.processor() or platform.machine()
+def cpu_info() -> dict:
+    """The CPU model and its bf16 instructions, from /proc/cpuinfo (None where unknown)."""
+    model, flags = None, None
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+        text = Path("/proc/cpuinfo").read_text()
     except OSError:
-        pass
+        text = ""
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip()
+        if key == "model name" and model is None:
+            model = value.strip()
+        elif key == "flags" and flags is None:
+            flags = set(value.split())
+    features = {flag: (flag in flags) if flags is not None else None for flag in BF16_FLAGS}
+    if flags is None:
+        summary = "unknown"
+    else:
+        summary = ", ".join(flag for flag in BF16_FLAGS if features[flag]) or "none"
+    return {"cpu_model": model or platform.processor() or platform.machine(),
+            "cpu_bf16_flags": features, "cpu_bf16": summary,
+            "cpu_has_amx": None if flags is None else bool(features["amx_bf16"] and features["amx_tile"]),
+            "cpu_has_avx512_bf16": features["avx512_bf16"],
+            "torch_cpu_capability": torch.backends.cpu.get_cpu_capability()}
+
+
+def machine_info(args) -> dict:
     import lightning
 
     info = {
-        "cpu_model": cpu,
+        **cpu_info(),
         "cpu_count": os.cpu_count(),
         "cpus_usable": len(os.sched_getaffinity(0)),
         "threads": args.threads,
+        "torch_default_threads": torch.get_num_threads(),
+        "openmp_user_env": {k: v for k, v in USER_ENV.items() if k.startswith(("OMP_", "GOMP_"))},
+        "openmp_gptlab_defaults": GPTLAB_OPENMP,
         "torch": torch.__version__,
         "lightning": lightning.__version__,
         "python": platform.python_version(),
@@ -147,21 +197,20 @@ def machine_info(args) -> dict:
     return info
 
 
-def child_env(args) -> dict:
-    threads = str(args.threads)
-    return {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
+def child_env(extra: dict | None = None) -> dict:
+    """The user's environment, without the OpenMP defaults gptlab set in this process: each
+    gptlab-train child sets its own; the reference loop runs as a user's plain script."""
+    return {**USER_ENV, "PYTHONUNBUFFERED": "1", **(extra or {})}
 
 
-def train_command(args, *overrides: str, probe: bool = False) -> list[str]:
-    """`gptlab-train overrides...` (or the first-step probe around the same main())."""
-    if probe:
-        head = [sys.executable, str(SCRIPTS / "first_step_probe.py")]
-    elif (BIN / "gptlab-train").is_file():
+def train_command(args, *overrides: str, threads: bool = True) -> list[str]:
+    """`gptlab-train overrides...` (threads=False: torch's own thread count, as shipped)."""
+    if (BIN / "gptlab-train").is_file():
         head = [str(BIN / "gptlab-train")]
     else:
         head = [sys.executable, "-m", "gptlab.train"]
     device = ["trainer.accelerator=cpu"] if args.device == "cpu" else ["trainer.accelerator=gpu"]
-    return [*head, *device, f"num_threads={args.threads}", *overrides]
+    return [*head, *device, *([f"num_threads={args.threads}"] if threads else []), *overrides]
 
 
 def peak_rss_poller(pid: int, peak: list[int]) -> threading.Thread:
@@ -213,6 +262,14 @@ def run_child(cmd: list[str], cwd: Path, env: dict, timeout: float, name: str) -
             "stdout": stdout, "stderr": stderr}
 
 
+def failed(error: Exception) -> dict:
+    """A run that failed, as a result: its first line and the last line of its stderr."""
+    lines = [x.strip() for x in str(error).splitlines() if x.strip()]
+    reason = lines[0] if len(lines) < 2 else f"{lines[0][:300]} ... {lines[-1][:300]}"
+    print(f"[benchmark] FAILED: {reason}", file=sys.stderr, flush=True)
+    return {"error": reason}
+
+
 def fresh_dir(path: Path) -> Path:
     shutil.rmtree(path, ignore_errors=True)
     return path
@@ -244,11 +301,47 @@ def compose(args, run_dir: Path, *overrides: str):
         ])
 
 
-# ------------------------------------------------------------------------------ 1. reference vs gptlab
+def build(node):
+    """An object of the composed config (Hydra's instantiate, as gptlab-train builds them)."""
+    from hydra.utils import instantiate
+
+    return instantiate(node, _convert_="all")
+
+
+def gptlab_metrics(run_dir: Path) -> dict:
+    return json.loads((run_dir / "metrics.json").read_text())
+
+
+def bench_train(args, name: str, overrides: list[str], *, threads: bool = True,
+                timeout: float = 7200) -> dict:
+    """One `gptlab-train` process in a fresh run directory: its metrics.json, peak RSS, times."""
+    run_dir = fresh_dir(args.workdir / "runs" / name)
+    overrides = [*overrides, f"hydra.run.dir={run_dir}"]
+    child = run_child(train_command(args, *overrides, threads=threads), args.workdir, child_env(),
+                      timeout=timeout, name=name)
+    m = gptlab_metrics(run_dir)
+    tokens_per_step = m["tokens_seen"] / m["steps"] if m["steps"] else math.nan
+    return {
+        "command": "gptlab-train " + " ".join(overrides),
+        "run_dir": str(run_dir),
+        "start": child["start"],
+        "steps": m["steps"],
+        "tokens_per_sec": m["tokens_per_sec"],
+        "train_steps_per_s": m["tokens_per_sec"] / tokens_per_step,
+        "steps_per_s_incl_val": m["steps"] / m["wall_seconds"] if m["wall_seconds"] else math.nan,
+        "fit_wall_seconds": m["wall_seconds"],
+        "command_wall_seconds": child["wall_s"],
+        "final_val_loss": m["final_val_loss"],
+        "best_val_loss": m["best_val_loss"],
+        "peak_rss_mb": child["maxrss_mb"],
+        "metrics": m,
+    }
+
+
+# ------------------------------------------------------------- 1./2. reference vs gptlab, precision
 def reference_tokens(args) -> tuple[Path, object]:
     """The corpus as full cl100k_base ids (gptlab's token cache, compact_vocab=false), saved
     for the reference loop's process."""
-    from gptlab.train import build
 
     cfg = compose(args, args.workdir / "runs" / "unused", "experiment=reference")
     datamodule = build(cfg.data)
@@ -259,15 +352,15 @@ def reference_tokens(args) -> tuple[Path, object]:
     return path, cfg
 
 
-def bench_reference(args, tokens_file: Path, name: str, env: dict | None = None) -> dict:
+def bench_reference(args, tokens_file: Path, name: str) -> dict:
     """The reference-style loop in a process of its own (scripts/reference_loop.py), as a user
-    runs the reference script: plain python, glibc's malloc defaults unless `env` says otherwise."""
+    runs the reference script: plain python, the user's environment."""
     settings = ReferenceSettings(eval_iters=2) if args.quick else ReferenceSettings()
     out = args.workdir / f"{name}.json"
     cmd = [sys.executable, str(SCRIPTS / "reference_loop.py"), str(tokens_file), "--steps", str(args.steps),
            "--eval-iters", str(settings.eval_iters), "--threads", str(args.threads),
            "--device", args.device, "--out", str(out), *(["--no-eval"] if args.no_reference_eval else [])]
-    run_child(cmd, args.workdir, {**child_env(args), **(env or {})}, timeout=7200, name=name)
+    run_child(cmd, args.workdir, child_env(), timeout=7200, name=name)
     result = json.loads(out.read_text())
     return {
         "steps": result["steps"],
@@ -278,47 +371,26 @@ def bench_reference(args, tokens_file: Path, name: str, env: dict | None = None)
         "wall_seconds": result["wall_seconds"],
         "final_val_estimate": result["final_val_estimate"],
         "vocab_size": result["vocab_size"],
-        "malloc_env": env or {},
         "eval": f"every {settings.eval_interval} steps, {settings.eval_iters} batches each of train "
                 "and val" if not args.no_reference_eval else "none",
     }
 
 
-def gptlab_metrics(run_dir: Path) -> dict:
-    return json.loads((run_dir / "metrics.json").read_text())
-
-
 def bench_gptlab_reference(args, steps: int, name: str, extra: tuple[str, ...] = ()) -> dict:
-    run_dir = fresh_dir(args.workdir.resolve() / "runs" / name)
-    overrides = ["experiment=reference", f"trainer.max_steps={steps}", f"hydra.run.dir={run_dir}", *extra]
+    overrides = ["experiment=reference", f"trainer.max_steps={steps}", *extra]
     if args.quick:  # a quick run validates on a few batches only
         overrides += ["trainer.limit_val_batches=10", "trainer.num_sanity_val_steps=0"]
-    child = run_child(train_command(args, *overrides), args.workdir, child_env(args),
-                      timeout=7200, name=name)
-    m = gptlab_metrics(run_dir)
-    tokens_per_step = 4 * 16
-    return {
-        "command": "gptlab-train " + " ".join(overrides),
-        "steps": m["steps"],
-        "train_steps_per_s": m["tokens_per_sec"] / tokens_per_step,
-        "steps_per_s_incl_val": m["steps"] / m["wall_seconds"] if m["wall_seconds"] else math.nan,
-        "fit_wall_seconds": m["wall_seconds"],
-        "command_wall_seconds": child["wall_s"],
-        "final_val_loss": m["final_val_loss"],
-        "peak_rss_mb": child["maxrss_mb"],
-        "validation": "exact val loss over the whole val split every 50 steps"
-                      + (" (--quick: 10 batches)" if args.quick else ""),
-    }
+    result = bench_train(args, name, overrides)
+    result["validation"] = ("exact val loss over the whole val split every 50 steps"
+                            + (" (--quick: 10 batches)" if args.quick else ""))
+    return result
 
 
-# ------------------------------------------------------------------------- 2. bare loop vs Lightning
+# ------------------------------------------------------------------------- 3. bare loop vs Lightning
 def bare_loop(args, cfg, steps: int, num_threads: int | None = None) -> dict:
     """gptlab's GPT, its AdamW groups and its data loader in a plain loop, no Lightning."""
     from gptlab.module import GPTModule
-    from gptlab.train import build
 
-    if cfg.tune_malloc:  # as gptlab.train.train does
-        keep_freed_memory()
     with threads(num_threads or args.threads):
         torch.manual_seed(cfg.seed)
         model_config, optim_config = build(cfg.model), build(cfg.optim)
@@ -360,7 +432,7 @@ def lightning_run(args, steps: int, name: str, *overrides: str, num_threads: int
 
     run_dir = fresh_dir(args.workdir.resolve() / "runs" / name)
     cfg = compose(args, run_dir, "experiment=reference", f"trainer.max_steps={steps}",
-                  # validation is timed apart by RunStats; keep it short here
+                  # validation is timed apart by gptlab's throughput statistics; keep it short here
                   "trainer.limit_val_batches=2", "trainer.num_sanity_val_steps=0",
                   *([f"num_threads={num_threads}"] if num_threads else []), *overrides)
     # Lightning's progress bar writes to stdout; keep stdout for the table
@@ -372,8 +444,13 @@ def lightning_run(args, steps: int, name: str, *overrides: str, num_threads: int
 
 
 def best_of(runs: list[dict]) -> dict:
-    best = max(runs, key=lambda r: r["train_steps_per_s"])
-    return {**best, "all_steps_per_s": [round(r["train_steps_per_s"], 3) for r in runs]}
+    """The fastest of the runs that finished (the last failure when none did)."""
+    done = [r for r in runs if "error" not in r]
+    if not done:
+        return runs[-1]
+    best = max(done, key=lambda r: r["train_steps_per_s"])
+    return {**best, "all_steps_per_s": [round(r["train_steps_per_s"], 3) for r in done],
+            "failed_runs": len(runs) - len(done)}
 
 
 def bench_overhead(args, cfg_reference) -> dict:
@@ -390,42 +467,24 @@ def bench_overhead(args, cfg_reference) -> dict:
             "overhead_pct": 100.0 * (bare["train_steps_per_s"] / lit["train_steps_per_s"] - 1.0)}
 
 
-def guard_every_log_step():
-    """DivergenceGuard checking every log_every_n_steps (and before checkpoints) on CPU too."""
-    from gptlab.resilience import DivergenceGuard
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        self._loss = outputs["loss"].detach() if isinstance(outputs, dict) else outputs.detach()
-        if trainer.global_step % trainer.log_every_n_steps == 0:
-            self._check(trainer, pl_module)
-
-    original = DivergenceGuard.on_train_batch_end
-    DivergenceGuard.on_train_batch_end = on_train_batch_end
-    return lambda: setattr(DivergenceGuard, "on_train_batch_end", original)
-
-
 def bench_ablations(args, cfg_reference, overhead: dict) -> list[dict]:
-    """Lightning variants, each against the bare loop: what each part of the overhead costs."""
+    """Lightning variants (config overrides only), each against the bare loop: what each part
+    of the overhead costs."""
     variants = [
-        ("no periodic checkpoint (~156 MB at full vocabulary, every 1,000 steps here)",
-         ("~callbacks.periodic_checkpoint",), None),
-        ("progress bar refresh_rate=50", ("callbacks.progress_bar.refresh_rate=50",), None),
-        ("no progress bar", ("~callbacks.progress_bar", "+trainer.enable_progress_bar=false"), None),
-        ("log_every_n_steps=50", ("trainer.log_every_n_steps=50",), None),
-        ("DivergenceGuard every log_every_n_steps", (), guard_every_log_step),
-        ("logger=none callbacks=none", ("logger=none", "callbacks=none"), None),
+        ("no periodic last.ckpt (~156 MB at full vocabulary, every 1,000 steps here)",
+         ("~callbacks.last_checkpoint",)),
+        ("progress bar refresh_rate=50", ("callbacks.progress_bar.refresh_rate=50",)),
+        ("no progress bar", ("~callbacks.progress_bar", "+trainer.enable_progress_bar=false")),
+        ("log_every_n_steps=50", ("trainer.log_every_n_steps=50",)),
+        ("logger=none callbacks=none", ("logger=none", "callbacks=none")),
     ]
     rows = []
-    for i, (label, overrides, patch) in enumerate(variants):
-        undo = patch() if patch else None
+    for i, (label, overrides) in enumerate(variants):
         try:
             run = lightning_run(args, args.steps, f"ablation-{i}", *overrides)
         except Exception as e:  # a variant the current config cannot take: say so, go on
             rows.append({"variant": label, "error": f"{type(e).__name__}: {e}"[:300]})
             continue
-        finally:
-            if undo:
-                undo()
         rows.append({"variant": label, "overrides": list(overrides),
                      "train_steps_per_s": run["train_steps_per_s"],
                      "overhead_pct": 100.0 * (overhead["bare"]["train_steps_per_s"]
@@ -489,57 +548,57 @@ def bench_profile(args, cfg_reference, out_dir: Path) -> dict:
     return result
 
 
-# -------------------------------------------------------------------------- 3. start-up, 4./5. default
+# --------------------------------------------------------------- 4. start-up, 5. default, 6. busy
 def warm_compact_cache(args) -> None:
     """The token cache of the default run and debug=fast (cl100k_base, compact) exists before
     they are measured: a first run's tokenization is a one-off cost, not start-up or memory."""
-    from gptlab.train import build
 
     build(compose(args, args.workdir / "runs" / "unused").data).prepare_data()
 
 
-def bench_startup(args) -> dict:
-    times = []
-    for i in range(args.startup_repeats):
-        run_dir = fresh_dir(args.workdir.resolve() / "runs" / f"startup-{i}")
-        overrides = ["debug=fast", "trainer.max_steps=3", f"hydra.run.dir={run_dir}"]
-        child = run_child(train_command(args, *overrides, probe=True), args.workdir, child_env(args),
-                          timeout=600, name=f"startup-{i}")
-        marks = [line for line in child["stderr"].splitlines() if line.startswith(FIRST_STEP_MARKER)]
-        if not marks:
-            raise RuntimeError(f"startup-{i}: no {FIRST_STEP_MARKER} line on stderr")
-        times.append(float(marks[0].split()[1]) - child["start"])
-    return {"command": "gptlab-train debug=fast trainer.max_steps=3 (first-step probe)",
-            "seconds": statistics.median(times), "all_seconds": [round(t, 3) for t in times],
-            "min_seconds": min(times)}
-
-
-def val_curve(run_dir: Path) -> list[tuple[int, float, float]]:
-    """(step, wall time, val/loss) from the run's TensorBoard event files."""
+def tensorboard_scalars(run_dir: Path, tag: str) -> list[tuple[int, float, float]]:
+    """(step, wall time, value) of one scalar in the run's TensorBoard event files."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     acc = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"scalars": 0})
     acc.Reload()
-    if "val/loss" not in acc.Tags().get("scalars", []):
+    if tag not in acc.Tags().get("scalars", []):
         return []
-    return [(e.step, e.wall_time, e.value) for e in acc.Scalars("val/loss")]
+    return [(e.step, e.wall_time, e.value) for e in acc.Scalars(tag)]
 
 
-def bench_default(args) -> dict:
-    run_dir = fresh_dir(args.workdir.resolve() / "runs" / "default")
-    overrides = [f"hydra.run.dir={run_dir}"]
-    if args.default_steps:
-        overrides += [f"trainer.max_steps={args.default_steps}",
-                      f"trainer.val_check_interval={max(1, args.default_steps // 2)}"]
-    child = run_child(train_command(args, *overrides), args.workdir, child_env(args), timeout=7200,
-                      name="default")
-    m = gptlab_metrics(run_dir)
-    curve = [(step, wall - child["start"], loss) for step, wall, loss in val_curve(run_dir)]
-    return {"command": "gptlab-train " + " ".join(overrides), "peak_rss_mb": child["maxrss_mb"],
-            "command_wall_seconds": child["wall_s"], "steps": m["steps"],
-            "final_val_loss": m["final_val_loss"], "best_val_loss": m["best_val_loss"],
-            "val_curve": [{"step": s, "seconds_since_command": round(t, 3), "val_loss": v}
-                          for s, t, v in curve]}
+def bench_startup(args) -> dict:
+    """Spawn of `gptlab-train debug=fast` to the wall time of its first train/loss record: what
+    the TensorBoard logger writes at the end of the first training step (log_every_n_steps=1)."""
+    times = []
+    for i in range(args.startup_repeats):
+        overrides = ["debug=fast", "trainer.max_steps=3", "trainer.log_every_n_steps=1", "logger=tensorboard"]
+        run = bench_train(args, f"startup-{i}", overrides, timeout=600)
+        records = tensorboard_scalars(Path(run["run_dir"]), "train/loss")
+        if not records:
+            raise RuntimeError(f"startup-{i}: no train/loss record in {run['run_dir']}/tensorboard")
+        times.append(min(wall for _, wall, _ in records) - run["start"])
+    return {"command": "gptlab-train debug=fast trainer.max_steps=3 trainer.log_every_n_steps=1 "
+                       "logger=tensorboard (first train/loss record in its TensorBoard events)",
+            "seconds": statistics.median(times), "all_seconds": [round(t, 3) for t in times],
+            "min_seconds": min(times)}
+
+
+def default_overrides(args) -> list[str]:
+    if not args.default_steps:
+        return []
+    return [f"trainer.max_steps={args.default_steps}",
+            f"trainer.val_check_interval={max(1, args.default_steps // 2)}"]
+
+
+def bench_default(args, name: str = "default", extra: tuple[str, ...] = ()) -> dict:
+    """The default run (its config's steps unless --default-steps), with its val/loss curve."""
+    run = bench_train(args, name, [*default_overrides(args), *extra])
+    curve = [(step, wall - run["start"], loss)
+             for step, wall, loss in tensorboard_scalars(Path(run["run_dir"]), "val/loss")]
+    run["val_curve"] = [{"step": s, "seconds_since_command": round(t, 3), "val_loss": v}
+                        for s, t, v in curve]
+    return run
 
 
 def time_to_loss(default: dict, target: float) -> float | None:
@@ -547,6 +606,36 @@ def time_to_loss(default: dict, target: float) -> float | None:
         if point["val_loss"] <= target:
             return point["seconds_since_command"]
     return None
+
+
+def bench_busy(args) -> dict:
+    """The default run as shipped (no num_threads: torch's own thread count; gptlab's OpenMP
+    defaults), `--busy-steps` steps quiet, then the same while one CPU-bound process competes."""
+    n = args.busy_steps
+    overrides = [f"trainer.max_steps={n}", f"trainer.val_check_interval={n}",
+                 "trainer.num_sanity_val_steps=0", "trainer.limit_val_batches=2"]  # validation: not timed
+    quiet = bench_train(args, "quiet", overrides, threads=False)
+    load_before_busy = list(os.getloadavg())
+    competitor = subprocess.Popen([sys.executable, "-c", COMPETITOR], env=child_env(),
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    began = time.time()
+    try:
+        busy = bench_train(args, "busy", overrides, threads=False)
+    finally:
+        competitor.kill()
+        _, status, usage = os.wait4(competitor.pid, 0)
+        competitor.returncode = os.waitstatus_to_exitcode(status)
+        competitor_seconds = time.time() - began
+    return {
+        "quiet": quiet, "busy": busy,
+        "ratio": busy["tokens_per_sec"] / quiet["tokens_per_sec"],
+        "competitor": f"{sys.executable} -c '{COMPETITOR}'",
+        # CPU time the competitor got over its life: ~1.0 when it held one core all along
+        "competitor_cores": (usage.ru_utime + usage.ru_stime) / competitor_seconds,
+        "load_average_quiet_end_busy_start": load_before_busy,
+        "threads": "no num_threads: torch's default in the child (here: "
+                   f"{args.torch_default_threads})",
+    }
 
 
 # ----------------------------------------------------------------------------------------- the table
@@ -557,12 +646,15 @@ def status(target_id: str, value) -> str:
     return "PASS" if (value >= threshold if op == ">=" else value <= threshold) else "FAIL"
 
 
-def row(row_id: str, name: str, value, unit: str, target_id: str | None = None, detail: str = "") -> dict:
+def row(row_id: str, name: str, value, unit: str, target_id: str | None = None, detail: str = "",
+        error: str | None = None) -> dict:
     entry = {"id": row_id, "name": name, "value": value, "unit": unit, "detail": detail}
     if target_id:
         op, threshold, _ = TARGETS[target_id]
         entry["target"] = f"{op} {threshold:g}"
         entry["status"] = status(target_id, value)
+    if error:
+        entry["status"], entry["error"] = "ERROR", error
     return entry
 
 
@@ -574,18 +666,46 @@ def fmt(value) -> str:
     return str(value)
 
 
+def header(info: dict) -> str:
+    amx = {True: "AMX", False: "no AMX", None: "AMX unknown"}[info["cpu_has_amx"]]
+    avx = {True: "AVX512-BF16", False: "no AVX512-BF16",
+           None: "AVX512-BF16 unknown"}[info["cpu_has_avx512_bf16"]]
+    return (f"gptlab benchmark: {info['cpu_model']} ({amx}, {avx}), {info['cpus_usable']} cores usable, "
+            f"threads={info['threads']}, torch {info['torch']}, device {info['device']}")
+
+
 def print_table(rows: list[dict], info: dict) -> str:
-    header = ("measurement", "value", "unit", "target", "status")
+    columns = ("measurement", "value", "unit", "target", "status")
     lines = [[r["name"], fmt(r["value"]), r["unit"], r.get("target", ""), r.get("status", "")] for r in rows]
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *lines, strict=True)]
-    out = [f"gptlab benchmark: {info['cpu_model']}, {info['cpus_usable']} cores usable, "
-           f"threads={info['threads']}, torch {info['torch']}, device {info['device']}",
-           "  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)),
+    widths = [max(len(str(x)) for x in col) for col in zip(columns, *lines, strict=True)]
+    out = [header(info),
+           "  ".join(h.ljust(w) for h, w in zip(columns, widths, strict=True)),
            "  ".join("-" * w for w in widths)]
-    out += ["  ".join(str(x).ljust(w) for x, w in zip(line, widths, strict=True)) for line in lines]
+    out += ["  ".join(str(x).ljust(w) for x, w in zip(line, widths, strict=True)).rstrip() for line in lines]
+    errors = [f"  {r['name']}: {r['error']}" for r in rows if r.get("error")]
+    if errors:
+        out += ["", "ERROR rows (their run failed):", *errors]
     text = "\n".join(out)
     print(text, flush=True)
     return text
+
+
+def precision_rows(setting: str, fp32: dict, bf16: dict, steps_label: str) -> list[dict]:
+    """fp32 against bf16-mixed: steps/s of each, their ratio, the final val loss each reaches."""
+    error = bf16.get("error")
+    key = setting.replace("=", "_").replace(" ", "_")
+    return [
+        row(f"{key}_fp32_steps_per_s", f"{setting}, fp32: train steps/s", fp32["train_steps_per_s"],
+            "steps/s"),
+        row(f"{key}_bf16_steps_per_s", f"{setting}, bf16-mixed: train steps/s",
+            None if error else bf16["train_steps_per_s"], "steps/s", detail=BF16, error=error),
+        row(f"{key}_bf16_vs_fp32", f"{setting}: bf16-mixed / fp32 steps/s",
+            None if error else bf16["train_steps_per_s"] / fp32["train_steps_per_s"], "x", error=error),
+        row(f"{key}_fp32_val_loss", f"{setting}, fp32: final val loss after {steps_label}",
+            fp32["final_val_loss"], "nats"),
+        row(f"{key}_bf16_val_loss", f"{setting}, bf16-mixed: final val loss after {steps_label}",
+            None if error else bf16["final_val_loss"], "nats", error=error),
+    ]
 
 
 def main(argv=None) -> int:
@@ -593,8 +713,9 @@ def main(argv=None) -> int:
     args.workdir = args.workdir.resolve()
     args.workdir.mkdir(parents=True, exist_ok=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    info = machine_info(args)  # before set_num_threads: torch_default_threads is torch's own
+    args.torch_default_threads = info["torch_default_threads"]
     torch.set_num_threads(args.threads)
-    info = machine_info(args)
     began = time.time()
     results: dict = {"machine": info, "settings": {
         k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}}
@@ -602,31 +723,41 @@ def main(argv=None) -> int:
     def stage(name: str):
         print(f"[benchmark] {name} ({time.time() - began:.0f} s)", file=sys.stderr, flush=True)
 
+    def attempt(fn, *a, **kw) -> dict:
+        try:
+            return fn(*a, **kw)
+        except RuntimeError as e:  # a failed child: recorded, the other rows still measured
+            return failed(e)
+
     tokens_file, cfg_reference = reference_tokens(args)
-    reference, gptlab_reference, reference_malloc = [], [], []
+    reference, gptlab_reference, gptlab_reference_bf16 = [], [], []
     for i in range(args.repeats):  # alternate, so a burst of load hits every side alike
         stage(f"1. reference-style loop ({i + 1}/{args.repeats})")
         reference.append(bench_reference(args, tokens_file, f"reference-loop-{i}"))
         stage(f"1. gptlab-train experiment=reference ({i + 1}/{args.repeats})")
         gptlab_reference.append(bench_gptlab_reference(args, args.steps, f"gptlab-reference-{i}"))
-        stage(f"1. reference-style loop with gptlab's malloc settings ({i + 1}/{args.repeats})")
-        reference_malloc.append(bench_reference(args, tokens_file, f"reference-loop-malloc-{i}",
-                                                env=MALLOC_ENV))
+        stage(f"2. gptlab-train experiment=reference {BF16} ({i + 1}/{args.repeats})")
+        gptlab_reference_bf16.append(attempt(bench_gptlab_reference, args, args.steps,
+                                             f"gptlab-reference-bf16-{i}", (BF16,)))
     results["reference_loop"] = best_of(reference)
     results["gptlab_reference"] = best_of(gptlab_reference)
-    results["reference_loop_gptlab_malloc"] = best_of(reference_malloc)
-    stage("2. bare loop vs Lightning")
+    results["gptlab_reference_bf16"] = best_of(gptlab_reference_bf16)
+    stage("3. bare loop vs Lightning")
     results["overhead"] = bench_overhead(args, cfg_reference)
     if args.ablations:
-        stage("2b. Lightning variants")
+        stage("3b. Lightning variants")
         results["ablations"] = bench_ablations(args, cfg_reference, results["overhead"])
     if args.profile:
-        stage("2c. cProfile")
+        stage("3c. cProfile")
         results["profile"] = bench_profile(args, cfg_reference, args.out.parent)
-    stage("4./5. default run")
+    stage("5. default run")
     warm_compact_cache(args)
     results["default_run"] = bench_default(args)
-    stage("3. start-up")
+    stage(f"2. default run, {BF16}")
+    results["default_run_bf16"] = attempt(bench_default, args, "default-bf16", (BF16,))
+    stage("6. quiet, then busy (one CPU-bound competitor)")
+    results["busy_machine"] = bench_busy(args)
+    stage("4. start-up")
     results["startup"] = bench_startup(args)
 
     # the reference's final val loss and wall time
@@ -655,41 +786,48 @@ def main(argv=None) -> int:
             "steps_per_s_incl_eval"],
     }
 
-    rl, ov = results["reference_loop"], results["overhead"]
-    rlm = results["reference_loop_gptlab_malloc"]
+    rl, ov, busy = results["reference_loop"], results["overhead"], results["busy_machine"]
+    default, default_bf16 = results["default_run"], results["default_run_bf16"]
     speedup = ref["train_steps_per_s"] / rl["train_steps_per_s"]
+    default_steps = f"{default['steps']} steps"
     rows = [
+        row("cpu_bf16", "CPU bf16 instructions (/proc/cpuinfo flags)", info["cpu_bf16"], "",
+            detail=f"{info['cpu_model']}; amx_bf16/amx_tile: AMX, avx512_bf16: AVX512-BF16"),
         row("reference_loop_steps_per_s", "reference-style loop: train steps/s", rl["train_steps_per_s"],
             "steps/s", detail=f"{rl['steps']} steps, estimate_loss excluded"),
         row("gptlab_reference_steps_per_s", "gptlab-train experiment=reference: train steps/s",
             ref["train_steps_per_s"], "steps/s",
             detail="metrics.json tokens_per_sec / 64, validation excluded"),
         row("speedup_vs_reference", "speed-up, train steps only", speedup, "x", "speedup_vs_reference"),
-        row("reference_loop_malloc_steps_per_s",
-            "reference-style loop with gptlab's malloc settings (informative): train steps/s",
-            rlm["train_steps_per_s"], "steps/s", detail=" ".join(f"{k}={v}" for k, v in MALLOC_ENV.items())),
-        row("speedup_same_malloc", "speed-up, same malloc settings on both sides (informative)",
-            ref["train_steps_per_s"] / rlm["train_steps_per_s"], "x",
-            detail="what the model and the loop gain alone, without gptlab.malloc's share"),
         row("speedup_incl_validation", "speed-up, validation included (informative)",
             ref["steps_per_s_incl_val"] / rl["steps_per_s_incl_eval"], "x",
             detail="each side with its own validation: exact val split every 50 vs 2x20 batches every 20"),
+        *precision_rows("experiment=reference", ref, results["gptlab_reference_bf16"],
+                        f"{ref['steps']} steps"),
         row("bare_steps_per_s", "gptlab GPT, bare PyTorch loop: steps/s", ov["bare"]["train_steps_per_s"],
             "steps/s"),
         row("lightning_steps_per_s", "gptlab GPT under Lightning (as shipped): steps/s",
             ov["lightning"]["train_steps_per_s"], "steps/s"),
         row("lightning_overhead_pct", "Lightning overhead at batch 4 x context 16", ov["overhead_pct"], "%",
             "lightning_overhead_pct"),
-        row("startup_s", "start-up to first training step (median)", results["startup"]["seconds"], "s",
+        row("startup_s", "start-up to first train/loss record (median)", results["startup"]["seconds"], "s",
             "startup_s"),
-        row("default_peak_rss_mb", "peak RSS of the default run", results["default_run"]["peak_rss_mb"],
+        row("default_peak_rss_mb", "peak RSS of the default run", default["peak_rss_mb"],
             "MB", "default_peak_rss_mb"),
+        *precision_rows("default run", default, default_bf16, default_steps),
         row("reference_val_loss", "reference's final val loss", target_loss, "nats", detail=source),
         row("default_time_to_reference_loss_s", "default run: time to that val loss", reached, "s",
             detail="command start to the first val/loss at or below it; n/a: not reached"),
         row("reference_wall_s", "reference run wall time", ref_wall, "s", detail=wall_source),
         row("time_to_reference_loss_fraction", "time to reference loss / reference wall time",
             None if reached is None else reached / ref_wall, "", "time_to_reference_loss_fraction"),
+        row("quiet_tokens_per_s", "default run as shipped, quiet: tokens/s", busy["quiet"]["tokens_per_sec"],
+            "tokens/s", detail=f"{args.busy_steps} steps, no num_threads (torch's default: "
+                                      f"{info['torch_default_threads']} threads)"),
+        row("busy_tokens_per_s", "... with one CPU-bound competitor: tokens/s",
+            busy["busy"]["tokens_per_sec"], "tokens/s",
+            detail=f"competitor held {busy['competitor_cores']:.2f} cores meanwhile"),
+        row("busy_quiet_ratio", "busy / quiet tokens/s", busy["ratio"], "", "busy_quiet_ratio"),
     ]
     for ablation in results.get("ablations", []):
         if "overhead_pct" in ablation:
@@ -703,6 +841,11 @@ def main(argv=None) -> int:
     args.out.write_text(json.dumps(results, indent=2, default=str) + "\n")
     print(f"Wrote {args.out} ({info['benchmark_seconds']:.0f} s; load average "
           f"{info['load_average_start'][0]:.1f} -> {info['load_average_end'][0]:.1f})", flush=True)
+    errors = [r["name"] for r in rows if r.get("error")]
+    if errors:
+        print(f"benchmark: {len(errors)} row(s) without a value, their run failed (see ERROR rows)",
+              file=sys.stderr)
+        return 1
     return 0
 
 
