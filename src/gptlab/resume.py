@@ -33,7 +33,8 @@ ARCHITECTURE_KEYS = ("vocab_size", "context_length", "d_model", "num_heads", "nu
 
 
 def override_key(override: str) -> str:
-    return override.split("=", 1)[0].lstrip("+~")
+    """`+model.x=1` -> `model.x`"""
+    return str(override).split("=", 1)[0].lstrip("+~")
 
 
 def newest_overrides(run_dir: Path) -> list[str]:

@@ -33,6 +33,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from gptlab.errors import ConfigError, Task
+from gptlab.resume import override_key
 
 log = logging.getLogger(__name__)
 
@@ -91,10 +92,6 @@ def one_line(error: BaseException) -> str:
 # Overrides that say how a job was launched, not what it computes: a job re-launched by
 # `gptlab-train resume=<sweep dir>` is the same job with or without them.
 LAUNCH_KEYS = ("resume", "ckpt_path")
-
-
-def override_key(override: str) -> str:
-    return str(override).split("=", 1)[0].lstrip("+~")
 
 
 def job_identity(overrides: list[str]) -> list[str]:
