@@ -7,6 +7,7 @@ import itertools
 import logging
 import os
 import socket
+import subprocess
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -203,7 +204,7 @@ def test_train_windows_use_train_positions_only(dm):
     assert loader.sampler.num_starts == n_train - T  # the last start still ends inside train
     offsets = torch.arange(T + 1)
     highest = 0
-    for starts, (x, y) in zip(list(loader.sampler), loader, strict=True):
+    for starts, (x, y) in itertools.islice(zip(loader.sampler, loader, strict=True), 200):  # endless
         starts = torch.tensor(starts)
         highest = max(highest, int(starts.max()) + T)  # last token position the window reads
         window = dm.train_tokens[starts[:, None] + offsets]
@@ -280,13 +281,18 @@ def test_sampler_bounds_and_repeat():
 class Mirror:
     """A real HTTP server on 127.0.0.1 that serves `files` and counts GET requests per path."""
 
-    def __init__(self, files: dict[str, bytes]):
-        self.files, self.hits = files, {}
+    def __init__(self, files: dict[str, bytes], redirects: dict[str, str] | None = None):
+        self.files, self.hits, self.redirects = files, {}, redirects or {}
         mirror = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self):  # noqa: N802
                 mirror.hits[self.path] = mirror.hits.get(self.path, 0) + 1
+                if self.path in mirror.redirects:
+                    self.send_response(302)
+                    self.send_header("Location", mirror.redirects[self.path])
+                    self.end_headers()
+                    return
                 body = mirror.files.get(self.path)
                 if body is None:
                     self.send_error(404)
@@ -351,6 +357,38 @@ def test_datamodule_downloads_through_mirror(mirror, tmp_path):
     assert module.vocab_size == 3771
     assert (tmp_path / "data" / "sales_textbook.txt").is_file()
     assert [p.suffix for p in (tmp_path / "cache").iterdir()] == [".npz"]
+
+
+def test_every_redirect_hop_is_checked_and_an_untrusted_one_saves_nothing(mirror, tmp_path, corpus_path):
+    """A redirect to plain http on another host is refused before it is followed; a redirect
+    to another path of the same loopback mirror is fine."""
+    mirror.redirects["/evil/sales_textbook.txt"] = "http://example.invalid/sales_textbook.txt"
+    mirror.redirects["/moved/sales_textbook.txt"] = mirror.url("/mirror/sales_textbook.txt")
+    with pytest.raises(ConfigError, match="example.invalid.*redirect from"):
+        resolve_corpus(mirror.url("/evil/sales_textbook.txt"), None, SALES_TEXTBOOK_SHA256, tmp_path / "bad")
+    assert not (tmp_path / "bad").exists() or not list((tmp_path / "bad").iterdir())
+    moved = mirror.url("/moved/sales_textbook.txt")
+    assert resolve_corpus(moved, None, SALES_TEXTBOOK_SHA256, tmp_path / "ok").read_bytes() == \
+        corpus_path.read_bytes()
+
+
+def test_a_killed_download_leaves_nothing_after_the_next_start(mirror, tmp_path):
+    """A download killed mid-way leaves .<name>.<pid>.part behind (its pid gone); the next start
+    removes it. A part file of a live download (another running process) is left alone."""
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    (data_dir / f".sales_textbook.txt.{dead.pid}.part").write_bytes(b"half a file")
+    running = subprocess.Popen(["sleep", "60"])
+    live = data_dir / f".sales_textbook.txt.{running.pid}.part"
+    live.write_bytes(b"in progress")
+    try:
+        resolve_corpus(mirror.url("/mirror/sales_textbook.txt"), None, SALES_TEXTBOOK_SHA256, data_dir)
+    finally:
+        running.kill()
+        running.wait()
+    assert sorted(p.name for p in data_dir.iterdir()) == [live.name, "sales_textbook.txt"]
 
 
 def test_download_wrong_sha256_leaves_nothing(mirror, tmp_path):

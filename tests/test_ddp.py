@@ -76,12 +76,6 @@ def test_ddp_cpu_under_multirun_runs_each_job_once(tmp_path):
         assert (job_dir / "train.log").read_text().count("Done: ") == 1  # trained once
 
 
-def test_bf16_mixed_precision_with_compile_on_cpu(tmp_path):
-    check(run_cli("debug=fast", "model.compile=true", "trainer.precision=bf16-mixed", "trainer.max_steps=20",
-                  "hydra.run.dir=run", cwd=tmp_path, timeout=600))
-    assert read_metrics(tmp_path / "run")["steps"] == 20
-
-
 def test_compiled_model_checkpoint_loads_uncompiled_with_identical_logits(tmp_path):
     torch.set_num_threads(1)
     tokenizer = Tokenizer("cl100k_base", list(range(50)))
