@@ -175,10 +175,9 @@ def check_targets(node: Any, where: str = "") -> None:
 
 
 def build(node: DictConfig, where: str, **kwargs) -> Any:
-    """Instantiate a checked node. A ConfigError from the class surfaces as itself; any other
-    error raised while building is bad input too (e.g. trainer.precision=17): one paragraph
-    naming the group."""
-    check_targets(node, where)
+    """Instantiate a node whose targets check_targets passed (gptlab-train checks the whole
+    config first). A ConfigError from the class surfaces as itself; any other error raised while
+    building is bad input too (e.g. trainer.precision=17): one paragraph naming the group."""
     try:
         return instantiate(node, _convert_="all", **kwargs)
     except InstantiationException as e:

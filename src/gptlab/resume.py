@@ -65,9 +65,9 @@ def sweep_overrides(sweep_dir: Path) -> list[str]:
 
 def trusted(overrides: list[str], source: Path) -> list[str]:
     """The overrides minus those that could run code; the skipped ones are named on stderr."""
-    kept = [o for o in overrides if "_target_" not in o and not override_key(o).startswith("hydra")
-            and override_key(o) not in ("resume", "ckpt_path")]
-    skipped = [o for o in overrides if o not in kept and override_key(o) not in ("resume", "ckpt_path")]
+    replayable = [o for o in overrides if override_key(o) not in ("resume", "ckpt_path")]
+    kept = [o for o in replayable if "_target_" not in o and not override_key(o).startswith("hydra")]
+    skipped = [o for o in replayable if o not in kept]
     if skipped:
         print(f"gptlab-train: resume: not replaying {len(skipped)} override(s) saved in {source} that "
               f"could run code or move the run: {' '.join(skipped)}. Give them on the command line if "
