@@ -14,8 +14,8 @@ from hydra import compose, initialize_config_module
 
 import gptlab.train  # noqa: F401 - registers the config schemas and resolvers
 from gptlab.checkpoints import load_module
-from gptlab.data import Tokenizer
-from gptlab.model import GPTConfig
+from gptlab.data.tokenizer import Tokenizer
+from gptlab.model.gpt import GPTConfig
 from gptlab.module import GPTModule, OptimConfig
 
 FAST_TOKENS = 30 * 8 * 32  # debug=fast: steps x batch x context, per rank

@@ -1,12 +1,8 @@
 """Find, download and verify the raw text corpus.
 
-The corpus is fetched at most once: a file already in the data directory with the right
-sha256 is reused, and a download lands under its final name only after its checksum matched.
-The data directory may be read-only (a shared mount); nothing here writes into it unless a
-download is really needed.
-"""
-
-from __future__ import annotations
+Fetched at most once: a file in the data directory with the right sha256 is reused, and a download
+lands under its final name only once its checksum matched. The data directory may be a read-only
+shared mount: nothing is written into it unless a download is really needed."""
 
 import contextlib
 import hashlib
@@ -34,27 +30,22 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def resolve_corpus(
-    url: str | None, path: str | None, sha256: str | None, data_dir: str | Path, timeout: float = 30.0
-) -> Path:
+def resolve_corpus(url: str | None, path: str | None, sha256: str | None, data_dir: str | Path,
+                   timeout: float = 30.0) -> Path:
     """Return the path of a verified corpus file: `path` if given, else the download of `url`."""
     if path:
         corpus = Path(path).expanduser()
         if not corpus.is_file():
-            raise ConfigError(
-                f"data.path: no file at '{corpus}'. Check the path (relative paths are taken from "
-                f"'{Path.cwd()}') or unset data.path to download data.url."
-            )
+            raise ConfigError(f"data.path: no file at '{corpus}'. Check the path (relative paths are taken "
+                              f"from '{Path.cwd()}') or unset data.path to download data.url.")
         if sha256 and sha256_of(corpus) != sha256:
-            raise ConfigError(
-                f"data.sha256: '{corpus}' does not have the expected sha256 {sha256}. "
-                "Use the right file, or set data.sha256=null to skip the check."
-            )
+            raise ConfigError(f"data.sha256: '{corpus}' does not have the expected sha256 {sha256}. "
+                              "Use the right file, or set data.sha256=null to skip the check.")
         return corpus
     if not url:
         raise ConfigError("data.url and data.path are both empty: set one of them.")
 
-    target = Path(data_dir).expanduser() / filename_from_url(url)
+    target = Path(data_dir).expanduser() / (Path(unquote(urlparse(url).path)).name or "corpus.txt")
     remove_stale_parts(target)
     if target.is_file():
         if sha256 is None or sha256_of(target) == sha256:
@@ -65,21 +56,15 @@ def resolve_corpus(
     return target
 
 
-def filename_from_url(url: str) -> str:
-    name = Path(unquote(urlparse(url).path)).name
-    return name or "corpus.txt"
-
-
 def check_url(url: str, redirected_from: str | None = None) -> None:
     """Only HTTPS, or plain HTTP to this machine itself (local mirrors and tests)."""
     parsed = urlparse(url)
     if parsed.scheme == "https" or (parsed.scheme == "http" and parsed.hostname in LOOPBACK_HOSTS):
         return
     via = f" (a redirect from '{redirected_from}')" if redirected_from else ""
-    raise ConfigError(
-        f"data.url: '{url}'{via} is not an https:// address. Downloads go over HTTPS only "
-        "(plain http is allowed to 127.0.0.1/localhost); fix the URL or set data.path to a local file."
-    )
+    raise ConfigError(f"data.url: '{url}'{via} is not an https:// address. Downloads go over HTTPS only "
+                      "(plain http is allowed to 127.0.0.1/localhost); fix the URL or set data.path to a "
+                      "local file.")
 
 
 def check_redirect(response: requests.Response, *args, **kwargs) -> None:
@@ -93,8 +78,7 @@ def remove_stale_parts(target: Path) -> None:
     for part in target.parent.glob(f".{target.name}.*.part"):
         pid = part.name[len(target.name) + 2 : -len(".part")]
         try:
-            os.kill(int(pid), 0)
-            continue  # its download is still running
+            os.kill(int(pid), 0)  # its download is still running: keep it
         except ProcessLookupError:
             with contextlib.suppress(OSError):  # a read-only data directory keeps it
                 part.unlink()
@@ -109,36 +93,30 @@ def download(url: str, target: Path, sha256: str | None, timeout: float = 30.0) 
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise ConfigError(
-            f"paths.data_dir: cannot create '{target.parent}' ({e.strerror}). Point paths.data_dir "
-            "(or GPTLAB_DATA_DIR) at a writable folder, or set data.path to a local copy."
-        ) from e
+        raise ConfigError(f"paths.data_dir: cannot create '{target.parent}' ({e.strerror}). Point "
+                          "paths.data_dir (or GPTLAB_DATA_DIR) at a writable folder, or set data.path to a "
+                          "local copy.") from e
     log.info("Downloading %s to %s", url, target)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.part")  # the pid tells a killed download
     digest = hashlib.sha256()
     try:
-        with open(tmp, "wb") as out:
-            hooks = {"response": check_redirect}
-            with requests.get(url, stream=True, timeout=timeout, hooks=hooks) as response:
-                response.raise_for_status()
-                total = int(response.headers.get("content-length", 0)) or None
-                with tqdm(total=total, unit="B", unit_scale=True, desc=target.name) as bar:
-                    for chunk in response.iter_content(CHUNK):
-                        out.write(chunk)
-                        digest.update(chunk)
-                        bar.update(len(chunk))
+        hooks = {"response": check_redirect}
+        with open(tmp, "wb") as out, requests.get(url, stream=True, timeout=timeout, hooks=hooks) as response:
+            response.raise_for_status()
+            total = int(response.headers.get("content-length", 0)) or None
+            with tqdm(total=total, unit="B", unit_scale=True, desc=target.name) as bar:
+                for chunk in response.iter_content(CHUNK):
+                    out.write(chunk)
+                    digest.update(chunk)
+                    bar.update(len(chunk))
         if sha256 is not None and digest.hexdigest() != sha256:
-            raise ConfigError(
-                f"data.sha256: the file downloaded from {url} has sha256 {digest.hexdigest()}, "
-                f"expected {sha256}. Nothing was saved. Check data.url, or set data.sha256=null "
-                "if the file is meant to change."
-            )
+            raise ConfigError(f"data.sha256: the file downloaded from {url} has sha256 {digest.hexdigest()}, "
+                              f"expected {sha256}. Nothing was saved. Check data.url, or set "
+                              "data.sha256=null if the file is meant to change.")
         os.replace(tmp, target)
     except requests.RequestException as e:
-        raise ConfigError(
-            f"Could not download the corpus from {url} to {target}: {e.__class__.__name__}. "
-            "Without a network, place the file there or set data.path to a local copy."
-        ) from e
+        raise ConfigError(f"Could not download the corpus from {url} to {target}: {e.__class__.__name__}. "
+                          "Without a network, place the file there or set data.path to a local copy.") from e
     finally:
         tmp.unlink(missing_ok=True)
 
@@ -152,13 +130,10 @@ def read_text(path: Path) -> str:
     if not raw.strip():
         raise ConfigError(f"The corpus file '{path}' is empty. Point data.path at a text file.")
     if b"\x00" in raw:
-        raise ConfigError(
-            f"The corpus file '{path}' looks binary (it holds NUL bytes); use a UTF-8 text file."
-        )
+        raise ConfigError(f"The corpus file '{path}' looks binary (it holds NUL bytes); use a UTF-8 "
+                          "text file.")
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise ConfigError(
-            f"The corpus file '{path}' is not UTF-8 text (bad byte at offset {e.start}). "
-            "Convert it to UTF-8, e.g. `iconv -t UTF-8`."
-        ) from e
+        raise ConfigError(f"The corpus file '{path}' is not UTF-8 text (bad byte at offset {e.start}). "
+                          "Convert it to UTF-8, e.g. `iconv -t UTF-8`.") from e

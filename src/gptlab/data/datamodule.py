@@ -1,13 +1,10 @@
 """LightningDataModule: corpus -> token cache -> 90/10 split -> batches of windows.
 
-Train batches are random windows of `context_length + 1` tokens, like the seed articles'
-`get_batch`; under DDP each rank draws its own windows. Validation walks every
-non-overlapping window of the val split once, in order, so the val loss is exact and the
-same from run to run.
-"""
+Train batches are random windows of `context_length + 1` tokens, like the seed articles' `get_batch`;
+each DDP rank draws its own. Validation walks every non-overlapping window of the val split once, in
+order, so the val loss is exact and the same from run to run."""
 
-from __future__ import annotations
-
+import itertools
 import logging
 import os
 import tempfile
@@ -25,19 +22,14 @@ from gptlab.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-SALES_TEXTBOOK_URL = (
-    "https://huggingface.co/datasets/goendalf666/sales-textbook_for_convincing_and_selling"
-    "/resolve/main/sales_textbook.txt"
-)
+SALES_TEXTBOOK_URL = ("https://huggingface.co/datasets/goendalf666/sales-textbook_for_convincing_and_selling"
+                      "/resolve/main/sales_textbook.txt")
 SALES_TEXTBOOK_SHA256 = "1994f20f5becd3f0b3d7a632e5a68513cc38cf6c9737a9f38243f1b652e962da"
 
 
 class Windows(Dataset):
-    """Windows of `context_length + 1` tokens; an item is a whole batch, given its start offsets.
-
-    Indexing with a list of starts gathers the batch in one tensor operation instead of
-    collating `batch_size` small tensors, which matters for batch 4 x context 16.
-    """
+    """Windows of `context_length + 1` tokens. An item is a whole batch, given its start offsets:
+    one gather instead of collating `batch_size` small tensors (it matters at batch 4 x context 16)."""
 
     def __init__(self, tokens: torch.Tensor, context_length: int):
         self.tokens = tokens
@@ -53,12 +45,9 @@ class Windows(Dataset):
 
 
 class RandomWindowSampler(Sampler[list[int]]):
-    """Endless batches of random start offsets; batch i is a pure function of (seed, rank, i).
-
-    Training is one endless epoch that `trainer.max_steps` ends. A run continued from a
-    checkpoint at step n starts at batch n, so it trains on exactly the batches the stopped run
-    would have drawn next. With `repeat`, batch i is batch i % repeat: the same few over and over.
-    """
+    """Endless batches of random start offsets (one epoch that `trainer.max_steps` ends). Batch i is a
+    pure function of (seed, rank, i): a run continued from step n draws the batches the stopped run
+    would have drawn next. With `repeat`, batch i is batch i % repeat."""
 
     def __init__(self, num_starts: int, batch_size: int, seed: int, rank: int = 0, world_size: int = 1,
                  start: int = 0, repeat: int | None = None):
@@ -67,13 +56,11 @@ class RandomWindowSampler(Sampler[list[int]]):
         self.start, self.repeat = start, repeat
 
     def __iter__(self):
-        i = self.start
-        while True:
+        for i in itertools.count(self.start):
             key = i % self.repeat if self.repeat else i
             entropy = np.random.SeedSequence([self.seed, self.rank, self.world_size, key])
             generator = torch.Generator().manual_seed(int(entropy.generate_state(1)[0]))
             yield torch.randint(self.num_starts, (self.batch_size,), generator=generator).tolist()
-            i += 1
 
 
 class GPTDataModule(L.LightningDataModule):
@@ -114,12 +101,10 @@ class GPTDataModule(L.LightningDataModule):
         self.data_dir, self.cache_dir = Path(data_dir), Path(cache_dir)
         self.seed, self.repeat_batches = seed, repeat_batches
         self._corpus: Path | None = None
-        self.given_tokenizer = tokenizer  # a checkpoint's (gptlab-eval): encode the text with it
+        self.given_tokenizer = tokenizer
         self.tokenizer: Tokenizer | None = None
-        self.train_tokens: torch.Tensor | None = None
-        self.val_tokens: torch.Tensor | None = None
+        self.train_tokens = self.val_tokens = None  # token ids, torch.Tensor each once set up
 
-    # ---------------------------------------------------------------- corpus and token cache
     def corpus_path(self) -> Path:
         if self._corpus is None:
             self._corpus = resolve_corpus(self.url, self.path, self.sha256, self.data_dir)
@@ -139,17 +124,11 @@ class GPTDataModule(L.LightningDataModule):
         if self.load_cache(cache) is not None:
             return
         log.info("Tokenizing %s with %s", corpus, self.encoding)
-        text = read_text(corpus)
-        tokenizer = Tokenizer(self.encoding)
-        tiktoken_ids = tokenizer.encode_tiktoken(text)
+        tiktoken_ids = Tokenizer(self.encoding).encode_tiktoken(read_text(corpus))
         tokenizer = Tokenizer.fit(self.encoding, tiktoken_ids, self.compact_vocab)
         ids = tokenizer.to_model_ids(tiktoken_ids).astype(np.uint32)
         vocab = np.asarray([] if tokenizer.vocab is None else tokenizer.vocab, dtype=np.int64)
-        self.write_cache(cache, ids, vocab)
-        log.info("Wrote token cache %s (%d tokens, vocab_size %d)", cache, len(ids), tokenizer.vocab_size)
-
-    def write_cache(self, cache: Path, ids: np.ndarray, vocab: np.ndarray) -> None:
-        """Write to a temporary file and rename it, so a crash never leaves half a cache."""
+        # a temporary file renamed once whole: a crash never leaves half a cache
         cache.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{cache.name}.", suffix=".tmp", dir=cache.parent)
         try:
@@ -158,6 +137,7 @@ class GPTDataModule(L.LightningDataModule):
             os.replace(tmp, cache)
         finally:
             Path(tmp).unlink(missing_ok=True)
+        log.info("Wrote token cache %s (%d tokens, vocab_size %d)", cache, len(ids), tokenizer.vocab_size)
 
     def load_cache(self, cache: Path) -> tuple[np.ndarray, np.ndarray] | None:
         """The cached (ids, vocab), or None when the cache is missing or damaged."""
@@ -173,7 +153,6 @@ class GPTDataModule(L.LightningDataModule):
             return None
         return ids, vocab
 
-    # ---------------------------------------------------------------- split and loaders
     def setup(self, stage: str | None = None) -> None:
         if self.tokenizer is not None:
             return
@@ -181,12 +160,9 @@ class GPTDataModule(L.LightningDataModule):
             tokenizer = Tokenizer.from_state_dict(self.given_tokenizer)
             ids = tokenizer.to_model_ids(tokenizer.encode_tiktoken(read_text(self.corpus_path())))
         else:
+            self.prepare_data()  # builds the cache unless it is there and whole (e.g. rank 0 built it)
             cache = self.cache_path(self.corpus_path())
-            loaded = self.load_cache(cache)
-            if loaded is None:
-                self.prepare_data()
-                loaded = self.load_cache(cache)
-            ids, vocab = loaded
+            ids, vocab = self.load_cache(cache)
             log.info("Loaded token cache %s (%d tokens)", cache, len(ids))
             tokenizer = Tokenizer(self.encoding, vocab if len(vocab) else None)
 
@@ -195,25 +171,19 @@ class GPTDataModule(L.LightningDataModule):
         train_tokens, val_tokens = tokens[:n_train], tokens[n_train:]
         for split, part in (("train", train_tokens), ("val", val_tokens)):
             if len(part) < self.context_length + 1 and (split == "val" or stage == "fit"):
-                raise ConfigError(
-                    f"data.context_length={self.context_length}: the {split} split holds only "
-                    f"{len(part)} tokens, fewer than one window of context_length + 1. Lower "
-                    "data.context_length, change data.val_fraction, or use a longer corpus."
-                )
+                raise ConfigError(f"data.context_length={self.context_length}: the {split} split holds only "
+                                  f"{len(part)} tokens, fewer than one window of context_length + 1. Lower "
+                                  "data.context_length, change data.val_fraction, or use a longer corpus.")
         # set only once the split is valid: `self.tokenizer` marks setup as done
-        self.train_tokens, self.val_tokens = train_tokens, val_tokens
-        self.tokenizer = tokenizer
+        self.train_tokens, self.val_tokens, self.tokenizer = train_tokens, val_tokens, tokenizer
 
     @property
     def vocab_size(self) -> int:
-        if self.tokenizer is None:
-            self.prepare_data()
-            self.setup()
+        self.setup()  # a no-op once set up; else it prepares the data first if need be
         return self.tokenizer.vocab_size
 
     def _rank(self) -> tuple[int, int]:
-        trainer = self.trainer
-        return (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
+        return (self.trainer.global_rank, self.trainer.world_size) if self.trainer is not None else (0, 1)
 
     def train_dataloader(self) -> DataLoader:
         rank, world_size = self._rank()
@@ -232,14 +202,9 @@ class GPTDataModule(L.LightningDataModule):
         return self._loader(windows, batches[rank::world_size])
 
     def _loader(self, windows: Windows, sampler) -> DataLoader:
-        return DataLoader(
-            windows,
-            sampler=sampler,
-            batch_size=None,  # each item already is a batch
-            num_workers=self.num_workers,
-            persistent_workers=self.num_workers > 0,
-            pin_memory=torch.cuda.is_available(),
-            # its own generator: creating an iterator then draws no number from torch's global
-            # RNG, which a resumed run would otherwise see in a different state (dropout masks)
-            generator=torch.Generator().manual_seed(self.seed),
-        )
+        # its own generator: creating an iterator then draws no number from torch's global
+        # RNG, which a resumed run would otherwise see in a different state (dropout masks)
+        generator = torch.Generator().manual_seed(self.seed)
+        return DataLoader(windows, sampler=sampler, batch_size=None,  # each item already is a batch
+                          num_workers=self.num_workers, persistent_workers=self.num_workers > 0,
+                          pin_memory=torch.cuda.is_available(), generator=generator)

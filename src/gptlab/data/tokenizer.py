@@ -1,13 +1,8 @@
 """tiktoken encodings, optionally narrowed to a compact vocabulary.
 
-With `compact_vocab`, only the tiktoken ids that occur in the corpus are kept and renumbered
-0..V-1, so the embedding table and the output head hold 3,771 rows for the sales textbook
-under cl100k_base instead of 100,070. The mapping is a sorted id list: model id i is
-tiktoken id `vocab[i]`. It is stored in checkpoints, so a checkpoint alone can encode and
-decode prompts.
-"""
-
-from __future__ import annotations
+With `compact_vocab`, only the tiktoken ids that occur in the corpus are kept, renumbered 0..V-1:
+3,771 embedding and head rows for the sales textbook under cl100k_base instead of 100,070. Model id i
+is tiktoken id `vocab[i]`; checkpoints store `vocab`, so they alone can encode and decode prompts."""
 
 import numpy as np
 import tiktoken
@@ -19,44 +14,31 @@ def check_encoding(name: str) -> None:
     """Fail on an unknown encoding name at once, before any download or tokenization."""
     known = tiktoken.list_encoding_names()
     if name not in known:
-        raise ConfigError(
-            f"data.encoding: '{name}' is not a tiktoken encoding. Choose one of: {', '.join(known)}."
-        )
-
-
-def load_encoding(name: str) -> tiktoken.Encoding:
-    """tiktoken.get_encoding with errors that say which key to fix and where the cache lives."""
-    check_encoding(name)
-    try:
-        return tiktoken.get_encoding(name)
-    except Exception as e:  # network errors come from requests, cache errors from tiktoken
-        raise ConfigError(
-            f"data.encoding: tiktoken could not load '{name}' ({e.__class__.__name__}: {e}). "
-            "It downloads its files once and caches them; without a network, point "
-            "TIKTOKEN_CACHE_DIR at a folder that holds the cached files."
-        ) from e
+        raise ConfigError(f"data.encoding: '{name}' is not a tiktoken encoding. Choose one of: "
+                          f"{', '.join(known)}.")
 
 
 class Tokenizer:
     """Text <-> model ids. `vocab` is None for the full tiktoken vocabulary."""
 
     def __init__(self, encoding: str, vocab: list[int] | np.ndarray | None = None):
-        self.encoding_name = encoding
-        self.encoding = load_encoding(encoding)
-        self.vocab = None if vocab is None else np.asarray(vocab, dtype=np.int64)
-        if self.vocab is not None and np.any(np.diff(self.vocab) <= 0):
-            raise ValueError("a compact vocabulary must be sorted and without duplicates")
+        check_encoding(encoding)  # an unknown name lists the known ones, not tiktoken's bare KeyError
+        try:
+            self.encoding = tiktoken.get_encoding(encoding)
+        except Exception as e:  # network errors come from requests, cache errors from tiktoken
+            raise ConfigError(f"data.encoding: tiktoken could not load '{encoding}' ({e.__class__.__name__}: "
+                              f"{e}). It downloads its files once and caches them; without a network, point "
+                              "TIKTOKEN_CACHE_DIR at a folder that holds the cached files.") from e
+        self.vocab = None if vocab is None else np.asarray(vocab, dtype=np.int64)  # sorted: from np.unique
 
     @classmethod
-    def fit(cls, encoding: str, token_ids: np.ndarray, compact: bool) -> Tokenizer:
+    def fit(cls, encoding: str, token_ids: np.ndarray, compact: bool) -> "Tokenizer":
         """Build the tokenizer for a tokenized corpus: compact keeps the ids that occur."""
         return cls(encoding, np.unique(token_ids) if compact else None)
 
     @property
     def vocab_size(self) -> int:
-        if self.vocab is not None:
-            return len(self.vocab)
-        return self.encoding.max_token_value + 1
+        return self.encoding.max_token_value + 1 if self.vocab is None else len(self.vocab)
 
     def encode_tiktoken(self, text: str) -> np.ndarray:
         """Raw tiktoken ids; special-token text is treated as plain text."""
@@ -66,15 +48,13 @@ class Tokenizer:
         if self.vocab is None:
             return tiktoken_ids.astype(np.int64)
         idx = np.searchsorted(self.vocab, tiktoken_ids)
-        idx_clipped = np.minimum(idx, len(self.vocab) - 1)
-        missing = self.vocab[idx_clipped] != tiktoken_ids
+        missing = self.vocab[np.minimum(idx, len(self.vocab) - 1)] != tiktoken_ids
         if missing.any():
             pieces = sorted({self.encoding.decode([int(t)]) for t in tiktoken_ids[missing]})
-            raise ConfigError(
-                f"The text holds {len(pieces)} token(s) the compact vocabulary has never seen "
-                f"({', '.join(repr(p) for p in pieces[:10])}). Use text made of the corpus's tokens, "
-                "or train with data.compact_vocab=false (the whole tiktoken vocabulary)."
-            )
+            raise ConfigError(f"The text holds {len(pieces)} token(s) the compact vocabulary has never seen "
+                              f"({', '.join(repr(p) for p in pieces[:10])}). Use text made of the corpus's "
+                              "tokens, or train with data.compact_vocab=false (the whole tiktoken "
+                              "vocabulary).")
         return idx.astype(np.int64)
 
     def encode(self, text: str) -> list[int]:
@@ -108,9 +88,8 @@ class Tokenizer:
 
     def state_dict(self) -> dict:
         """Plain types only, so checkpoints load with torch.load(weights_only=True)."""
-        vocab = None if self.vocab is None else self.vocab.tolist()
-        return {"encoding": self.encoding_name, "vocab": vocab}
+        return {"encoding": self.encoding.name, "vocab": None if self.vocab is None else self.vocab.tolist()}
 
     @classmethod
-    def from_state_dict(cls, state: dict) -> Tokenizer:
+    def from_state_dict(cls, state: dict) -> "Tokenizer":
         return cls(state["encoding"], state["vocab"])

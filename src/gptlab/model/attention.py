@@ -1,11 +1,6 @@
-"""Masked multi-head attention, step by step as in the seed articles, plus a fused SDPA path.
-
-`manual` spells out every step: Q/K/V projections, split into heads, Q·Kᵀ / sqrt(head_size),
-upper triangle masked with -inf, softmax, dropout, times V, merge heads, Wo.
-`sdpa` computes the same thing with torch's fused `scaled_dot_product_attention`.
-"""
-
-from __future__ import annotations
+"""Masked multi-head attention: `manual` spells out the seed articles' steps (Q/K/V projections,
+split into heads, Q·Kᵀ / sqrt(head_size), -inf above the diagonal, softmax, dropout, times V, merge
+heads, Wo); `sdpa` computes the same with torch's fused `scaled_dot_product_attention`."""
 
 import math
 
@@ -49,9 +44,8 @@ class MultiHeadAttention(nn.Module):
         q, k, v = self.split_heads(q), self.split_heads(k), self.split_heads(v)
 
         if self.attention == "sdpa":
-            out = F.scaled_dot_product_attention(
-                q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=True
-            )
+            out = F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout if self.training else 0.0,
+                                                 is_causal=True)
         else:
             weights = F.softmax(self.masked(self.scores(q, k)), dim=-1)  # each row sums to 1
             out = self.attn_dropout(weights) @ v  # [batch, num_heads, context_length, head_size]

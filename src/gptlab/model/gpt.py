@@ -1,10 +1,7 @@
 """The seed articles' decoder-only GPT, read top to bottom.
 
 token ids -> token embedding -> + positional encoding -> num_blocks x (masked multi-head
-attention, Add & Norm, ReLU feed-forward, Add & Norm) -> linear head -> logits.
-"""
-
-from __future__ import annotations
+attention, Add & Norm, ReLU feed-forward, Add & Norm) -> linear head -> logits."""
 
 import math
 from collections.abc import Iterator
@@ -17,18 +14,11 @@ from torch import nn
 from gptlab.errors import ConfigError
 from gptlab.model.attention import MultiHeadAttention
 
-NORMS = ("pre", "post")
-POSITIONALS = ("sinusoidal", "learned")
-ATTENTIONS = ("manual", "sdpa")
-
 
 @dataclass
 class GPTConfig:
-    """Every architecture knob, with gptlab's defaults (conf/model/ only overrides them).
-    Checked on creation, before any data is touched.
-
-    `vocab_size` is filled in from the data module; `context_length` from the data config.
-    """
+    """Every architecture knob with gptlab's defaults (conf/model/ overrides them), checked on creation,
+    before any data is touched. `vocab_size` and `context_length` are filled in from the data."""
 
     vocab_size: int | None = None
     context_length: int = 64
@@ -51,21 +41,18 @@ class GPTConfig:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"model.{key}={value}: it must be a positive integer.")
         if self.d_model % self.num_heads:
-            raise ConfigError(
-                f"model.d_model={self.d_model} is not divisible by model.num_heads={self.num_heads}: "
-                "each head gets head_size = d_model // num_heads features. Pick num_heads among the "
-                f"divisors of {self.d_model}, or change d_model."
-            )
+            raise ConfigError(f"model.d_model={self.d_model} is not divisible by model.num_heads="
+                              f"{self.num_heads}: each head gets head_size = d_model // num_heads features. "
+                              f"Pick num_heads among the divisors of {self.d_model}, or change d_model.")
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"model.dropout={self.dropout}: it must satisfy 0 <= dropout < 1.")
-        for key, allowed in (("norm", NORMS), ("positional", POSITIONALS), ("attention", ATTENTIONS)):
+        for key, allowed in (("norm", ("pre", "post")), ("positional", ("sinusoidal", "learned")),
+                             ("attention", ("manual", "sdpa"))):
             if getattr(self, key) not in allowed:
                 raise ConfigError(f"model.{key}={getattr(self, key)!r}: choose one of {allowed}.")
         if self.positional == "sinusoidal" and self.d_model % 2:
-            raise ConfigError(
-                f"model.d_model={self.d_model}: the sinusoidal encoding pairs sin and cos "
-                "features, so d_model must be even (or use model.positional=learned)."
-            )
+            raise ConfigError(f"model.d_model={self.d_model}: the sinusoidal encoding pairs sin and cos "
+                              "features, so d_model must be even (or use model.positional=learned).")
 
     @property
     def head_size(self) -> int:
@@ -98,11 +85,7 @@ class FeedForward(nn.Module):
 
 
 class Block(nn.Module):
-    """Attention and feed-forward, each with a residual connection and a LayerNorm.
-
-    `post` is the article's Add & Norm: x = LayerNorm(x + sublayer(x)).
-    `pre` is the reference script's: x = x + sublayer(LayerNorm(x)); it trains better deep.
-    """
+    """Attention and feed-forward, each with a residual connection and a LayerNorm."""
 
     def __init__(self, config: GPTConfig):
         super().__init__()
@@ -114,10 +97,10 @@ class Block(nn.Module):
         self.ffn = FeedForward(config)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [batch, context_length, d_model]
-        if self.pre_norm:
+        if self.pre_norm:  # the reference script's: trains better deep
             x = x + self.attn(self.ln1(x))
             return x + self.ffn(self.ln2(x))
-        x = self.ln1(x + self.attn(x))  # Add & Norm
+        x = self.ln1(x + self.attn(x))  # the article's Add & Norm
         return self.ln2(x + self.ffn(x))  # Add & Norm
 
 
@@ -129,9 +112,8 @@ class GPT(nn.Module):
         self.config = config
         self.token_embedding = nn.Embedding(config.vocab_size, config.d_model)
         if config.positional == "sinusoidal":
-            # fixed, so computed once here rather than in every forward pass
             pe = sinusoidal_encoding(config.context_length, config.d_model)
-            self.register_buffer("positional_encoding", pe, persistent=False)
+            self.register_buffer("positional_encoding", pe, persistent=False)  # fixed: computed once here
         else:
             self.position_embedding = nn.Embedding(config.context_length, config.d_model)
         self.dropout = nn.Dropout(config.dropout)
@@ -166,9 +148,8 @@ class GPT(nn.Module):
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         """ids [batch, context_length] -> logits [batch, context_length, vocab_size]."""
         if ids.shape[1] > self.config.context_length:
-            raise ValueError(
-                f"input of length {ids.shape[1]} exceeds context_length={self.config.context_length}"
-            )
+            raise ValueError(f"input of length {ids.shape[1]} exceeds "
+                             f"context_length={self.config.context_length}")
         x = self.dropout(self.embed(ids))
         for block in self.blocks:
             x = block(x)
@@ -196,8 +177,7 @@ class GPT(nn.Module):
                 if top_k is not None and top_k < logits.size(-1):
                     kth = torch.topk(logits, top_k).values[:, [-1]]
                     logits = logits.masked_fill(logits < kth, float("-inf"))
-                probs = F.softmax(logits, dim=-1)
-                next_ids = torch.multinomial(probs, num_samples=1, generator=generator)
+                next_ids = torch.multinomial(F.softmax(logits, dim=-1), num_samples=1, generator=generator)
             ids = torch.cat([ids, next_ids], dim=1)
             yield next_ids
 
