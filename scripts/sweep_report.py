@@ -8,13 +8,30 @@ by best val loss, failed jobs last with their reason; the plot of val loss again
 count and against each swept knob. When the sweep varies `seed`, also summary_configs.csv: one
 row a configuration (the jobs that differ only in seed) with n_seeds, val_loss_mean,
 val_loss_std, val_loss_ci95 (95% Student-t half-width), the same for val bpb, and Welch's test
-against the best mean; summary.md then shows mean ± ci95 and summary.png error bars. Prints the
-best job (and configuration) and the tables.
+against the best mean; summary.md then shows mean ± ci95 and summary.png error bars. Prints
+summary.md, which starts with the best job (and configuration).
 """
 
+import argparse
 import sys
+from pathlib import Path
 
-from gptlab.sweep import main
+from gptlab.sweep import write_summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("sweep_dir", nargs="+", type=Path, help="a multirun directory (holding 0/, 1/, ...)")
+    status = 0
+    for sweep_dir in parser.parse_args(argv).sweep_dir:
+        if not any(sweep_dir.glob("**/.hydra/config.yaml")):
+            print(f"{sweep_dir}: no sweep jobs here (no */.hydra/config.yaml)", file=sys.stderr)
+            status = 1
+            continue
+        write_summary(sweep_dir)
+        print((sweep_dir / "summary.md").read_text())
+    return status
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -23,15 +23,7 @@ from tensorboard.plugins.hparams import plugin_data_pb2
 
 import gptlab.train  # noqa: F401 - registers the config schemas and resolvers
 from gptlab import sweep
-from gptlab.sweep import (
-    aggregate,
-    ci_half_width,
-    collect,
-    mean_std,
-    sweep_job,
-    welch_p,
-    write_summary,
-)
+from gptlab.sweep import aggregate, collect, sweep_job, write_summary
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = ("debug=fast", "trainer.max_steps=10")
@@ -158,7 +150,7 @@ def test_optuna_search_finds_and_prints_the_best_trial(tmp_path):
     assert best["best_value"] == pytest.approx(min(losses))
     assert set(best["best_params"]) == {"optim.lr", "model.d_model", "model.num_blocks", "model.num_heads",
                                         "model.dropout"}
-    assert "Optuna best trial: value" in result.stdout
+    assert "Best parameters: {" in result.stdout + result.stderr  # the Optuna sweeper's own report
     assert len(summary_rows(sweep)) == 3
 
 
@@ -268,21 +260,34 @@ def test_each_finished_job_records_its_overrides_in_metrics_json(seed_grid):
         assert recorded == yaml.safe_load((job / ".hydra" / "overrides.yaml").read_text())
 
 
+def configs_of(*losses: list[float]) -> list[dict]:
+    """aggregate() over hand-made ok jobs: configuration `model.x=i` has the best val losses losses[i]."""
+    rows = [{"job": f"{i}-{seed}", "status": "ok", "model.x": i, "seed": seed, "best_val_loss": loss}
+            for i, values in enumerate(losses) for seed, loss in enumerate(values)]
+    return aggregate(rows, ["model.x", "seed"])
+
+
 def test_mean_std_ci_and_welch_against_hand_computed_values():
     # [1, 2, 3, 4]: mean 2.5, s^2 = (2.25 + 0.25 + 0.25 + 2.25) / 3 = 5/3, CI = 3.182 * s / 2
-    mean, std = mean_std([1.0, 2.0, 3.0, 4.0])
-    assert mean == 2.5 and std == pytest.approx(math.sqrt(5 / 3))
-    assert ci_half_width([1.0, 2.0, 3.0, 4.0]) == pytest.approx(3.1824 * math.sqrt(5 / 3) / 2, rel=1e-4)
-    assert mean_std([4.2]) == (4.2, None) and ci_half_width([4.2]) is None
+    (config,) = configs_of([1.0, 2.0, 3.0, 4.0])
+    assert config["val_loss_mean"] == 2.5 and config["val_loss_std"] == pytest.approx(math.sqrt(5 / 3))
+    assert config["val_loss_ci95"] == pytest.approx(3.1824 * math.sqrt(5 / 3) / 2, rel=1e-4)
+    (config,) = configs_of([4.2])
+    assert (config["val_loss_mean"], config["val_loss_std"], config["val_loss_ci95"]) == (4.2, None, None)
     # [1, 2, 3] vs [4, 5, 6]: both variances 1, t = -3 / sqrt(2/3) = -3.674, Welch df = 4;
     # with 4 df the two-sided tail is 1 - sqrt(x) (1 + (1 - x) / 2), x = t^2 / (t^2 + 4)
     t = 3 / math.sqrt(2 / 3)
     x = t * t / (t * t + 4)
-    assert welch_p([1.0, 2.0, 3.0], [4.0, 5.0, 6.0]) == pytest.approx(1 - math.sqrt(x) * (1 + (1 - x) / 2))
-    assert welch_p([1.0, 2.0, 3.0], [4.0, 5.0, 6.0]) == pytest.approx(0.0213, abs=1e-4)
-    assert welch_p([1.0, 2.0, 3.0], [1.0, 2.0, 3.0]) == pytest.approx(1.0)
-    assert welch_p([1.0], [1.0, 2.0]) is None
-    assert welch_p([2.0, 2.0], [2.0, 2.0]) == 1.0 and welch_p([2.0, 2.0], [3.0, 3.0]) == 0.0
+    best, other = configs_of([4.0, 5.0, 6.0], [1.0, 2.0, 3.0])
+    assert best["config"] == "model.x=1" and best["p_vs_best"] is None and best["vs_best"] == "best"
+    assert other["p_vs_best"] == pytest.approx(1 - math.sqrt(x) * (1 + (1 - x) / 2))
+    assert other["p_vs_best"] == pytest.approx(0.0213, abs=1e-4) and other["vs_best"] == "worse"
+    other = configs_of([1.0, 2.0, 3.0], [1.0, 2.0, 3.0])[1]
+    assert other["p_vs_best"] == pytest.approx(1.0) and other["vs_best"] == "not distinguishable"
+    other = configs_of([1.0], [1.0, 2.0])[1]
+    assert other["p_vs_best"] is None and other["vs_best"] == "untested (fewer than 2 seeds)"
+    assert configs_of([2.0, 2.0], [2.0, 2.0])[1]["p_vs_best"] == 1.0
+    assert configs_of([2.0, 2.0], [3.0, 3.0])[1]["p_vs_best"] == 0.0
 
 
 def fake_job(sweep_dir: Path, num: int, overrides: list[str], metrics: dict | None) -> None:
@@ -366,18 +371,22 @@ def test_a_continued_sweep_keeps_a_finished_job_without_training_it(tmp_path, mo
     assert sweep_job(train, cfg) == 3.0 and len(trained) == 2
 
 
-def test_a_continued_sweep_retrains_failed_stopped_and_unrecorded_jobs(tmp_path):
+def test_a_continued_sweep_retrains_failed_stopped_and_unrecorded_jobs(tmp_path, caplog):
     job = tmp_path / "0"
     job.mkdir()
-    cases = [({"status": "failed", "best_val_loss": 4.0, "overrides": ["a=1"]}, "status 'failed'"),
-             ({"status": "ok", "best_val_loss": 4.0}, "does not record"),
-             ({"status": "ok", "best_val_loss": None, "overrides": ["a=1"]}, "no finite"),
-             ({"status": "ok", "best_val_loss": 4.0, "overrides": ["a=2"]}, "other overrides")]
-    for metrics, why in cases:
+    cases = [{"status": "failed", "best_val_loss": 4.0, "overrides": ["a=1"]},  # failed or stopped
+             {"status": "ok", "best_val_loss": 4.0},  # an older gptlab: no overrides recorded
+             {"status": "ok", "best_val_loss": None, "overrides": ["a=1"]},  # no finite loss
+             {"status": "ok", "best_val_loss": 4.0, "overrides": ["a=2"]}]  # another job
+    caplog.set_level("INFO", logger="gptlab.sweep")
+    for metrics in cases:
         (job / "metrics.json").write_text(json.dumps(metrics))
-        best, reason = sweep.finished_result(job, ["a=1"])
-        assert best is None and why in reason
-    assert sweep.finished_result(tmp_path / "missing", ["a=1"])[0] is None
+        caplog.clear()
+        assert sweep.finished_result(job, ["a=1"]) is None and "Job 0 runs" in caplog.text
+    assert sweep.finished_result(tmp_path / "missing", ["a=1"]) is None
+    finished = {"status": "ok", "best_val_loss": 4.0, "overrides": ["a=1"]}
+    (job / "metrics.json").write_text(json.dumps(finished))
+    assert sweep.finished_result(job, ["a=1", "resume=x"]) == 4.0 and "Kept job 0" in caplog.text
 
 
 def wait_until(condition, proc: subprocess.Popen, what: str, timeout: float = 120) -> None:
