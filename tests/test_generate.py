@@ -14,7 +14,7 @@ from hydra import compose, initialize_config_module
 from gptlab.checkpoints import find_checkpoint, load_checkpoint, load_module
 from gptlab.data.tokenizer import Tokenizer
 from gptlab.errors import ConfigError
-from gptlab.generate import StreamDecoder, run_job, sample_texts
+from gptlab.generate import decode_stream, run_job, sample_texts
 
 PROMPT = "The salesperson"
 HEADER = re.compile(r"^--- sample \d+ of \d+ ---\n", re.MULTILINE)
@@ -84,8 +84,7 @@ def test_stream_decoder_holds_back_split_characters():
     text = "Café 🦜🫠 naïve ꙮ 𝔘 ok"  # rare characters: several byte tokens each under cl100k_base
     ids = tokenizer.encode(text)
     assert any("\ufffd" in tokenizer.decode([i]) for i in ids)  # some tokens are parts of a character
-    decoder = StreamDecoder(tokenizer)
-    pieces = [decoder.push([i]) for i in ids] + [decoder.flush()]
+    pieces = list(decode_stream(tokenizer, [[i] for i in ids]))  # one token at a time
     assert "".join(pieces) == text
     assert not any("\ufffd" in p for p in pieces)
 
