@@ -17,6 +17,7 @@ from helpers import check, read_metrics, run_cli
 from hydra import compose, initialize_config_module
 
 import gptlab.eval as gptlab_eval
+from gptlab.errors import ConfigError
 
 MAX_STEPS = 100
 RUN = ("debug=fast", "callbacks=early_stopping", "callbacks.early_stopping.patience=1", "optim.lr=0.05",
@@ -86,6 +87,16 @@ def test_a_held_out_text_is_evaluated_whole(run_dir, corpus_text, tmp_path):
     record = evaluate(tmp_path, f"ckpt_path={run_dir}", f"data.path={held_out}")
     assert record["val_fraction"] == 1.0 and record["corpus"] == str(held_out)
     assert math.isfinite(record["val_loss"]) and record["val_bpb"] > 0
+
+
+def test_a_checkpoint_outside_its_run_dir_reads_windows_of_its_own_context_length(run_dir, corpus_path,
+                                                                                    tmp_path):
+    alone = tmp_path / "alone.ckpt"
+    shutil.copy(run_dir / "checkpoints" / "last.ckpt", alone)
+    record = evaluate(tmp_path, f"ckpt_path={alone}", f"data.path={corpus_path}")
+    assert record["context_length"] == 32 and math.isfinite(record["val_loss"])  # debug=fast's, not 64
+    with pytest.raises(ConfigError, match="at most 32 tokens"):
+        evaluate(tmp_path, f"ckpt_path={alone}", f"data.path={corpus_path}", "data.context_length=64")
 
 
 def test_a_run_dir_that_cannot_be_written_leaves_the_result_in_the_output_dir(run_dir, tmp_path):

@@ -1,16 +1,5 @@
-"""gptlab-eval: the exact val loss, perplexity and bits per byte of a checkpoint.
-
-    gptlab-eval ckpt_path=outputs/<date>/<time>                          # best.ckpt, the run's val split
-    gptlab-eval ckpt_path=outputs/<date>/<time>/checkpoints/last.ckpt    # the final weights
-    gptlab-eval ckpt_path=outputs/<date>/<time> data.path=heldout.txt    # all of another text
-
-Lightning's `trainer.validate` runs the module's own validation step over the data module's own
-val windows, with the checkpoint's tokenizer and the run's data settings, so on the run's val
-split the numbers equal what the run logged for those weights. The result is printed and
-written to `eval.json` beside the run (or in this tool's output dir when the run's is read-only).
-"""
-
-from __future__ import annotations
+"""gptlab-eval: a checkpoint's exact val loss, perplexity and bits per byte (usage: conf/eval.yaml),
+from the run's own validation step on its own val windows, so they equal what the run logged."""
 
 import json
 import logging
@@ -22,26 +11,15 @@ from omegaconf import DictConfig, OmegaConf
 
 from gptlab.config import register_configs
 from gptlab.errors import ConfigError, main_or_exit, run_or_exit
-from gptlab.generate import check_device, resolve_device
+from gptlab.generate import resolve_device
 
 log = logging.getLogger("gptlab.eval")
 register_configs()  # the unique_dir resolver of the output directory
 
 
-def run_settings(run_dir: Path | None) -> tuple[dict, dict]:
-    """The run's data and trainer settings, resolved as the run resolved them (its working dir)."""
-    if run_dir is None or not (run_dir / ".hydra" / "config.yaml").is_file():
-        return {}, {}
-    cfg = OmegaConf.load(run_dir / ".hydra" / "config.yaml")
-    hydra_cfg = OmegaConf.load(run_dir / ".hydra" / "hydra.yaml")
-    cfg.paths.root_dir = hydra_cfg.hydra.runtime.cwd
-    cfg.paths.output_dir = str(run_dir)
-    return (OmegaConf.to_container(cfg.data, resolve=True), OmegaConf.to_container(cfg.trainer, resolve=True))
-
-
 def evaluate(cfg: DictConfig) -> dict:
     """Validate the checkpoint as its run did; print and write the result; return it."""
-    check_device(cfg.device)
+    device = resolve_device(cfg.device)
     import lightning as L
 
     from gptlab.checkpoints import find_checkpoint, load_checkpoint, load_module
@@ -49,22 +27,30 @@ def evaluate(cfg: DictConfig) -> dict:
 
     checkpoint = find_checkpoint(cfg.ckpt_path).resolve()
     run_dir = checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else None
-    data, trainer_cfg = run_settings(run_dir)
+    data, trainer_cfg = {}, {}
+    if run_dir is not None and (run_dir / ".hydra" / "config.yaml").is_file():  # resolved as the run did
+        run = OmegaConf.load(run_dir / ".hydra" / "config.yaml")
+        run.paths.root_dir = OmegaConf.load(run_dir / ".hydra" / "hydra.yaml").hydra.runtime.cwd
+        run.paths.output_dir = str(run_dir)
+        run.data.pop("_target_", None)
+        data, trainer_cfg = (OmegaConf.to_container(run[key], resolve=True) for key in ("data", "trainer"))
     other = {k: v for k, v in OmegaConf.to_container(cfg.data, resolve=True).items() if v is not None}
     if "path" in other or "url" in other:  # another text: none of the run's corpus, all of the text
         data.update(url=None, path=None, sha256=None, val_fraction=1.0)
     elif not data:
         raise ConfigError(f"ckpt_path: '{checkpoint}' lies in no run directory, so there is no run data to "
                           "evaluate on. Give a text: data.path=/some/file.txt (or data.url=https://...).")
-    data.update(other)
     module = load_module(checkpoint)
-    data.pop("_target_", None)
-    datamodule = GPTDataModule(**{**data, "tokenizer": module.tokenizer_state})
+    most = module.config.context_length  # windows of the model's length unless the run or cfg says
+    settings = {"context_length": most, **data, **other, "tokenizer": module.tokenizer_state}
+    if settings["context_length"] > most:
+        raise ConfigError(f"data.context_length={settings['context_length']}: the model reads at most "
+                          f"{most} tokens at a time; give that or less.")
+    datamodule = GPTDataModule(**settings)
     own = run_dir is not None and not other
-    trainer = L.Trainer(accelerator=resolve_device(cfg.device), devices=1, logger=False,
-                        precision=trainer_cfg.get("precision") or "32-true",
+    trainer = L.Trainer(accelerator=device, devices=1, precision=trainer_cfg.get("precision") or "32-true",
                         limit_val_batches=(trainer_cfg.get("limit_val_batches") if own else None) or 1.0,
-                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                        logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         default_root_dir=cfg.output_dir)  # not the cwd, where SLURM leaves hpc_ckpt files
     trainer.validate(module, datamodule=datamodule, verbose=False)
 
@@ -95,19 +81,13 @@ def evaluate(cfg: DictConfig) -> dict:
     return result
 
 
-def run_job(cfg: DictConfig) -> dict:
-    """The Hydra task: bad input ends in one clear paragraph and exit code 2."""
+@hydra.main(version_base="1.3", config_path="pkg://gptlab.conf", config_name="eval")
+def run_job(cfg: DictConfig) -> dict:  # tests pass it a composed cfg
     return run_or_exit(evaluate, cfg, log)
 
 
-@hydra.main(version_base="1.3", config_path="pkg://gptlab.conf", config_name="eval")
-def hydra_main(cfg: DictConfig) -> None:
-    run_job(cfg)
-
-
-def main() -> None:
-    """Console entry point `gptlab-eval`."""
-    main_or_exit(hydra_main, "gptlab-eval")
+def main() -> None:  # the console script gptlab-eval
+    main_or_exit(run_job, "gptlab-eval")
 
 
 if __name__ == "__main__":
