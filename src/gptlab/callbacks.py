@@ -1,18 +1,5 @@
-"""Lightning callbacks (and a plugin) around the training loop: checkpoints, stops, resumes, statistics.
-
-- `AtomicCheckpointIO` writes every checkpoint beside its target and renames it into place,
-  so a SIGKILL at any moment leaves the previous one whole.
-- `LastCheckpoint` is the one writer of `last.ckpt`: every N steps, after the final step, and
-  when the run is stopped (SIGTERM, Ctrl-C, a SLURM preemption).
-- `FinalValidation` validates the final weights inside `fit`, so best.ckpt always exists.
-- `GracefulStop` turns a first Ctrl-C into Lightning's own SIGTERM stop at a step boundary.
-- `RngState` carries torch's RNG state in checkpoints: a resumed run draws the same dropout.
-- `DivergenceGuard` stops at the first NaN loss, before any checkpoint of the broken weights.
-- `RunStats` measures tokens/s (validation left out) and MFU where the device's peak is known.
-- `TextSample` writes a sample to TensorBoard's Text tab after each validation.
-"""
-
-from __future__ import annotations
+"""Lightning callbacks (and a checkpoint plugin) around the training loop: checkpoints that
+survive a kill, stops at a step boundary, exact resumes, divergence, throughput, samples."""
 
 import logging
 import os
@@ -35,9 +22,8 @@ log = logging.getLogger(__name__)
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """torch.save to `.<name>.tmp` beside the target, then an atomic rename: a kill at any moment
-    leaves the previous checkpoint whole. (Lightning's own save stages the file in the system's
-    temporary directory; where that is another filesystem, the final move is a plain copy.)"""
+    """torch.save beside the target, then an atomic rename: a kill leaves the previous file whole.
+    (Lightning stages its saves in the system's temp dir, and across filesystems that is a copy.)"""
 
     def save_checkpoint(self, checkpoint: dict, path, storage_options=None) -> None:
         path = Path(path)
@@ -51,10 +37,7 @@ class LastCheckpoint(ModelCheckpoint):
     """`last.ckpt` every `every_n_train_steps` steps, after the final step and on a stop; never
     after an error (a crashed or diverged step's weights must not replace the last good ones)."""
 
-    def __init__(self, dirpath: str, every_n_train_steps: int = 100):
-        if every_n_train_steps < 1:
-            raise ConfigError(f"callbacks.last_checkpoint.every_n_train_steps={every_n_train_steps}: "
-                              "it must be a positive number of steps.")
+    def __init__(self, dirpath: str, every_n_train_steps: int = 100):  # 0: only at the end and on a stop
         super().__init__(dirpath=dirpath, filename="last", every_n_train_steps=every_n_train_steps,
                          enable_version_counter=False)
 
@@ -72,8 +55,7 @@ class LastCheckpoint(ModelCheckpoint):
 
 
 class FinalValidation(L.Callback):
-    """Ask for a validation after the last training step (Lightning validates when a callback
-    sets `should_stop`), so the final weights get their exact val loss and a best.ckpt chance."""
+    """Validate after the last step too (Lightning does when a callback sets `should_stop`)."""
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if trainer.max_steps > 0 and trainer.global_step >= trainer.max_steps:
@@ -81,12 +63,9 @@ class FinalValidation(L.Callback):
 
 
 class GracefulStop(L.Callback):
-    """A first Ctrl-C becomes a SIGTERM: Lightning finishes the step, LastCheckpoint saves,
-    the run stops. A second Ctrl-C aborts at once."""
+    """A first Ctrl-C becomes a SIGTERM (finish the step, save last.ckpt, stop); a second aborts."""
 
-    def __init__(self):
-        self.signal_name = "SIGTERM"
-        self._previous = None
+    signal_name, _previous = "SIGTERM", None
 
     def on_fit_start(self, trainer, pl_module) -> None:
         if threading.current_thread() is threading.main_thread():
@@ -98,12 +77,9 @@ class GracefulStop(L.Callback):
         os.kill(os.getpid(), signal.SIGTERM)
 
     def on_fit_end(self, trainer, pl_module) -> None:
-        self._restore()
+        self.on_exception(trainer, pl_module, None)
 
-    def on_exception(self, trainer, pl_module, exception) -> None:
-        self._restore()
-
-    def _restore(self) -> None:
+    def on_exception(self, trainer, pl_module, exception) -> None:  # Lightning calls no teardown then
         if self._previous is not None:
             signal.signal(signal.SIGINT, self._previous)
             self._previous = None
@@ -124,19 +100,11 @@ class RngState(L.Callback):
             torch.cuda.set_rng_state_all(state_dict["cuda"])
 
 
-class DivergenceError(ConfigError):
-    """The loss became NaN or infinite: almost always a learning rate too high."""
-
-
 class DivergenceGuard(L.Callback):
-    """Stop at the first NaN or infinite training loss, before it reaches a checkpoint.
+    """Stop at the first NaN or infinite training loss, before it reaches a checkpoint: every step
+    on CPU, every `log_every_n_steps` on GPUs (a check waits for the device), and before a save."""
 
-    On CPU the check runs every step; on GPUs every `log_every_n_steps` steps (a check waits for
-    the device) and always before a checkpoint is written.
-    """
-
-    def __init__(self):
-        self._loss: torch.Tensor | None = None
+    _loss: torch.Tensor | None = None
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         self._loss = outputs["loss"].detach()
@@ -150,24 +118,22 @@ class DivergenceGuard(L.Callback):
         if self._loss is None or bool(torch.isfinite(self._loss)):
             return
         value, self._loss = float(self._loss), None
-        raise DivergenceError(
-            f"Training diverged at step {trainer.global_step}: train/loss is {value}. The last good "
-            f"checkpoint is kept. Lower optim.lr (now {pl_module.optim.lr}), add warmup "
-            "(optim.warmup_steps) or clipping (trainer.gradient_clip_val), then train again."
-        )
+        raise ConfigError(f"Training diverged at step {trainer.global_step}: train/loss is {value}. The last "
+                          f"good checkpoint is kept. Lower optim.lr (now {pl_module.optim.lr}), add warmup "
+                          "(optim.warmup_steps) or clipping (trainer.gradient_clip_val), then train again.")
 
 
 class RunStats(L.Callback):
-    """Training time without validation, wall time over the run's whole life (resumes included),
-    tokens/s and model FLOPs utilisation (where Lightning knows the device's peak)."""
+    """Seconds of training (validation left out) and in all, over the run's whole life (resumes
+    included); logs tokens/s and model FLOPs utilisation (where Lightning knows the device's peak)."""
 
     def __init__(self):
         self.train_seconds = self.wall_seconds = 0.0
         self.tokens_per_step = 0
         self.peak_flops: float | None = None
-        self._fit_start = self._window_start = 0.0
-        self._wall_before = 0.0  # wall time of the runs this one continues
-        self._window_steps, self._window_seconds = 0, 0.0  # since the last logged rate
+        self._fit_start = self._wall_before = 0.0  # _wall_before: of the runs this one continues
+        self._clock: float | None = None  # when the stretch of training being timed began
+        self._steps, self._seconds = 0, 0.0  # since the last logged rate
 
     def on_fit_start(self, trainer, pl_module) -> None:
         self._fit_start = time.perf_counter()
@@ -176,19 +142,29 @@ class RunStats(L.Callback):
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         self.tokens_per_step = batch[0].numel() * trainer.world_size
-        if not self._window_start:
-            self._window_start = time.perf_counter()
+        if self._clock is None:
+            self._clock = time.perf_counter()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        self._window_steps += 1
+        self._steps += 1
         if trainer.global_step % trainer.log_every_n_steps == 0:
-            elapsed = self._window_seconds + self._close_window()
-            if elapsed > 0:
-                rate = self._window_steps * self.tokens_per_step / elapsed
-                pl_module.log("train/tokens_per_sec", rate)
-                if self.peak_flops:
-                    pl_module.log("train/mfu", self.mfu(rate, pl_module, trainer.world_size))
-            self._window_steps, self._window_seconds = 0, 0.0
+            self.pause()
+            rate = self._steps * self.tokens_per_step / self._seconds
+            pl_module.log("train/tokens_per_sec", rate)
+            if self.peak_flops:
+                pl_module.log("train/mfu", self.mfu(rate, pl_module, trainer.world_size))
+            self._steps, self._seconds = 0, 0.0
+
+    def on_validation_start(self, trainer, pl_module) -> None:
+        self.pause()
+
+    def pause(self) -> None:
+        """End the stretch of training being timed (at a logged rate, a validation, the end)."""
+        if self._clock is not None:
+            seconds = time.perf_counter() - self._clock
+            self.train_seconds += seconds
+            self._seconds += seconds
+            self._clock = None
 
     def mfu(self, tokens_per_sec: float, pl_module, world_size: int) -> float | None:
         if not self.peak_flops:
@@ -196,20 +172,8 @@ class RunStats(L.Callback):
         flops_per_token = pl_module.flops_per_batch / pl_module.example_input_array.numel()
         return tokens_per_sec * flops_per_token / (self.peak_flops * world_size)
 
-    def _close_window(self) -> float:
-        """Add the open stretch of training to train_seconds; return its length."""
-        if not self._window_start:
-            return 0.0
-        elapsed = time.perf_counter() - self._window_start
-        self.train_seconds += elapsed
-        self._window_start = 0.0
-        return elapsed
-
-    def on_validation_start(self, trainer, pl_module) -> None:
-        self._window_seconds += self._close_window()  # validation inside fit: pause the clock
-
     def on_fit_end(self, trainer, pl_module) -> None:
-        self._close_window()
+        self.pause()
         self.wall_seconds = self._wall_before + time.perf_counter() - self._fit_start
 
     def state_dict(self) -> dict:
@@ -234,7 +198,6 @@ class TextSample(L.Callback):
         if trainer.sanity_checking or not trainer.is_global_zero:
             return
         text = pl_module.sample(self.prompt, self.max_new_tokens, self.temperature, self.top_k)
-        log.debug("step %d sample: %s", trainer.global_step, text)
         for logger in trainer.loggers:
             if isinstance(logger, TensorBoardLogger):
                 # two trailing spaces: a Markdown line break, so newlines survive in the Text tab

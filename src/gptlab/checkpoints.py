@@ -1,57 +1,42 @@
 """Finding and loading gptlab checkpoints, for every tool that starts from one.
 
-`find_checkpoint` turns what a user typed (a .ckpt file, or a run directory) into a file;
-`load_checkpoint` reads it safely (`weights_only=True`: gptlab checkpoints hold plain types);
-`load_module` rebuilds the GPTModule from the checkpoint alone (its hyperparameters hold the
-model config and the tokenizer). Bad input raises ConfigError naming `ckpt_path` and the path.
-The module is light to import: torch and Lightning come in with the functions that need them,
-so a tool can check its arguments and find its checkpoint in a fraction of a second.
+Light to import: torch and Lightning come in with the functions that need them, so a tool checks
+its arguments and finds its checkpoint in a fraction of a second. Bad input is a ConfigError.
 """
 
-from __future__ import annotations
-
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from gptlab.errors import ConfigError
 
-if TYPE_CHECKING:
-    import torch
-
-    from gptlab.module import GPTModule
-
 # Where a run directory keeps its checkpoints, in order of preference.
 RUN_DIR_CHECKPOINTS = ("checkpoints/best.ckpt", "checkpoints/last.ckpt")
-COMPILE_PREFIX = "_orig_mod."  # torch.compile wraps the model; its state_dict keys carry this
 
 
-def find_checkpoint(path: str | Path) -> Path:
+def find_checkpoint(path: str | Path | None) -> Path:
     """A checkpoint file as given, or a run directory's checkpoints/best.ckpt, else last.ckpt."""
     if path is None or str(path).strip() == "":
-        raise ConfigError(
-            "ckpt_path is not set. Give a checkpoint file or a run directory, "
-            "e.g. ckpt_path=outputs/<date>/<time>."
-        )
+        raise ConfigError("ckpt_path is not set. Give a checkpoint file or a run directory, "
+                          "e.g. ckpt_path=outputs/<date>/<time>.")
     given = Path(path).expanduser()
     if given.is_file():
         return given
-    if given.is_dir():
-        for name in RUN_DIR_CHECKPOINTS:
-            if (given / name).is_file():
-                return given / name
-        raise ConfigError(
-            f"ckpt_path: the directory '{given}' holds no checkpoint (looked for "
-            f"{' and '.join(RUN_DIR_CHECKPOINTS)}). Give a .ckpt file or the directory of a run "
-            "that saved one."
-        )
-    raise ConfigError(
-        f"ckpt_path: '{given}' does not exist. Give a .ckpt file or a run directory "
-        "(e.g. outputs/<date>/<time>)."
-    )
+    if not given.is_dir():
+        raise ConfigError(f"ckpt_path: '{given}' does not exist. Give a .ckpt file or a run directory "
+                          "(e.g. outputs/<date>/<time>).")
+    for name in RUN_DIR_CHECKPOINTS:
+        if (given / name).is_file():
+            return given / name
+    raise ConfigError(f"ckpt_path: the directory '{given}' holds no checkpoint (looked for "
+                      f"{' and '.join(RUN_DIR_CHECKPOINTS)}). Give a .ckpt file or the directory of a "
+                      "run that saved one.")
+
+
+def first_line(error: Exception) -> str:
+    return f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else 'no details'}"
 
 
 def load_checkpoint(path: str | Path) -> dict:
-    """torch.load on the CPU with weights_only=True; an unreadable file is a ConfigError."""
+    """torch.load on the CPU with weights_only=True (gptlab checkpoints hold plain types)."""
     import torch
 
     try:
@@ -59,40 +44,26 @@ def load_checkpoint(path: str | Path) -> dict:
     except FileNotFoundError:
         raise ConfigError(f"ckpt_path: '{path}' does not exist.") from None
     except Exception as e:  # zip, unpickling and EOF errors all mean the same thing here
-        raise ConfigError(
-            f"ckpt_path: '{path}' is truncated or not a checkpoint; torch could not read it "
-            f"({e.__class__.__name__}: {str(e).splitlines()[0] if str(e) else 'no details'}). "
-            "Use another checkpoint, e.g. the run's checkpoints/last.ckpt."
-        ) from None
+        raise ConfigError(f"ckpt_path: '{path}' is truncated or not a checkpoint; torch could not read it "
+                          f"({first_line(e)}). Use another, e.g. the run's checkpoints/last.ckpt.") from None
     if not isinstance(checkpoint, dict):
-        kind = type(checkpoint).__name__
-        raise ConfigError(f"ckpt_path: '{path}' is not a checkpoint (it holds a {kind}, not a dict).")
+        raise ConfigError(f"ckpt_path: '{path}' is not a checkpoint (it holds a {type(checkpoint).__name__})")
     return checkpoint
 
 
-def strip_compile_prefix(state_dict: dict) -> dict:
-    """Keys saved from a torch.compile'd model, `model._orig_mod.x`, back to `model.x`."""
-    return {key.replace(COMPILE_PREFIX, ""): value for key, value in state_dict.items()}
-
-
-def load_module(path: str | Path, map_location: str | torch.device = "cpu") -> GPTModule:
-    """The GPTModule saved in a checkpoint file, in eval mode, on `map_location`."""
+def load_module(path: str | Path, map_location="cpu"):
+    """The GPTModule saved in a checkpoint, in eval mode: its hyperparameters hold the model config
+    and the tokenizer, so the file alone rebuilds both."""
     checkpoint = load_checkpoint(path)  # an unreadable file fails before Lightning is imported
     from gptlab.module import GPTModule
 
-    if "hyper_parameters" not in checkpoint or "state_dict" not in checkpoint:
-        raise ConfigError(
-            f"ckpt_path: '{path}' is not a gptlab checkpoint (no hyper_parameters or state_dict); "
-            "give one saved by gptlab-train."
-        )
     try:
         hparams = dict(checkpoint["hyper_parameters"])
         hparams["model"] = {**hparams["model"], "compile": False}  # nothing to compile to load or sample
         module = GPTModule(**hparams)
-        module.load_state_dict(strip_compile_prefix(checkpoint["state_dict"]))
-    except (KeyError, TypeError, RuntimeError) as e:  # hyperparameters or weights of another model
-        raise ConfigError(
-            f"ckpt_path: '{path}' does not hold a gptlab model this version can rebuild "
-            f"({e.__class__.__name__}: {str(e).splitlines()[0] if str(e) else 'no details'})."
-        ) from None
+        # keys saved from a torch.compile'd model (`model._orig_mod.x`) load as `model.x`
+        module.load_state_dict({k.replace("_orig_mod.", ""): v for k, v in checkpoint["state_dict"].items()})
+    except (KeyError, TypeError, RuntimeError) as e:  # not gptlab's, or another model's weights
+        raise ConfigError(f"ckpt_path: '{path}' does not hold a gptlab model this version can rebuild "
+                          f"({first_line(e)}); give one saved by gptlab-train.") from None
     return module.to(map_location).eval()

@@ -1,19 +1,15 @@
-"""Typed schemas for the configs, and what a config may build.
+"""Typed schemas for the configs, their resolvers, and what a config may build.
 
-Each group's schema is a dataclass made from its target's signature (or fields), stored in
-Hydra's ConfigStore under a name outside every group (`model_schema`, ...): the YAML files of
-the group extend it (`- /model_schema@_here_`), users cannot select it. A mistyped key
-(`model.num_head=4`) or a wrong type (`trainer.max_steps=abc`, `seed=abc`) then fails when
-Hydra composes the config, before any work. Deriving the schema keeps it in step with the class.
-
-A `_target_` is code that runs, so `build` only instantiates the classes gptlab needs (see
-`check_targets`), whatever the config says.
-"""
-
-from __future__ import annotations
+A group's schema is a dataclass derived from its target's signature, stored outside the groups
+(`model_schema`, ...) for their YAML files to extend: a mistyped key or a wrong type fails when
+Hydra composes the config. The `gptlab.*` resolvers name the loggers' runs after the run directory.
+A `_target_` is code that runs, so only the kinds of class gptlab needs are built (`check_target`)."""
 
 import dataclasses
+import hashlib
 import inspect
+import itertools
+import os
 import types
 import typing
 from pathlib import Path
@@ -21,7 +17,9 @@ from typing import Any, Optional, Union
 
 import lightning as L
 from hydra.core.config_store import ConfigStore
+from hydra.core.hydra_config import HydraConfig
 from hydra.errors import InstantiationException
+from hydra.types import RunMode
 from hydra.utils import get_class, instantiate
 from lightning.fabric.utilities.rank_zero import rank_zero_only
 from lightning.pytorch.accelerators import Accelerator
@@ -81,17 +79,11 @@ def omegaconf_type(annotation: Any) -> Any:
 
 def schema_for(target: type, exclude: set[str] = frozenset()) -> type:
     """A dataclass with `_target_` plus one typed field per constructor argument of `target`."""
-    fields: list[tuple] = [
-        ("_target_", str, dataclasses.field(default=f"{target.__module__}.{target.__qualname__}"))
-    ]
+    fields = [("_target_", str, dataclasses.field(default=f"{target.__module__}.{target.__qualname__}"))]
     if dataclasses.is_dataclass(target):
         hints = typing.get_type_hints(target)
         for f in dataclasses.fields(target):
-            default = (
-                dataclasses.field(default_factory=f.default_factory)
-                if f.default_factory is not dataclasses.MISSING
-                else dataclasses.field(default=f.default)
-            )
+            default = dataclasses.field(default=f.default, default_factory=f.default_factory)
             fields.append((f.name, omegaconf_type(hints[f.name]), default))
     else:
         signature = inspect.signature(target.__init__, eval_str=True)
@@ -104,28 +96,84 @@ def schema_for(target: type, exclude: set[str] = frozenset()) -> type:
 
 
 def unique_dir(path: str) -> str:
-    """`path`, or `path_1`, `path_2`, ...: the first that did not exist, claimed by creating it.
-
-    Two runs started in the same second then still get a directory each. Ranks other than 0
-    of a job started by SLURM or torchrun share rank 0's directory instead of claiming one.
-    """
+    """`path`, or `path_1`, `path_2`, ...: the first that did not exist, claimed by creating it, so
+    two runs started in the same second get one each (other ranks of a SLURM job share rank 0's)."""
     if rank_zero_only.rank > 0:
         return path
-    candidate, n = Path(path), 0
-    while True:
+    candidate = Path(path)
+    for n in itertools.count(1):
         try:
-            candidate.mkdir(parents=True, exist_ok=False)
+            candidate.mkdir(parents=True)
             return str(candidate)
         except FileExistsError:
-            n += 1
             candidate = Path(f"{path}_{n}")
 
 
 def ddp_start_method() -> str:
-    """How Lightning's DDP starts its ranks: spawn (each job of a `-m` sweep starts its own; a
-    re-run of the command line would re-run the sweep), popen where SLURM or torchrun already
-    started one process per rank (Lightning then starts none)."""
+    """How DDP starts its ranks: spawn (each job of a `-m` sweep its own; re-running the command
+    line would re-run the sweep), popen where SLURM or torchrun already started one per rank."""
     return "popen" if SLURMEnvironment.detect() or TorchElasticEnvironment.detect() else "spawn"
+
+
+def _dirs() -> tuple[Path, Path | None, Path] | None:
+    """(run dir, sweep dir or None, cwd) of this Hydra job; None outside one (--cfg job)."""
+    if not HydraConfig.initialized():
+        return None
+    hc = HydraConfig.get()
+    out = Path(hc.runtime.output_dir).resolve()
+    return out, out.parent if hc.mode == RunMode.MULTIRUN else None, Path(hc.runtime.cwd).resolve()
+
+
+def _relative(path: Path, root: Path) -> str:
+    return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
+
+
+def run_name() -> str | None:
+    dirs = _dirs()
+    return None if dirs is None else _relative(dirs[0], dirs[2])
+
+
+def sweep_name(default=None):
+    dirs = _dirs()
+    return default if dirs is None or dirs[1] is None else _relative(dirs[1], dirs[2])
+
+
+def run_info(prefix: str = "") -> dict:
+    dirs = _dirs()
+    if dirs is None:
+        return {}
+    info = {"run_dir": str(dirs[0]), "overrides": " ".join(HydraConfig.get().overrides.task)}
+    if dirs[1] is not None:
+        info.update(sweep_dir=str(dirs[1]), job=dirs[0].name)
+    return {f"{prefix}{k}": v for k, v in info.items()}
+
+
+def run_id() -> str | None:
+    dirs = _dirs()
+    return None if dirs is None else hashlib.sha1(str(dirs[0]).encode()).hexdigest()[:16]
+
+
+def mlflow_artifacts(tracking_uri: str) -> str | None:
+    """`<folder>/mlartifacts` for a local SQLite store in <folder>; a server chooses for itself."""
+    if not str(tracking_uri).startswith("sqlite:///"):
+        return None
+    return str(Path(str(tracking_uri)[len("sqlite:///"):]).parent / "mlartifacts")
+
+
+def mlflow_run(tracking_uri: str, experiment_name: str, resume=None) -> str | None:
+    """The id of the MLflow run of this run directory (its tag gptlab.run_dir, from run_info) when the
+    run continues it (resume=, a SLURM requeue): the run goes on instead of a second one starting."""
+    dirs = _dirs()
+    requeued = int(os.environ.get("SLURM_RESTART_COUNT") or 0) > 0
+    if dirs is None or not (resume or requeued) or not (dirs[0] / "checkpoints" / "last.ckpt").is_file():
+        return None
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri)
+    experiment = client.get_experiment_by_name(experiment_name)
+    runs = [] if experiment is None else client.search_runs(
+        [experiment.experiment_id], filter_string=f"tags.`gptlab.run_dir` = '{dirs[0]}'", max_results=1)
+    return runs[0].info.run_id if runs else None
 
 
 def register_configs() -> None:
@@ -136,16 +184,17 @@ def register_configs() -> None:
     cs.store(name="model_schema", node=schema_for(GPTConfig))
     cs.store(name="optim_schema", node=schema_for(OptimConfig))
     cs.store(name="trainer_schema", node=schema_for(L.Trainer, TRAINER_EXCLUDED))
-    if not OmegaConf.has_resolver("unique_dir"):
-        OmegaConf.register_new_resolver("unique_dir", unique_dir, use_cache=True)
-        OmegaConf.register_new_resolver("ddp_start_method", ddp_start_method)
+    resolvers = {"unique_dir": unique_dir, "ddp_start_method": ddp_start_method, "gptlab.run_name": run_name,
+                 "gptlab.sweep_name": sweep_name, "gptlab.run_info": run_info, "gptlab.run_id": run_id,
+                 "gptlab.mlflow_run": mlflow_run, "gptlab.mlflow_artifacts": mlflow_artifacts}
+    for name, resolver in resolvers.items():
+        if not OmegaConf.has_resolver(name):
+            OmegaConf.register_new_resolver(name, resolver, use_cache=name == "unique_dir")
 
 
-# ---------------------------------------------------------------- what a config may build
 def check_target(target: str, where: str) -> None:
-    """Refuse a `_target_` that is not a trusted class. The package is checked by name before
-    anything is imported; then the object itself: a class, defined in a trusted package, of a
-    kind gptlab builds (a function such as torch.load, or any other class, is refused)."""
+    """Refuse a `_target_` that is not a class of a kind gptlab builds, defined in a trusted package
+    (a function such as torch.load is refused). The name is checked before anything is imported."""
     refusal = (
         f"{where}._target_={target!r}: gptlab only builds the Trainer, Lightning callbacks, loggers, "
         "profilers, strategies, accelerators and plugins, and gptlab's own classes, from the packages "
@@ -175,9 +224,8 @@ def check_targets(node: Any, where: str = "") -> None:
 
 
 def build(node: DictConfig, where: str, **kwargs) -> Any:
-    """Instantiate a node whose targets check_targets passed (gptlab-train checks the whole
-    config first). A ConfigError from the class surfaces as itself; any other error raised while
-    building is bad input too (e.g. trainer.precision=17): one paragraph naming the group."""
+    """Instantiate a node whose targets passed check_targets. Any error while building is bad input
+    (e.g. trainer.precision=17): a ConfigError from the class as it is, else one naming the group."""
     try:
         return instantiate(node, _convert_="all", **kwargs)
     except InstantiationException as e:

@@ -24,9 +24,8 @@ def run_or_exit(task, cfg, log: logging.Logger):
 
 
 def main_or_exit(hydra_main: Callable[[], object], tool: str) -> None:
-    """Run a `@hydra.main` function. Hydra reports a config it cannot compose (an unknown key or
-    option, a wrong type) in a few lines without a traceback and exits 1, before any task starts;
-    gptlab makes that exit code 2, like every other bad input."""
+    """Run a `@hydra.main` function. A config Hydra cannot compose (unknown key or option, wrong type)
+    exits 1 before any task starts, reported without a traceback; gptlab makes that exit code 2."""
     try:
         hydra_main()
     except SystemExit as e:

@@ -1,38 +1,32 @@
-"""What a run tells its user: the first screen, metrics.json, the loggers' results, the report.
-
-`RunReport` works in the process that trains rank 0 (also a DDP process Lightning spawned), at
-the end of `fit`, so every launch path writes metrics.json once.
-"""
-
-from __future__ import annotations
+"""What a run tells its user: the first screen, then at the end of `fit` (in the process that
+trains rank 0, whatever the launch path) metrics.json, the loggers' results and a report."""
 
 import json
 import logging
 import math
 import os
+import shutil
 import sys
 from pathlib import Path
 
 import lightning as L
 import torch
-from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.loggers import MLFlowLogger, TensorBoardLogger, WandbLogger
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 from rich.tree import Tree
+from torch.utils.tensorboard import SummaryWriter
 
 from gptlab.callbacks import RunStats
 from gptlab.errors import ConfigError
-from gptlab.loggers import log_results
 from gptlab.model.gpt import GPT
 
 log = logging.getLogger("gptlab.train")
 GROUPS = ("data", "model", "optim", "trainer", "callbacks", "logger", "paths")
-LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
 
 
 def config_tree(cfg: DictConfig) -> Tree:
-    """The composed config, one branch per group, as lightning-hydra-template prints it (keys
-    left unset are not shown)."""
+    """The composed config, a branch per group, as lightning-hydra-template prints it (unset keys hidden)."""
     tree = Tree("config", guide_style="dim")
     rest = {k: v for k, v in cfg.items() if k not in GROUPS}
     for name, node in [*((g, cfg[g]) for g in GROUPS if g in cfg), ("(top level)", rest)]:
@@ -43,20 +37,71 @@ def config_tree(cfg: DictConfig) -> Tree:
 
 
 def print_first_screen(cfg: DictConfig, model: GPT, output_dir: Path, multirun: bool) -> None:
-    """Before training: the composed config (saved as config_tree.log), the model, the run dir.
-
-    In a multirun a job prints only the model and its directory: the rest is the sweep's."""
+    """The config tree (not printed by a sweep's jobs; saved as config_tree.log), model and run dir."""
     c = model.config
-    model = (f"GPT: {model.num_params()['total']:,} parameters (d_model {c.d_model}, {c.num_heads} heads, "
-             f"{c.num_blocks} blocks, context {c.context_length}, vocab {c.vocab_size})")
     if output_dir.is_dir():
         with open(output_dir / "config_tree.log", "w") as f:
             Console(file=f, width=110, color_system=None).print(config_tree(cfg))
-    if multirun:
-        log.info("%s\nRun directory: %s", model, output_dir)
-        return
-    Console(stderr=True, width=110).print(config_tree(cfg))
-    log.info("%s\nRun directory: %s", model, output_dir)
+    if not multirun:
+        Console(stderr=True, width=110).print(config_tree(cfg))
+    log.info("GPT: %s parameters (d_model %d, %d heads, %d blocks, context %d, vocab %d)\nRun directory: %s",
+             f"{model.num_params()['total']:,}", c.d_model, c.num_heads, c.num_blocks, c.context_length,
+             c.vocab_size, output_dir)
+
+
+def hparams_of(cfg: DictConfig, metrics: dict, model: dict) -> dict:
+    """The knobs worth comparing runs by, flat and of plain types (`model`: as built)."""
+    params = {
+        **{f"model/{k}": v for k, v in model.items()},
+        **{f"optim/{k}": v for k, v in OmegaConf.to_container(cfg.optim, resolve=True).items()},
+        **{f"data/{k}": cfg.data[k] for k in ("encoding", "compact_vocab", "batch_size", "context_length")},
+        "trainer/max_steps": cfg.trainer.max_steps,
+        "seed": cfg.seed,
+        "num_params": metrics["num_params"],
+    }
+    return {k: (str(v) if isinstance(v, (list, tuple, dict, type(None))) else v) for k, v in params.items()
+            if not k.endswith("_target_")}
+
+
+def run_files(output_dir: Path) -> list[Path]:
+    """What a tracker keeps of the run directory: `.hydra/` (configs, overrides) and metrics.json."""
+    hydra_files = sorted(p for p in (output_dir / ".hydra").rglob("*") if p.is_file())
+    return [*hydra_files, output_dir / "metrics.json"]
+
+
+def log_results(trainer: L.Trainer, cfg: DictConfig, metrics: dict, output_dir: Path) -> None:
+    """Hyperparameters next to the real results, so each logger compares runs: TensorBoard's
+    HPARAMS tab, MLflow's compare view, W&B's runs table; MLflow and W&B also keep the run's
+    config and metrics.json."""
+    params = hparams_of(cfg, metrics, trainer.lightning_module.hparams["model"])
+    numbers = {k: float(v) for k, v in metrics.items()
+               if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
+    results = {f"hparams/{k}": metrics[k] for k in ("best_val_loss", "best_val_bpb", "final_val_loss")}
+    for logger in trainer.loggers:
+        if isinstance(logger, TensorBoardLogger):  # its own folder: a continued run replaces them
+            hparams_dir = Path(logger.log_dir) / "hparams"
+            shutil.rmtree(hparams_dir, ignore_errors=True)
+            with SummaryWriter(str(hparams_dir)) as writer:
+                writer.add_hparams(params, results, run_name=".")
+        elif isinstance(logger, MLFlowLogger):
+            client, run = logger.experiment, logger.run_id
+            held = client.get_run(run).data.params  # MLflow refuses to change a logged parameter
+            logger.log_hyperparams({k: v for k, v in params.items() if k not in held})
+            logger.log_metrics(numbers, step=trainer.global_step)
+            client.set_tag(run, "gptlab.status", metrics["status"])
+            for path in run_files(output_dir):
+                folder = path.parent.relative_to(output_dir).as_posix().replace(".hydra", "hydra", 1)
+                client.log_artifact(run, str(path), None if folder == "." else folder)
+        elif isinstance(logger, WandbLogger):
+            run = logger.experiment
+            run.config.update(params, allow_val_change=True)
+            run.summary.update({k: v for k, v in metrics.items() if isinstance(v, str) or k in numbers})
+            for path in run_files(output_dir):
+                run.save(str(path), base_path=str(output_dir), policy="now")
+            run.finish()  # the next job of a sweep in this process starts a W&B run of its own
+        else:
+            logger.log_hyperparams(params)
+            logger.log_metrics(results, step=trainer.global_step)
 
 
 class RunReport(L.Callback):
@@ -66,17 +111,11 @@ class RunReport(L.Callback):
         self.cfg, self.output_dir, self.stats, self.overrides = cfg, Path(output_dir), stats, overrides
 
     def setup(self, trainer, pl_module, stage: str) -> None:
-        """A DDP process that Lightning spawned starts without Hydra's logging: give it the same
-        file and console, so the run's messages still reach train.log."""
-        root = logging.getLogger()
-        if root.handlers or not trainer.is_global_zero:
-            return
-        formatter = logging.Formatter(LOG_FORMAT)
-        handlers = (logging.FileHandler(self.output_dir / "train.log"), logging.StreamHandler(sys.stderr))
-        for handler in handlers:
-            handler.setFormatter(formatter)
-            root.addHandler(handler)
-        root.setLevel(logging.INFO)
+        """A DDP process Lightning spawned has no Hydra logging: give it train.log and stderr too."""
+        if trainer.is_global_zero and not logging.getLogger().handlers:
+            handlers = [logging.FileHandler(self.output_dir / "train.log"), logging.StreamHandler(sys.stderr)]
+            logging.basicConfig(format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s",  # Hydra's
+                                level=logging.INFO, handlers=handlers)
 
     def on_fit_end(self, trainer, pl_module) -> None:
         if not trainer.is_global_zero:
@@ -123,9 +162,8 @@ class RunReport(L.Callback):
             f"{m['best_val_bpb']:.3f} bits per byte), final {m['final_val_loss']:.4f}.",
             f"Run directory: {self.output_dir}",
         ]
-        checkpoint = trainer.checkpoint_callback
-        if checkpoint is not None and checkpoint.best_model_path:
-            lines.append(f"Best checkpoint: {checkpoint.best_model_path}")
+        if trainer.checkpoint_callback is not None and trainer.checkpoint_callback.best_model_path:
+            lines.append(f"Best checkpoint: {trainer.checkpoint_callback.best_model_path}")
         if any(isinstance(logger, TensorBoardLogger) for logger in trainer.loggers):
             lines.append(f"TensorBoard: tensorboard --logdir {self.output_dir}")
         try:

@@ -1,17 +1,9 @@
 """Continuing a run or a sweep where it stopped.
 
-`gptlab-train resume=<run dir>` replays that run's own overrides (the newest set saved under its
-`.hydra/`), then the ones on the new command line (later wins), into the same run directory,
-which then continues from its `checkpoints/last.ckpt`. `resume=<sweep dir>` re-launches the
-sweep (its `multirun.yaml`) into the same directory: finished jobs are kept, stopped ones
-continue from their last.ckpt, the others start. A directory is input like any other: overrides
-that could run code (`_target_`, `hydra.*`) are never replayed from it.
-
-A SLURM job that was requeued (SLURM_RESTART_COUNT >= 1) continues from the last.ckpt of its
-run directory the same way.
-"""
-
-from __future__ import annotations
+`resume=<run dir>` replays the run's newest saved overrides, then the new command line's (later
+wins), into the same directory, which continues from its `checkpoints/last.ckpt`; so does a
+requeued SLURM job. `resume=<sweep dir>` re-launches the sweep into its directory. A directory is
+input like any other: overrides that could run code (`_target_`, `hydra.*`) are not replayed."""
 
 import logging
 import os
@@ -26,8 +18,7 @@ from gptlab.errors import ConfigError
 
 log = logging.getLogger(__name__)
 LAST = Path("checkpoints") / "last.ckpt"
-# Model keys that decide the shapes of the weights; the others (dropout, attention kernel,
-# compile) may change between a checkpoint and the run that continues it.
+# Model keys that decide the weights' shapes; dropout, attention kernel and compile may change.
 ARCHITECTURE_KEYS = ("vocab_size", "context_length", "d_model", "num_heads", "num_blocks", "ffn_mult",
                      "norm", "positional", "tie_weights", "bias")
 
@@ -42,11 +33,9 @@ def newest_overrides(run_dir: Path) -> list[str]:
     saved = [run_dir / ".hydra" / "overrides.yaml", *(run_dir / ".hydra").glob("resume-*/overrides.yaml")]
     saved = [p for p in saved if p.is_file()]
     if not saved:
-        raise ConfigError(
-            f"resume: '{run_dir}' is not a gptlab run directory (no .hydra/overrides.yaml) nor a sweep "
-            "directory (no multirun.yaml). Give the directory a run printed at its start, e.g. "
-            "outputs/<date>/<time>, or outputs/multirun/<date>/<time>."
-        )
+        raise ConfigError(f"resume: '{run_dir}' is not a gptlab run directory (no .hydra/overrides.yaml) "
+                          "nor a sweep directory (no multirun.yaml). Give the directory a run printed at its "
+                          "start, e.g. outputs/<date>/<time>, or outputs/multirun/<date>/<time>.")
     return yaml.safe_load(max(saved, key=lambda p: p.stat().st_mtime).read_text()) or []
 
 
@@ -55,11 +44,10 @@ def sweep_overrides(sweep_dir: Path) -> list[str]:
     saved = yaml.safe_load((sweep_dir / "multirun.yaml").read_text()) or {}
     hydra = saved.get("hydra", {})
     if "optuna" in str(hydra.get("sweeper", {}).get("_target_", "")):
-        raise ConfigError(
-            f"resume: '{sweep_dir}' is an Optuna search. It continues from its study's storage: run the "
-            "same command again with hydra.sweeper.storage=sqlite:///<file> (as the first run had); "
-            "it adds hydra.sweeper.n_trials new trials in a new sweep directory."
-        )
+        raise ConfigError(f"resume: '{sweep_dir}' is an Optuna search. It continues from its study's "
+                          "storage: run the same command again with hydra.sweeper.storage=sqlite:///<file> "
+                          "(as the first run had); it adds hydra.sweeper.n_trials new trials in a new sweep "
+                          "directory.")
     return list(hydra.get("overrides", {}).get("task", []))
 
 
@@ -82,10 +70,9 @@ def resume_argv(argv: list[str]) -> list[str]:
         return argv
     run_dir = Path(requests[-1]).expanduser().resolve()
     if not run_dir.is_dir():
-        raise ConfigError(
-            f"resume={requests[-1]}: the directory '{run_dir}' does not exist. Give the directory a run "
-            "printed at its start (outputs/<date>/<time>) or a sweep's (outputs/multirun/<date>/<time>)."
-        )
+        raise ConfigError(f"resume={requests[-1]}: the directory '{run_dir}' does not exist. Give the "
+                          "directory a run printed at its start (outputs/<date>/<time>) or a sweep's "
+                          "(outputs/multirun/<date>/<time>).")
     flags = [a for a in argv[1:] if a.startswith("-") and a not in ("-m", "--multirun")]
     new = [a for a in argv[1:] if not a.startswith("-") and not a.startswith("resume=")]
     if (run_dir / "multirun.yaml").is_file():
@@ -94,10 +81,9 @@ def resume_argv(argv: list[str]) -> list[str]:
         if any(a in ("-m", "--multirun") for a in argv):
             raise ConfigError("resume= of a run directory continues one run; drop -m/--multirun.")
         if not (run_dir / LAST).is_file():
-            raise ConfigError(
-                f"resume: '{run_dir}' holds no {LAST}: the run stopped before its first checkpoint "
-                "(callbacks.last_checkpoint.every_n_train_steps). Start it again instead."
-            )
+            raise ConfigError(f"resume: '{run_dir}' holds no {LAST}: the run stopped before its first "
+                              "checkpoint (callbacks.last_checkpoint.every_n_train_steps). Start it again "
+                              "instead.")
         stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
         saved = newest_overrides(run_dir)
         place = [f"hydra.run.dir='{run_dir}'", f"hydra.output_subdir=.hydra/resume-{stamp}"]
@@ -129,7 +115,5 @@ def check_architecture(path: str, checkpoint: dict, hparams: dict) -> None:
     if saved.get("tokenizer") != hparams["tokenizer"]:
         differ.append("the tokenizer (data.encoding / data.compact_vocab / corpus)")
     if differ:
-        raise ConfigError(
-            f"ckpt_path: '{path}' was trained with another architecture ({'; '.join(differ)}). "
-            "Drop the overrides that change it, or start a new run without ckpt_path."
-        )
+        raise ConfigError(f"ckpt_path: '{path}' was trained with another architecture ({'; '.join(differ)}). "
+                          "Drop the overrides that change it, or start a new run without ckpt_path.")

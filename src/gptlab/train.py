@@ -1,10 +1,7 @@
 """gptlab-train: compose the config, build data, model and trainer, fit, report.
 
-Every check that can fail on bad input runs before the corpus is downloaded or tokenized,
-and a bad input ends the run with one paragraph that names the key or file, and exit code 2.
-"""
-
-from __future__ import annotations
+Every check of the input runs before the corpus is downloaded or tokenized; bad input ends the
+run with one paragraph naming the key or file, and exit code 2."""
 
 import logging
 import sys
@@ -56,16 +53,12 @@ def route_lightning_logs() -> None:
 
 
 def build_loggers(cfg: DictConfig, resume_step: int | None) -> list:
-    """The logger group's loggers. A resumed TensorBoard log drops what the stopped run logged
-    after its checkpoint (purge_step), so each curve continues without duplicate steps."""
+    """The logger group's loggers; a resumed TensorBoard log drops the steps after its checkpoint."""
     loggers = []
     for name, node in cfg.logger.items():
-        if "_target_" not in node:  # tuned by an experiment, removed by logger=none
-            continue
-        extra = {}
-        if resume_step is not None and node._target_.endswith("TensorBoardLogger"):
-            extra["purge_step"] = resume_step
-        loggers.append(build(node, f"logger.{name}", **extra))
+        if "_target_" in node:  # an experiment may tune a logger that logger=none removed
+            purge = resume_step is not None and node._target_.endswith("TensorBoardLogger")
+            loggers.append(build(node, f"logger.{name}", **({"purge_step": resume_step} if purge else {})))
     return loggers
 
 
@@ -114,18 +107,11 @@ def train(cfg: DictConfig) -> float:
     return float(trainer.callback_metrics.get("val/best_loss", float("nan")))
 
 
-def run_job(cfg: DictConfig) -> float:
-    """The Hydra task: train, turning bad input into one clear paragraph and exit code 2.
-
-    In a multirun a failed job is recorded in its metrics.json instead and the sweep goes on."""
-    if in_multirun():
-        return sweep_job(train, cfg)
-    return run_or_exit(train, cfg, log)
-
-
 @hydra.main(version_base="1.3", config_path="pkg://gptlab.conf", config_name="train")
-def hydra_main(cfg: DictConfig) -> float:
-    return run_job(cfg)
+def run_job(cfg: DictConfig) -> float:
+    """The Hydra task: bad input ends in one paragraph and exit code 2; in a multirun the failed
+    job is recorded in its metrics.json instead and the sweep goes on."""
+    return sweep_job(train, cfg) if in_multirun() else run_or_exit(train, cfg, log)
 
 
 def main() -> None:
@@ -135,7 +121,7 @@ def main() -> None:
     except ConfigError as e:
         print(f"gptlab-train: {e}", file=sys.stderr)
         sys.exit(2)
-    main_or_exit(hydra_main, "gptlab-train")
+    main_or_exit(run_job, "gptlab-train")
 
 
 if __name__ == "__main__":
