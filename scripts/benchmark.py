@@ -56,7 +56,7 @@ import os
 USER_ENV = dict(os.environ)
 import gptlab  # noqa: E402, F401, I001  (before torch: its OpenMP defaults must reach torch's runtime)
 
-# what importing gptlab set (OMP_WAIT_POLICY=PASSIVE unless the user set OpenMP variables)
+# what importing gptlab set (GOMP_SPINCOUNT=1000 unless the user set OpenMP variables)
 GPTLAB_OPENMP = {k: v for k, v in os.environ.items() if USER_ENV.get(k) != v}
 
 import argparse  # noqa: E402

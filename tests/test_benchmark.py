@@ -55,7 +55,7 @@ def test_quick_benchmark_writes_its_table(tmp_path: Path):
     assert machine["cpu_has_amx"] in (True, False, None)
     assert machine["cpu_has_avx512_bf16"] in (True, False, None)
     assert rows["cpu_bf16"]["value"] == machine["cpu_bf16"]
-    assert machine["openmp_gptlab_defaults"] == {"OMP_WAIT_POLICY": "PASSIVE"}
+    assert machine["openmp_gptlab_defaults"] == {"GOMP_SPINCOUNT": "1000"}
 
     # measured from the outside: each side a real gptlab-train, bf16 through its own override
     assert "trainer.precision=bf16-mixed" in data["default_run_bf16"]["command"]

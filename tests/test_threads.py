@@ -1,11 +1,10 @@
-"""gptlab's OpenMP default (OMP_WAIT_POLICY=PASSIVE, set in gptlab/__init__.py before torch loads)
+"""gptlab's OpenMP default (GOMP_SPINCOUNT=1000, set in gptlab/__init__.py before torch loads)
 reaches the OpenMP runtime of real gptlab-train processes, and a user's own settings win.
 
 The runtime itself says what it read: OMP_DISPLAY_ENV=VERBOSE makes libgomp (torch's CPU
-OpenMP) print its settings when torch loads it. Its OMP_WAIT_POLICY line reads 'PASSIVE' for
-the default policy too, so the spin count tells them apart: 0 under PASSIVE, 300000 under the
-default policy, 30000000000 under ACTIVE. No timing is checked here (docs/performance.md has
-the measurements on a busy machine).
+OpenMP) print its settings when torch loads it, the spin count among them: 1000 under gptlab's
+default, 300000 under libgomp's own, 0 under OMP_WAIT_POLICY=PASSIVE, 30000000000 under ACTIVE.
+No timing is checked here (docs/performance.md has the measurements on a busy machine).
 """
 
 from __future__ import annotations
@@ -40,18 +39,18 @@ def openmp_settings(cmd: list[str], cwd: Path, env: dict, timeout: float = 300) 
     return policy.group(1), int(spin.group(1))
 
 
-def test_gptlab_train_runs_with_passive_openmp_threads(tmp_path: Path):
-    """A real training run of the console script, with its own thread count, gets the policy."""
+def test_gptlab_train_runs_with_a_short_openmp_spin(tmp_path: Path):
+    """A real training run of the console script, with its own thread count, gets the default."""
     run_dir = tmp_path / "run"
     cmd = [str(BIN / "gptlab-train"), "debug=fast", "trainer.max_steps=2", "trainer.accelerator=cpu",
            "num_threads=1", "logger=none", "callbacks=none", f"hydra.run.dir={run_dir}"]
-    assert openmp_settings(cmd, tmp_path, clean_env()) == ("PASSIVE", 0)
+    assert openmp_settings(cmd, tmp_path, clean_env()) == ("PASSIVE", 1000)  # libgomp's name for it
     assert (run_dir / "metrics.json").is_file()
 
 
-def test_python_m_gptlab_train_gets_the_policy_too(tmp_path: Path):
+def test_python_m_gptlab_train_gets_the_default_too(tmp_path: Path):
     cmd = [sys.executable, "-m", "gptlab.train", "--cfg", "job"]  # imports torch, trains nothing
-    assert openmp_settings(cmd, tmp_path, clean_env()) == ("PASSIVE", 0)
+    assert openmp_settings(cmd, tmp_path, clean_env()) == ("PASSIVE", 1000)
 
 
 def test_users_own_wait_policy_wins(tmp_path: Path):
@@ -63,8 +62,9 @@ def test_users_own_wait_policy_wins(tmp_path: Path):
     ("user_env", "expected"),
     [
         ({"OMP_NUM_THREADS": "1"}, ("PASSIVE", 300_000)),  # any OpenMP setting: libgomp's default policy
-        ({"GOMP_SPINCOUNT": "1000"}, ("PASSIVE", 1000)),
-        ({"MKL_NUM_THREADS": "1"}, ("PASSIVE", 0)),  # not OpenMP's: the default still applies
+        ({"GOMP_SPINCOUNT": "50"}, ("PASSIVE", 50)),
+        ({"OMP_WAIT_POLICY": "PASSIVE"}, ("PASSIVE", 0)),
+        ({"MKL_NUM_THREADS": "1"}, ("PASSIVE", 1000)),  # not OpenMP's: the default still applies
     ],
 )
 def test_only_the_users_openmp_settings_turn_the_default_off(tmp_path: Path, user_env: dict,
@@ -75,7 +75,7 @@ def test_only_the_users_openmp_settings_turn_the_default_off(tmp_path: Path, use
 
 def test_torch_imported_first_is_left_alone(tmp_path: Path):
     """Too late for this process: gptlab then leaves the environment as it was."""
-    code = "import torch, gptlab, os; print(os.environ.get('OMP_WAIT_POLICY'))"
+    code = "import torch, gptlab, os; print(os.environ.get('GOMP_SPINCOUNT'))"
     result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=clean_env(),
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]

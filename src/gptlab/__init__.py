@@ -1,8 +1,8 @@
 """gptlab: train small decoder-only GPTs written from scratch, with Lightning and Hydra.
 
-Importing gptlab (every entry point does) sets OMP_WAIT_POLICY=PASSIVE before torch loads OpenMP,
-so idle threads sleep instead of spinning beside another busy process (docs/performance.md);
-a user's own OMP_*/GOMP_* settings are left alone."""
+Importing gptlab (every entry point does) sets GOMP_SPINCOUNT=1000 before torch loads OpenMP: an
+idle thread spins briefly, then sleeps, so a run keeps its speed alone and beside another busy
+process (docs/performance.md). A user's own OMP_*/GOMP_* settings are left alone."""
 
 import os
 import sys
@@ -13,4 +13,4 @@ PRINT_ONLY = ("OMP_DISPLAY_ENV", "OMP_DISPLAY_AFFINITY")
 if "torch" not in sys.modules and not any(
     k.startswith(("OMP_", "GOMP_")) and k not in PRINT_ONLY for k in os.environ
 ):
-    os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+    os.environ["GOMP_SPINCOUNT"] = "1000"
