@@ -8,8 +8,7 @@ from pathlib import Path
 
 from gptlab.errors import ConfigError
 
-# Where a run directory keeps its checkpoints, in order of preference.
-RUN_DIR_CHECKPOINTS = ("checkpoints/best.ckpt", "checkpoints/last.ckpt")
+RUN_DIR_CHECKPOINTS = ("checkpoints/best.ckpt", "checkpoints/last.ckpt")  # a run dir's, best first
 
 
 def find_checkpoint(path: str | Path | None) -> Path:

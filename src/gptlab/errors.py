@@ -36,9 +36,8 @@ def main_or_exit(hydra_main: Callable[[], object], tool: str) -> None:
         raise
 
 
-def check_whole_number(cfg, key: str, minimum: int, meaning: str) -> int:
-    """cfg[key] as a whole number of at least `minimum`, or a ConfigError saying what it is for."""
+def check_whole_number(cfg, key: str, minimum: int, meaning: str) -> None:
+    """cfg[key] must be a whole number of at least `minimum`; else a ConfigError saying what it is for."""
     value = cfg[key]
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ConfigError(f"{key}={value!r}: {meaning}; give a whole number of at least {minimum}.")
-    return value

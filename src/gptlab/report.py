@@ -38,12 +38,12 @@ def config_tree(cfg: DictConfig) -> Tree:
 
 def print_first_screen(cfg: DictConfig, model: GPT, output_dir: Path, multirun: bool) -> None:
     """The config tree (not printed by a sweep's jobs; saved as config_tree.log), model and run dir."""
-    c = model.config
+    c, tree = model.config, config_tree(cfg)
     if output_dir.is_dir():
         with open(output_dir / "config_tree.log", "w") as f:
-            Console(file=f, width=110, color_system=None).print(config_tree(cfg))
+            Console(file=f, width=110, color_system=None).print(tree)
     if not multirun:
-        Console(stderr=True, width=110).print(config_tree(cfg))
+        Console(stderr=True, width=110).print(tree)
     log.info("GPT: %s parameters (d_model %d, %d heads, %d blocks, context %d, vocab %d)\nRun directory: %s",
              f"{model.num_params()['total']:,}", c.d_model, c.num_heads, c.num_blocks, c.context_length,
              c.vocab_size, output_dir)

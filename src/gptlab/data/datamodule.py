@@ -160,9 +160,12 @@ class GPTDataModule(L.LightningDataModule):
             tokenizer = Tokenizer.from_state_dict(self.given_tokenizer)
             ids = tokenizer.to_model_ids(tokenizer.encode_tiktoken(read_text(self.corpus_path())))
         else:
-            self.prepare_data()  # builds the cache unless it is there and whole (e.g. rank 0 built it)
             cache = self.cache_path(self.corpus_path())
-            ids, vocab = self.load_cache(cache)
+            loaded = self.load_cache(cache)
+            if loaded is None:  # not prepared yet in this process or on this node
+                self.prepare_data()
+                loaded = self.load_cache(cache)
+            ids, vocab = loaded
             log.info("Loaded token cache %s (%d tokens)", cache, len(ids))
             tokenizer = Tokenizer(self.encoding, vocab if len(vocab) else None)
 
