@@ -208,7 +208,7 @@ def train_command(args, *overrides: str, threads: bool = True) -> list[str]:
     if (BIN / "gptlab-train").is_file():
         head = [str(BIN / "gptlab-train")]
     else:
-        head = [sys.executable, "-m", "gptlab.train"]
+        head = [sys.executable, "-m", "gptlab.cli.train"]
     device = ["trainer.accelerator=cpu"] if args.device == "cpu" else ["trainer.accelerator=gpu"]
     return [*head, *device, *([f"num_threads={args.threads}"] if threads else []), *overrides]
 
@@ -290,7 +290,7 @@ def compose(args, run_dir: Path, *overrides: str):
     from hydra import compose as hydra_compose
     from hydra import initialize_config_module
 
-    import gptlab.train  # noqa: F401  (registers the schemas and resolvers)
+    import gptlab.cli.train  # noqa: F401  (registers the schemas and resolvers)
 
     workdir = args.workdir.resolve()
     device = "cpu" if args.device == "cpu" else "gpu"
@@ -389,7 +389,7 @@ def bench_gptlab_reference(args, steps: int, name: str, extra: tuple[str, ...] =
 # ------------------------------------------------------------------------- 3. bare loop vs Lightning
 def bare_loop(args, cfg, steps: int, num_threads: int | None = None) -> dict:
     """gptlab's GPT, its AdamW groups and its data loader in a plain loop, no Lightning."""
-    from gptlab.module import GPTModule
+    from gptlab.training.module import GPTModule
 
     with threads(num_threads or args.threads):
         torch.manual_seed(cfg.seed)

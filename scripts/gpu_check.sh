@@ -99,7 +99,7 @@ run() {
 train() {
     local name=$1
     shift
-    run "$name" "$py" -m gptlab.train "$@" ${accel[@]+"${accel[@]}"} "hydra.run.dir=$out/$name"
+    run "$name" "$py" -m gptlab.cli.train "$@" ${accel[@]+"${accel[@]}"} "hydra.run.dir=$out/$name"
 }
 
 total_began=$SECONDS
@@ -107,7 +107,7 @@ train default trainer=gpu ${default[@]+"${default[@]}"}
 train large trainer=gpu model.compile=true "${large[@]}"
 train ddp trainer=ddp trainer.devices=1 "${ddp[@]}"
 if [ "${result[default]}" = ok ]; then
-    run generate "$py" -m gptlab.generate "ckpt_path=$out/default" "${generate[@]}" \
+    run generate "$py" -m gptlab.cli.generate "ckpt_path=$out/default" "${generate[@]}" \
         "hydra.run.dir=$out/generate"
 else
     result[generate]="FAILED (no checkpoint: the default run failed)"

@@ -16,7 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from gptlab.sweep import write_summary
+from gptlab.sweep.summary import write_summary
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,11 +12,11 @@ import torch
 from helpers import check, read_metrics, run_cli
 from hydra import compose, initialize_config_module
 
-import gptlab.train  # noqa: F401 - registers the config schemas and resolvers
-from gptlab.checkpoints import load_module
+import gptlab.cli.train  # noqa: F401 - registers the config schemas and resolvers
 from gptlab.data.tokenizer import Tokenizer
 from gptlab.model.gpt import GPTConfig
-from gptlab.module import GPTModule, OptimConfig
+from gptlab.run.checkpoints import load_module
+from gptlab.training.module import GPTModule, OptimConfig
 
 FAST_TOKENS = 30 * 8 * 32  # debug=fast: steps x batch x context, per rank
 CONF = Path(gptlab.conf.__file__).parent

@@ -16,7 +16,7 @@ import pytest
 from helpers import check, read_metrics, run_cli
 from hydra import compose, initialize_config_module
 
-import gptlab.eval as gptlab_eval
+import gptlab.cli.eval as gptlab_eval
 from gptlab.errors import ConfigError
 
 MAX_STEPS = 100

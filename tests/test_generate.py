@@ -11,10 +11,10 @@ import torch
 from helpers import check, run_cli
 from hydra import compose, initialize_config_module
 
-from gptlab.checkpoints import find_checkpoint, load_checkpoint, load_module
+from gptlab.cli.generate import decode_stream, run_job, sample_texts
 from gptlab.data.tokenizer import Tokenizer
 from gptlab.errors import ConfigError
-from gptlab.generate import decode_stream, run_job, sample_texts
+from gptlab.run.checkpoints import find_checkpoint, load_checkpoint, load_module
 
 PROMPT = "The salesperson"
 HEADER = re.compile(r"^--- sample \d+ of \d+ ---\n", re.MULTILINE)

@@ -50,7 +50,7 @@ def test_a_failed_step_fails_the_script(tmp_path: Path):
     """A python whose gptlab-train always fails: every training step FAILED, generation has no
     checkpoint, the table still comes, and the exit code says so."""
     fake = tmp_path / "python"
-    fake.write_text(f'#!/bin/sh\nfor a in "$@"; do [ "$a" = gptlab.train ] && exit 3; done\n'
+    fake.write_text(f'#!/bin/sh\nfor a in "$@"; do [ "$a" = gptlab.cli.train ] && exit 3; done\n'
                     f'exec {sys.executable} "$@"\n')
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     result = gpu_check(tmp_path, PYTHON=str(fake))

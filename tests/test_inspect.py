@@ -12,10 +12,10 @@ from helpers import check, run_cli
 from hydra import compose, initialize_config_module
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from gptlab.cli.inspect_model import inspect_model, random_model, run_job
 from gptlab.errors import ConfigError
-from gptlab.inspect import inspect_model, random_model, run_job
 from gptlab.model.gpt import GPTConfig
-from gptlab.module import GPTModule, OptimConfig
+from gptlab.training.module import GPTModule, OptimConfig
 
 PROMPT = (
     "Building rapport is a fundamental skill in sales that cannot be underestimated. It lays the "

@@ -11,9 +11,9 @@ import torch
 from torch import nn
 
 import gptlab.model.gpt as gpt_module
+from gptlab.cli.inspect_model import trace_forward
 from gptlab.data.tokenizer import Tokenizer
 from gptlab.errors import ConfigError
-from gptlab.inspect import trace_forward
 from gptlab.model.gpt import GPT, GPTConfig
 
 os.environ.setdefault("TIKTOKEN_CACHE_DIR", "/work/shared/tiktoken_cache")

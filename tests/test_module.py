@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from gptlab.data.tokenizer import Tokenizer
 from gptlab.errors import ConfigError
 from gptlab.model.gpt import GPTConfig
-from gptlab.module import GPTModule, OptimConfig, lr_factor
+from gptlab.training.module import GPTModule, OptimConfig, lr_factor
 
 os.environ.setdefault("TIKTOKEN_CACHE_DIR", "/work/shared/tiktoken_cache")
 torch.set_num_threads(1)  # small tensors: one thread is fastest, and robust to a busy machine
@@ -321,7 +321,7 @@ def test_declared_flops_match_what_torch_counts_for_a_training_step(settings):
     from lightning.fabric.utilities.throughput import measure_flops
 
     from gptlab.model.gpt import GPT
-    from gptlab.module import flops_per_token
+    from gptlab.training.module import flops_per_token
 
     config = GPTConfig(vocab_size=500, context_length=32, d_model=64, num_heads=4, dropout=0.0,
                        attention="manual", **settings)

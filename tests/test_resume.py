@@ -132,7 +132,7 @@ def test_sigkill_while_a_checkpoint_is_written_keeps_the_previous_one(tmp_path):
     torch.save({"step": 1}, target)
     script = textwrap.dedent(f"""
         import torch
-        from gptlab.callbacks import AtomicCheckpointIO
+        from gptlab.training.callbacks import AtomicCheckpointIO
         AtomicCheckpointIO().save_checkpoint({{"step": 2, "w": torch.ones(400_000_000, dtype=torch.uint8)}},
                                               {str(target)!r})
     """)

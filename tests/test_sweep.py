@@ -21,9 +21,10 @@ from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
 
-import gptlab.train  # noqa: F401 - registers the config schemas and resolvers
-from gptlab import sweep
-from gptlab.sweep import aggregate, collect, sweep_job, write_summary
+import gptlab.cli.train  # noqa: F401 - registers the config schemas and resolvers
+from gptlab.sweep import jobs as sweep
+from gptlab.sweep.jobs import sweep_job
+from gptlab.sweep.summary import aggregate, collect, write_summary
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = ("debug=fast", "trainer.max_steps=10")
@@ -378,7 +379,7 @@ def test_a_continued_sweep_retrains_failed_stopped_and_unrecorded_jobs(tmp_path,
              {"status": "ok", "best_val_loss": 4.0},  # an older gptlab: no overrides recorded
              {"status": "ok", "best_val_loss": None, "overrides": ["a=1"]},  # no finite loss
              {"status": "ok", "best_val_loss": 4.0, "overrides": ["a=2"]}]  # another job
-    caplog.set_level("INFO", logger="gptlab.sweep")
+    caplog.set_level("INFO", logger="gptlab.sweep.jobs")
     for metrics in cases:
         (job / "metrics.json").write_text(json.dumps(metrics))
         caplog.clear()

@@ -49,7 +49,7 @@ def test_gptlab_train_runs_with_a_short_openmp_spin(tmp_path: Path):
 
 
 def test_python_m_gptlab_train_gets_the_default_too(tmp_path: Path):
-    cmd = [sys.executable, "-m", "gptlab.train", "--cfg", "job"]  # imports torch, trains nothing
+    cmd = [sys.executable, "-m", "gptlab.cli.train", "--cfg", "job"]  # imports torch, trains nothing
     assert openmp_settings(cmd, tmp_path, clean_env()) == ("PASSIVE", 1000)
 
 

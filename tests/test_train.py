@@ -12,8 +12,8 @@ from hydra import compose, initialize_config_module
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
 
-import gptlab.train  # noqa: F401 - registers the config schemas and resolvers
-from gptlab.config import unique_dir
+import gptlab.cli.train  # noqa: F401 - registers the config schemas and resolvers
+from gptlab.config.resolvers import unique_dir
 
 
 def composed(*overrides: str):
@@ -134,7 +134,7 @@ def test_python_dash_m_entry_point(tmp_path):
     import subprocess
     import sys
 
-    result = subprocess.run([sys.executable, "-m", "gptlab.train", "--cfg", "job"], cwd=tmp_path,
+    result = subprocess.run([sys.executable, "-m", "gptlab.cli.train", "--cfg", "job"], cwd=tmp_path,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert yaml.safe_load(result.stdout)["model"]["d_model"] == 128

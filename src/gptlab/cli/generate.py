@@ -10,20 +10,10 @@ from itertools import chain
 import hydra
 from omegaconf import DictConfig
 
-from gptlab.errors import ConfigError, check_whole_number, main_or_exit, run_or_exit
+from gptlab.cli.app import main_or_exit, resolve_device, run_or_exit
+from gptlab.errors import ConfigError, check_whole_number
 
 log = logging.getLogger("gptlab.generate")
-
-
-def resolve_device(device: str) -> str:
-    """auto -> cuda when available, else cpu. The name is checked before torch is imported."""
-    if device not in ("auto", "cpu", "cuda"):
-        raise ConfigError(f"device={device!r}: choose one of auto, cpu, cuda.")
-    import torch
-
-    if device == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("device=cuda: torch sees no CUDA device here. Use device=cpu or device=auto.")
-    return "cuda" if device != "cpu" and torch.cuda.is_available() else "cpu"
 
 
 def decode_stream(tokenizer, chunks: Iterable[list[int]]) -> Iterator[str]:
@@ -68,7 +58,7 @@ def generate(cfg: DictConfig) -> list[str]:
         raise ConfigError(f"temperature={cfg.temperature!r}: it must be a number of 0 or more (0 is greedy: "
                           "always the most likely token; 1 samples from the model's distribution as it is).")
     device = resolve_device(cfg.device)
-    from gptlab.checkpoints import find_checkpoint, load_module  # torch and Lightning: after the checks
+    from gptlab.run.checkpoints import find_checkpoint, load_module  # torch and Lightning: after the checks
 
     path = find_checkpoint(cfg.ckpt_path)
     module = load_module(path, map_location=device)

@@ -54,7 +54,7 @@ def load_module(path: str | Path, map_location="cpu"):
     """The GPTModule saved in a checkpoint, in eval mode: its hyperparameters hold the model config
     and the tokenizer, so the file alone rebuilds both."""
     checkpoint = load_checkpoint(path)  # an unreadable file fails before Lightning is imported
-    from gptlab.module import GPTModule
+    from gptlab.training.module import GPTModule
 
     try:
         hparams = dict(checkpoint["hyper_parameters"])

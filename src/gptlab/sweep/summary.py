@@ -1,23 +1,18 @@
-"""Sweeps: failed jobs recorded, finished ones kept on resume=, summary.csv/.md/.png and seed statistics."""
+"""The summary of a sweep: summary.csv/.md/.png, with seed statistics per configuration."""
 
 import csv
-import json
 import logging
 import math
-import os
 import statistics
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
-from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from gptlab.errors import ConfigError, Task
-from gptlab.resume import override_key
+from gptlab.cli.app import Task
+from gptlab.sweep.jobs import job_identity, number, read_json
 
 log = logging.getLogger(__name__)
 PARAMS = {"d_model": "model.d_model", "num_heads": "model.num_heads", "num_blocks": "model.num_blocks",
@@ -26,98 +21,9 @@ PARAMS = {"d_model": "model.d_model", "num_heads": "model.num_heads", "num_block
 CONFIDENCE = 0.95  # of the intervals; Welch's test against the best runs at 1 - CONFIDENCE
 
 
-def in_multirun() -> bool:
-    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
-
-
-def job_overrides() -> list[str]:
-    """The running job's task overrides: what a continued sweep recognises the job by."""
-    return [str(o) for o in HydraConfig.get().overrides.task] if HydraConfig.initialized() else []
-
-
-def job_identity(overrides: list[str]) -> list[str]:
-    """The overrides but those that say how the job was launched: a job continued by resume= is the same."""
-    return [str(o) for o in overrides if override_key(o) not in ("resume", "ckpt_path")]
-
-
-def job_threads(cfg: DictConfig) -> None:
-    """In a joblib sweep, give the job its share of the cores, not all of them; `num_threads` wins."""
-    launcher = HydraConfig.get().launcher if HydraConfig.initialized() else {}
-    if cfg.get("num_threads") or "joblib" not in str(launcher.get("_target_", "")):
-        return
-    import torch
-
-    cores, n_jobs = len(os.sched_getaffinity(0)), int(launcher.get("n_jobs") or -1)
-    if n_jobs < 0:  # joblib's convention: -1 all cores, -2 all but one, ...
-        n_jobs = max(1, cores + 1 + n_jobs)
-    threads = max(1, cores // n_jobs)
-    torch.set_num_threads(threads)
-    log.info("%d torch thread(s) for this job (cores shared between the launcher's jobs)", threads)
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-
-
-def finished_result(output_dir: Path, overrides: list[str]) -> float | None:
-    """Best val loss of a job finished with these overrides, by its metrics.json (Hydra rewrites .hydra/)."""
-    metrics = _read_json(output_dir / "metrics.json")
-    best, recorded = _number(metrics.get("best_val_loss")), metrics.get("overrides")
-    same = isinstance(recorded, list) and sorted(job_identity(recorded)) == sorted(job_identity(overrides))
-    if metrics.get("status") == "ok" and best is not None and same:
-        log.info("Kept job %s: finished with the same overrides (best val loss %.4f)", output_dir.name, best)
-        return best
-    log.info("Job %s runs: its metrics.json is not of a finished job with these overrides", output_dir.name)
-    return None
-
-
-def record_failure(output_dir: Path, overrides: list[str], error: str | BaseException) -> float:
-    """Mark the job failed in its metrics.json with a one-line reason; +inf, the worst to every sweeper."""
-    reason = str(error) if isinstance(error, (str, ConfigError)) else f"{type(error).__name__}: {error}"
-    reason = " ".join(reason.split())[:500]
-    log.error("Job failed: %s", reason, exc_info=not isinstance(error, (str, ConfigError)))
-    metrics = {**_read_json(output_dir / "metrics.json"), "status": "failed", "reason": reason}
-    output_dir.mkdir(parents=True, exist_ok=True)
-    (output_dir / "metrics.json").write_text(json.dumps({**metrics, "overrides": overrides}, indent=2) + "\n")
-    return math.inf
-
-
-def sweep_job(train: Callable[[DictConfig], float], cfg: DictConfig) -> float:
-    """Run `train(cfg)` as a job of a sweep: a failure is recorded and returns +inf, so the sweep goes on."""
-    Task.started = True  # a task runs: its exit codes are its own (gptlab.errors.main_or_exit)
-    output_dir, overrides = Path(cfg.paths.output_dir), job_overrides()
-    if cfg.get("resume") and (best := finished_result(output_dir, overrides)) is not None:  # continued
-        return best
-    job_threads(cfg)
-    try:
-        value = float(train(cfg))
-    except SystemExit as e:
-        if e.code != 2:  # stopped (143 SIGTERM, 130 Ctrl-C): recorded, then the sweep stops
-            record_failure(output_dir, overrides, f"stopped (exit code {e.code})")
-            raise
-        return record_failure(output_dir, overrides, e.__context__ or "exited with code 2")  # a bad config
-    except Exception as e:
-        return record_failure(output_dir, overrides, e)
-    if not math.isfinite(value):
-        return record_failure(output_dir, overrides, f"diverged: no finite validation loss (best {value})")
-    return value
-
-
-def _number(value: Any) -> float | None:
-    """value as a finite float, else None: missing, text, nan, a bool."""
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) and not isinstance(value, bool) else None
-
-
 def _order(value: Any) -> tuple:
     """A sort key: numbers first, by value (2 before 10), then the rest by text."""
-    return (_number(value) is None, _number(value) or 0.0, str(value))
+    return (number(value) is None, number(value) or 0.0, str(value))
 
 
 def collect(sweep_dir: Path) -> tuple[list[dict], list[str]]:
@@ -130,12 +36,12 @@ def collect(sweep_dir: Path) -> tuple[list[dict], list[str]]:
     for path in sweep_dir.glob("**/.hydra/config.yaml"):
         job, cfg = path.parents[1], OmegaConf.load(path)
         overrides = job_identity(OmegaConf.load(job / ".hydra" / "overrides.yaml"))  # Hydra writes it beside
-        metrics = _read_json(job / "metrics.json") or {"status": "failed", "reason": "no metrics.json"}
+        metrics = read_json(job / "metrics.json") or {"status": "failed", "reason": "no metrics.json"}
         row = {"status": "ok", "reason": "", **metrics, "job": job.name, "overrides": " ".join(overrides),
                **{column: select(cfg, key) for column, key in PARAMS.items()}}
         for key, _, text in (o.lstrip("+~").partition("=") for o in overrides):
             row[key] = keys[key] = select(cfg, key, text)
-        if row["status"] == "ok" and _number(row.get("best_val_loss")) is None:
+        if row["status"] == "ok" and number(row.get("best_val_loss")) is None:
             row.update(status="failed", reason=f"diverged: best val loss {row.get('best_val_loss')}")
         rows.append(row)
     rows.sort(key=lambda r: (r["status"] != "ok", _order(r.get("best_val_loss")), _order(r["job"])))
@@ -157,7 +63,7 @@ def aggregate(rows: list[dict], knobs: list[str]) -> list[dict]:
                   "seeds": " ".join(sorted((str(r.get("seed")) for r in jobs), key=_order)),
                   "jobs": " ".join(sorted((r["job"] for r in jobs), key=_order))}
         for metric in ("val_loss", "val_bpb"):
-            values = [v for v in (_number(r.get(f"best_{metric}")) for r in ok) if v is not None]
+            values = [v for v in (number(r.get(f"best_{metric}")) for r in ok) if v is not None]
             n = len(values)
             mean = statistics.fmean(values) if n else None
             std = statistics.stdev(values) if n > 1 else None
@@ -199,7 +105,7 @@ def write_plot(rows: list[dict], knobs: list[str], configs: list[dict] | None, p
     fig = Figure(figsize=(4 * len(panels), 3.6), layout="constrained")
     for ax, panel in zip(fig.subplots(1, len(panels), squeeze=False)[0], panels, strict=True):
         xs = [item.get(panel) for item in ok + means]
-        xs = xs if all(_number(x) is not None for x in xs) else [str(x) for x in xs]  # else categories
+        xs = xs if all(number(x) is not None for x in xs) else [str(x) for x in xs]  # else categories
         ax.scatter(xs[:len(ok)], [r["best_val_loss"] for r in ok], s=12, alpha=0.4 if means else 1.0)
         ax.errorbar(xs[len(ok):], [c["val_loss_mean"] for c in means],
                     yerr=[c["val_loss_ci95"] or 0 for c in means], fmt="o", capsize=3, color="C1")
@@ -232,7 +138,7 @@ def write_summary(sweep_dir: str | Path) -> tuple[list[dict], list[str]]:
                  "num_params"]
         table = write_table(sweep_dir / "summary_configs.csv", cols, configs, shown)
         lines += ["## Configurations", "", *table, "", "## Jobs", ""]
-    bpb = ["best_val_bpb"] if any(_number(r.get("best_val_bpb")) is not None for r in rows) else []
+    bpb = ["best_val_bpb"] if any(number(r.get("best_val_bpb")) is not None for r in rows) else []
     cols = ["job", "status", "best_val_loss", *bpb, "best_val_perplexity", "num_params", *PARAMS,
             *[k for k in knobs if k not in PARAMS.values()], "tokens_per_sec", "wall_seconds", "overrides",
             "reason"]

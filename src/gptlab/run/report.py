@@ -17,9 +17,9 @@ from rich.console import Console
 from rich.tree import Tree
 from torch.utils.tensorboard import SummaryWriter
 
-from gptlab.callbacks import RunStats
 from gptlab.errors import ConfigError
 from gptlab.model.gpt import GPT
+from gptlab.training.callbacks import RunStats
 
 log = logging.getLogger("gptlab.train")
 GROUPS = ("data", "model", "optim", "trainer", "callbacks", "logger", "paths")

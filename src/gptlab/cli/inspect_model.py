@@ -11,11 +11,12 @@ from matplotlib import colormaps
 from matplotlib.figure import Figure
 from omegaconf import DictConfig
 
-from gptlab.checkpoints import find_checkpoint, load_checkpoint, load_module
-from gptlab.config import register_configs
+from gptlab.cli.app import main_or_exit, run_or_exit
+from gptlab.config.schemas import register_configs
 from gptlab.data.tokenizer import Tokenizer
-from gptlab.errors import ConfigError, check_whole_number, main_or_exit, run_or_exit
+from gptlab.errors import ConfigError, check_whole_number
 from gptlab.model.gpt import GPT, GPTConfig
+from gptlab.run.checkpoints import find_checkpoint, load_checkpoint, load_module
 
 log = logging.getLogger("gptlab.inspect")
 register_configs()  # the unique_dir resolver of the run directory

@@ -16,7 +16,15 @@ from lightning.pytorch.callbacks import LearningRateMonitor
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 
-from gptlab.callbacks import (
+from gptlab.cli.app import main_or_exit, run_or_exit
+from gptlab.config.schemas import register_configs
+from gptlab.config.trust import build, check_targets
+from gptlab.errors import ConfigError
+from gptlab.run.checkpoints import load_checkpoint
+from gptlab.run.report import RunReport, print_first_screen
+from gptlab.run.resume import check_architecture, checkpoint_to_continue, resume_argv
+from gptlab.sweep.jobs import in_multirun, job_overrides, sweep_job
+from gptlab.training.callbacks import (
     AtomicCheckpointIO,
     DivergenceGuard,
     FinalValidation,
@@ -24,13 +32,7 @@ from gptlab.callbacks import (
     RngState,
     RunStats,
 )
-from gptlab.checkpoints import load_checkpoint
-from gptlab.config import build, check_targets, register_configs
-from gptlab.errors import ConfigError, main_or_exit, run_or_exit
-from gptlab.module import GPTModule
-from gptlab.report import RunReport, print_first_screen
-from gptlab.resume import check_architecture, checkpoint_to_continue, resume_argv
-from gptlab.sweep import in_multirun, job_overrides, sweep_job
+from gptlab.training.module import GPTModule
 
 log = logging.getLogger("gptlab.train")
 register_configs()

@@ -9,9 +9,9 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from gptlab.config import register_configs
-from gptlab.errors import ConfigError, main_or_exit, run_or_exit
-from gptlab.generate import resolve_device
+from gptlab.cli.app import main_or_exit, resolve_device, run_or_exit
+from gptlab.config.schemas import register_configs
+from gptlab.errors import ConfigError
 
 log = logging.getLogger("gptlab.eval")
 register_configs()  # the unique_dir resolver of the output directory
@@ -22,8 +22,8 @@ def evaluate(cfg: DictConfig) -> dict:
     device = resolve_device(cfg.device)
     import lightning as L
 
-    from gptlab.checkpoints import find_checkpoint, load_checkpoint, load_module
     from gptlab.data.datamodule import GPTDataModule
+    from gptlab.run.checkpoints import find_checkpoint, load_checkpoint, load_module
 
     checkpoint = find_checkpoint(cfg.ckpt_path).resolve()
     run_dir = checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else None

@@ -1,0 +1,1 @@
+"""The command-line tools (train, eval, generate, inspect) over one shared wrapper."""

@@ -1,0 +1,93 @@
+"""The resolvers configs use: a unique run directory, DDP's start method, and the `gptlab.*` names
+that tie the loggers' runs to the run directory."""
+
+import hashlib
+import itertools
+import os
+from pathlib import Path
+
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from lightning.fabric.utilities.rank_zero import rank_zero_only
+from lightning.pytorch.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
+
+
+def unique_dir(path: str) -> str:
+    """`path`, or `path_1`, `path_2`, ...: the first that did not exist, claimed by creating it, so
+    two runs started in the same second get one each (other ranks of a SLURM job share rank 0's)."""
+    if rank_zero_only.rank > 0:
+        return path
+    candidate = Path(path)
+    for n in itertools.count(1):
+        try:
+            candidate.mkdir(parents=True)
+            return str(candidate)
+        except FileExistsError:
+            candidate = Path(f"{path}_{n}")
+
+
+def ddp_start_method() -> str:
+    """How DDP starts its ranks: spawn (each job of a `-m` sweep its own; re-running the command
+    line would re-run the sweep), popen where SLURM or torchrun already started one per rank."""
+    return "popen" if SLURMEnvironment.detect() or TorchElasticEnvironment.detect() else "spawn"
+
+
+def _dirs() -> tuple[Path, Path | None, Path] | None:
+    """(run dir, sweep dir or None, cwd) of this Hydra job; None outside one (--cfg job)."""
+    if not HydraConfig.initialized():
+        return None
+    hc = HydraConfig.get()
+    out = Path(hc.runtime.output_dir).resolve()
+    return out, out.parent if hc.mode == RunMode.MULTIRUN else None, Path(hc.runtime.cwd).resolve()
+
+
+def _relative(path: Path, root: Path) -> str:
+    return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
+
+
+def run_name() -> str | None:
+    dirs = _dirs()
+    return None if dirs is None else _relative(dirs[0], dirs[2])
+
+
+def sweep_name(default=None):
+    dirs = _dirs()
+    return default if dirs is None or dirs[1] is None else _relative(dirs[1], dirs[2])
+
+
+def run_info(prefix: str = "") -> dict:
+    dirs = _dirs()
+    if dirs is None:
+        return {}
+    info = {"run_dir": str(dirs[0]), "overrides": " ".join(HydraConfig.get().overrides.task)}
+    if dirs[1] is not None:
+        info.update(sweep_dir=str(dirs[1]), job=dirs[0].name)
+    return {f"{prefix}{k}": v for k, v in info.items()}
+
+
+def run_id() -> str | None:
+    dirs = _dirs()
+    return None if dirs is None else hashlib.sha1(str(dirs[0]).encode()).hexdigest()[:16]
+
+
+def mlflow_artifacts(tracking_uri: str) -> str | None:
+    """`<folder>/mlartifacts` for a local SQLite store in <folder>; a server chooses for itself."""
+    if not str(tracking_uri).startswith("sqlite:///"):
+        return None
+    return str(Path(str(tracking_uri)[len("sqlite:///"):]).parent / "mlartifacts")
+
+
+def mlflow_run(tracking_uri: str, experiment_name: str, resume=None) -> str | None:
+    """The id of the MLflow run of this run directory (its tag gptlab.run_dir, from run_info) when the
+    run continues it (resume=, a SLURM requeue): the run goes on instead of a second one starting."""
+    dirs = _dirs()
+    requeued = int(os.environ.get("SLURM_RESTART_COUNT") or 0) > 0
+    if dirs is None or not (resume or requeued) or not (dirs[0] / "checkpoints" / "last.ckpt").is_file():
+        return None
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri)
+    experiment = client.get_experiment_by_name(experiment_name)
+    runs = [] if experiment is None else client.search_runs(
+        [experiment.experiment_id], filter_string=f"tags.`gptlab.run_dir` = '{dirs[0]}'", max_results=1)
+    return runs[0].info.run_id if runs else None
