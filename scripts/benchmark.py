@@ -90,48 +90,105 @@ TARGETS = {  # id: (comparison, threshold, what is compared)
     "speedup_vs_reference": (">=", 1.5, "experiment=reference train steps/s / reference loop's"),
     "lightning_overhead_pct": ("<=", 10.0, "bare loop steps/s / Lightning steps/s - 1, in %"),
     "startup_s": ("<=", 6.0, "spawn of gptlab-train debug=fast to its first train/loss record"),
-    "time_to_reference_loss_fraction": ("<=", 0.1, "default run's time to the reference's final "
-                                        "val loss / reference run's wall time"),
+    "time_to_reference_loss_fraction": (
+        "<=",
+        0.1,
+        "default run's time to the reference's final val loss / reference run's wall time",
+    ),
     "default_peak_rss_mb": ("<=", 1000.0, "peak RSS of the default run, MB (1e6 bytes)"),
-    "busy_quiet_ratio": (">=", 0.45, "default run's tokens/s with one CPU-bound competitor / quiet"),
+    "busy_quiet_ratio": (
+        ">=",
+        0.45,
+        "default run's tokens/s with one CPU-bound competitor / quiet",
+    ),
 }
 
 
 # ------------------------------------------------------------------------------------------- helpers
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="few steps everywhere: a smoke run of every row")
-    p.add_argument("--steps", type=int, default=None,
-                   help="training steps of each throughput comparison (default 400; --quick 8)")
-    p.add_argument("--reference-steps", type=int, default=None,
-                   help="steps of the experiment=reference run giving the target val loss (default "
-                        "5000 as the reference script; --quick reuses the throughput run)")
-    p.add_argument("--reference-val-loss", type=float, default=None,
-                   help="reuse a known final val loss of experiment=reference instead of running it")
-    p.add_argument("--reference-wall-s", type=float, default=None,
-                   help="with --reference-val-loss: that run's wall time (else estimated)")
-    p.add_argument("--default-steps", type=int, default=None,
-                   help="trainer.max_steps of the default runs, fp32 and bf16 (default: its config; "
-                        "--quick 20)")
-    p.add_argument("--busy-steps", type=int, default=None,
-                   help="trainer.max_steps of the quiet and the busy run (default 300; --quick 20)")
-    p.add_argument("--threads", type=int, default=None,
-                   help="torch threads on both sides (default: the cores this process may use)")
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--quick", action="store_true", help="few steps everywhere: a smoke run of every row"
+    )
+    p.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="training steps of each throughput comparison (default 400; --quick 8)",
+    )
+    p.add_argument(
+        "--reference-steps",
+        type=int,
+        default=None,
+        help="steps of the experiment=reference run giving the target val loss (default "
+        "5000 as the reference script; --quick reuses the throughput run)",
+    )
+    p.add_argument(
+        "--reference-val-loss",
+        type=float,
+        default=None,
+        help="reuse a known final val loss of experiment=reference instead of running it",
+    )
+    p.add_argument(
+        "--reference-wall-s",
+        type=float,
+        default=None,
+        help="with --reference-val-loss: that run's wall time (else estimated)",
+    )
+    p.add_argument(
+        "--default-steps",
+        type=int,
+        default=None,
+        help="trainer.max_steps of the default runs, fp32 and bf16 (default: its config; "
+        "--quick 20)",
+    )
+    p.add_argument(
+        "--busy-steps",
+        type=int,
+        default=None,
+        help="trainer.max_steps of the quiet and the busy run (default 300; --quick 20)",
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch threads on both sides (default: the cores this process may use)",
+    )
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    p.add_argument("--repeats", type=int, default=1,
-                   help="repeat the speed-up runs and the bare/Lightning loops, keep the best of each "
-                        "(noisy machines)")
-    p.add_argument("--startup-repeats", type=int, default=None, help="start-up runs (default 3; --quick 1)")
-    p.add_argument("--no-reference-eval", action="store_true",
-                   help="leave estimate_loss out of the reference loop (its train-only rate is kept anyway)")
-    p.add_argument("--ablations", action="store_true",
-                   help="also time Lightning variants (no callbacks, progress bar, logging, threads)")
-    p.add_argument("--profile", action="store_true",
-                   help="cProfile the bare and the Lightning loop; host time by package in the JSON")
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="repeat the speed-up runs and the bare/Lightning loops, keep the best of each "
+        "(noisy machines)",
+    )
+    p.add_argument(
+        "--startup-repeats", type=int, default=None, help="start-up runs (default 3; --quick 1)"
+    )
+    p.add_argument(
+        "--no-reference-eval",
+        action="store_true",
+        help="leave estimate_loss out of the reference loop (its train-only rate is kept anyway)",
+    )
+    p.add_argument(
+        "--ablations",
+        action="store_true",
+        help="also time Lightning variants (no callbacks, progress bar, logging, threads)",
+    )
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="cProfile the bare and the Lightning loop; host time by package in the JSON",
+    )
     p.add_argument("--workdir", type=Path, default=Path("outputs/benchmark/work"))
-    p.add_argument("--out", type=Path, default=None,
-                   help="the JSON (default outputs/benchmark/benchmark-<date>-<time>.json)")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="the JSON (default outputs/benchmark/benchmark-<date>-<time>.json)",
+    )
     args = p.parse_args(argv)
     args.steps = args.steps or (8 if args.quick else 400)
     args.startup_repeats = args.startup_repeats or (1 if args.quick else 3)
@@ -167,11 +224,16 @@ def cpu_info() -> dict:
         summary = "unknown"
     else:
         summary = ", ".join(flag for flag in BF16_FLAGS if features[flag]) or "none"
-    return {"cpu_model": model or platform.processor() or platform.machine(),
-            "cpu_bf16_flags": features, "cpu_bf16": summary,
-            "cpu_has_amx": None if flags is None else bool(features["amx_bf16"] and features["amx_tile"]),
-            "cpu_has_avx512_bf16": features["avx512_bf16"],
-            "torch_cpu_capability": torch.backends.cpu.get_cpu_capability()}
+    return {
+        "cpu_model": model or platform.processor() or platform.machine(),
+        "cpu_bf16_flags": features,
+        "cpu_bf16": summary,
+        "cpu_has_amx": None
+        if flags is None
+        else bool(features["amx_bf16"] and features["amx_tile"]),
+        "cpu_has_avx512_bf16": features["avx512_bf16"],
+        "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+    }
 
 
 def machine_info(args) -> dict:
@@ -258,8 +320,13 @@ def run_child(cmd: list[str], cwd: Path, env: dict, timeout: float, name: str) -
     stdout, stderr = out_path.read_text(errors="replace"), err_path.read_text(errors="replace")
     if proc.returncode != 0:
         raise RuntimeError(f"{name}: exit {proc.returncode}: {' '.join(cmd)}\n{stderr[-3000:]}")
-    return {"start": start, "wall_s": wall, "maxrss_mb": peak[0] * 1024 / 1e6,
-            "stdout": stdout, "stderr": stderr}
+    return {
+        "start": start,
+        "wall_s": wall,
+        "maxrss_mb": peak[0] * 1024 / 1e6,
+        "stdout": stdout,
+        "stderr": stderr,
+    }
 
 
 def failed(error: Exception) -> dict:
@@ -295,10 +362,16 @@ def compose(args, run_dir: Path, *overrides: str):
     workdir = args.workdir.resolve()
     device = "cpu" if args.device == "cpu" else "gpu"
     with initialize_config_module("gptlab.conf", version_base="1.3"):
-        return hydra_compose("train", overrides=[
-            f"paths.root_dir={workdir}", f"paths.output_dir={run_dir.resolve()}",
-            f"trainer.accelerator={device}", f"num_threads={args.threads}", *overrides,
-        ])
+        return hydra_compose(
+            "train",
+            overrides=[
+                f"paths.root_dir={workdir}",
+                f"paths.output_dir={run_dir.resolve()}",
+                f"trainer.accelerator={device}",
+                f"num_threads={args.threads}",
+                *overrides,
+            ],
+        )
 
 
 def build(node):
@@ -312,13 +385,19 @@ def gptlab_metrics(run_dir: Path) -> dict:
     return json.loads((run_dir / "metrics.json").read_text())
 
 
-def bench_train(args, name: str, overrides: list[str], *, threads: bool = True,
-                timeout: float = 7200) -> dict:
+def bench_train(
+    args, name: str, overrides: list[str], *, threads: bool = True, timeout: float = 7200
+) -> dict:
     """One `gptlab-train` process in a fresh run directory: its metrics.json, peak RSS, times."""
     run_dir = fresh_dir(args.workdir / "runs" / name)
     overrides = [*overrides, f"hydra.run.dir={run_dir}"]
-    child = run_child(train_command(args, *overrides, threads=threads), args.workdir, child_env(),
-                      timeout=timeout, name=name)
+    child = run_child(
+        train_command(args, *overrides, threads=threads),
+        args.workdir,
+        child_env(),
+        timeout=timeout,
+        name=name,
+    )
     m = gptlab_metrics(run_dir)
     tokens_per_step = m["tokens_seen"] / m["steps"] if m["steps"] else math.nan
     return {
@@ -357,9 +436,22 @@ def bench_reference(args, tokens_file: Path, name: str) -> dict:
     runs the reference script: plain python, the user's environment."""
     settings = ReferenceSettings(eval_iters=2) if args.quick else ReferenceSettings()
     out = args.workdir / f"{name}.json"
-    cmd = [sys.executable, str(SCRIPTS / "reference_loop.py"), str(tokens_file), "--steps", str(args.steps),
-           "--eval-iters", str(settings.eval_iters), "--threads", str(args.threads),
-           "--device", args.device, "--out", str(out), *(["--no-eval"] if args.no_reference_eval else [])]
+    cmd = [
+        sys.executable,
+        str(SCRIPTS / "reference_loop.py"),
+        str(tokens_file),
+        "--steps",
+        str(args.steps),
+        "--eval-iters",
+        str(settings.eval_iters),
+        "--threads",
+        str(args.threads),
+        "--device",
+        args.device,
+        "--out",
+        str(out),
+        *(["--no-eval"] if args.no_reference_eval else []),
+    ]
     run_child(cmd, args.workdir, child_env(), timeout=7200, name=name)
     result = json.loads(out.read_text())
     return {
@@ -372,7 +464,9 @@ def bench_reference(args, tokens_file: Path, name: str) -> dict:
         "final_val_estimate": result["final_val_estimate"],
         "vocab_size": result["vocab_size"],
         "eval": f"every {settings.eval_interval} steps, {settings.eval_iters} batches each of train "
-                "and val" if not args.no_reference_eval else "none",
+        "and val"
+        if not args.no_reference_eval
+        else "none",
     }
 
 
@@ -381,8 +475,9 @@ def bench_gptlab_reference(args, steps: int, name: str, extra: tuple[str, ...] =
     if args.quick:  # a quick run validates on a few batches only
         overrides += ["trainer.limit_val_batches=10", "trainer.num_sanity_val_steps=0"]
     result = bench_train(args, name, overrides)
-    result["validation"] = ("exact val loss over the whole val split every 50 steps"
-                            + (" (--quick: 10 batches)" if args.quick else ""))
+    result["validation"] = "exact val loss over the whole val split every 50 steps" + (
+        " (--quick: 10 batches)" if args.quick else ""
+    )
     return result
 
 
@@ -398,7 +493,9 @@ def bare_loop(args, cfg, steps: int, num_threads: int | None = None) -> dict:
         datamodule.prepare_data()
         datamodule.setup("fit")
         model_config.vocab_size = datamodule.vocab_size
-        module = GPTModule(**GPTModule.hparams_from(model_config, optim_config, datamodule.tokenizer))
+        module = GPTModule(
+            **GPTModule.hparams_from(model_config, optim_config, datamodule.tokenizer)
+        )
         device = torch.device(args.device)
         module.to(device).train()
         optimizer = module.build_optimizer()  # the same AdamW as under Lightning
@@ -422,25 +519,41 @@ def bare_loop(args, cfg, steps: int, num_threads: int | None = None) -> dict:
         if args.device == "cuda":
             torch.cuda.synchronize()
         seconds = time.perf_counter() - start
-    return {"steps": steps, "train_steps_per_s": steps / seconds, "train_seconds": seconds,
-            "last_loss": float(loss.detach())}
+    return {
+        "steps": steps,
+        "train_steps_per_s": steps / seconds,
+        "train_seconds": seconds,
+        "last_loss": float(loss.detach()),
+    }
 
 
-def lightning_run(args, steps: int, name: str, *overrides: str, num_threads: int | None = None) -> dict:
+def lightning_run(
+    args, steps: int, name: str, *overrides: str, num_threads: int | None = None
+) -> dict:
     """gptlab.train.train on the composed config, in this process: the Lightning side."""
     from gptlab.train import train
 
     run_dir = fresh_dir(args.workdir.resolve() / "runs" / name)
-    cfg = compose(args, run_dir, "experiment=reference", f"trainer.max_steps={steps}",
-                  # validation is timed apart by gptlab's throughput statistics; keep it short here
-                  "trainer.limit_val_batches=2", "trainer.num_sanity_val_steps=0",
-                  *([f"num_threads={num_threads}"] if num_threads else []), *overrides)
+    cfg = compose(
+        args,
+        run_dir,
+        "experiment=reference",
+        f"trainer.max_steps={steps}",
+        # validation is timed apart by gptlab's throughput statistics; keep it short here
+        "trainer.limit_val_batches=2",
+        "trainer.num_sanity_val_steps=0",
+        *([f"num_threads={num_threads}"] if num_threads else []),
+        *overrides,
+    )
     # Lightning's progress bar writes to stdout; keep stdout for the table
     with threads(num_threads or args.threads), redirect_stdout(sys.stderr):
         train(cfg)
     m = gptlab_metrics(run_dir)
-    return {"steps": m["steps"], "train_steps_per_s": m["tokens_per_sec"] / (4 * 16),
-            "overrides": list(overrides)}
+    return {
+        "steps": m["steps"],
+        "train_steps_per_s": m["tokens_per_sec"] / (4 * 16),
+        "overrides": list(overrides),
+    }
 
 
 def best_of(runs: list[dict]) -> dict:
@@ -449,8 +562,11 @@ def best_of(runs: list[dict]) -> dict:
     if not done:
         return runs[-1]
     best = max(done, key=lambda r: r["train_steps_per_s"])
-    return {**best, "all_steps_per_s": [round(r["train_steps_per_s"], 3) for r in done],
-            "failed_runs": len(runs) - len(done)}
+    return {
+        **best,
+        "all_steps_per_s": [round(r["train_steps_per_s"], 3) for r in done],
+        "failed_runs": len(runs) - len(done),
+    }
 
 
 def bench_overhead(args, cfg_reference) -> dict:
@@ -462,17 +578,25 @@ def bench_overhead(args, cfg_reference) -> dict:
         bare.append(bare_loop(args, cfg_reference, args.steps))
         lit.append(lightning_run(args, args.steps, f"lightning-{i}"))
     bare, lit = best_of(bare), best_of(lit)
-    return {"bare": bare, "lightning": {**lit, "config": "experiment=reference as shipped (default "
-                                         "callbacks, TensorBoard logger); validation left out of the rate"},
-            "overhead_pct": 100.0 * (bare["train_steps_per_s"] / lit["train_steps_per_s"] - 1.0)}
+    return {
+        "bare": bare,
+        "lightning": {
+            **lit,
+            "config": "experiment=reference as shipped (default "
+            "callbacks, TensorBoard logger); validation left out of the rate",
+        },
+        "overhead_pct": 100.0 * (bare["train_steps_per_s"] / lit["train_steps_per_s"] - 1.0),
+    }
 
 
 def bench_ablations(args, cfg_reference, overhead: dict) -> list[dict]:
     """Lightning variants (config overrides only), each against the bare loop: what each part
     of the overhead costs."""
     variants = [
-        ("no periodic last.ckpt (~156 MB at full vocabulary, every 1,000 steps here)",
-         ("~callbacks.last_checkpoint",)),
+        (
+            "no periodic last.ckpt (~156 MB at full vocabulary, every 1,000 steps here)",
+            ("~callbacks.last_checkpoint",),
+        ),
         ("progress bar refresh_rate=50", ("callbacks.progress_bar.refresh_rate=50",)),
         ("no progress bar", ("~callbacks.progress_bar", "+trainer.enable_progress_bar=false")),
         ("log_every_n_steps=50", ("trainer.log_every_n_steps=50",)),
@@ -485,21 +609,34 @@ def bench_ablations(args, cfg_reference, overhead: dict) -> list[dict]:
         except Exception as e:  # a variant the current config cannot take: say so, go on
             rows.append({"variant": label, "error": f"{type(e).__name__}: {e}"[:300]})
             continue
-        rows.append({"variant": label, "overrides": list(overrides),
-                     "train_steps_per_s": run["train_steps_per_s"],
-                     "overhead_pct": 100.0 * (overhead["bare"]["train_steps_per_s"]
-                                              / run["train_steps_per_s"] - 1.0)})
+        rows.append(
+            {
+                "variant": label,
+                "overrides": list(overrides),
+                "train_steps_per_s": run["train_steps_per_s"],
+                "overhead_pct": 100.0
+                * (overhead["bare"]["train_steps_per_s"] / run["train_steps_per_s"] - 1.0),
+            }
+        )
     if args.threads != 1:
         bare1 = bare_loop(args, cfg_reference, args.steps, num_threads=1)
-        rows.append({"variant": "bare loop, 1 thread (vs --threads on the same loop)",
-                     "train_steps_per_s": bare1["train_steps_per_s"],
-                     "vs_bare_pct": 100.0 * (bare1["train_steps_per_s"]
-                                             / overhead["bare"]["train_steps_per_s"] - 1.0)})
+        rows.append(
+            {
+                "variant": "bare loop, 1 thread (vs --threads on the same loop)",
+                "train_steps_per_s": bare1["train_steps_per_s"],
+                "vs_bare_pct": 100.0
+                * (bare1["train_steps_per_s"] / overhead["bare"]["train_steps_per_s"] - 1.0),
+            }
+        )
         lit1 = lightning_run(args, args.steps, "ablation-threads1", num_threads=1)
-        rows.append({"variant": "Lightning as shipped, num_threads=1",
-                     "train_steps_per_s": lit1["train_steps_per_s"],
-                     "overhead_pct_vs_1_thread_bare": 100.0 * (bare1["train_steps_per_s"]
-                                                               / lit1["train_steps_per_s"] - 1.0)})
+        rows.append(
+            {
+                "variant": "Lightning as shipped, num_threads=1",
+                "train_steps_per_s": lit1["train_steps_per_s"],
+                "overhead_pct_vs_1_thread_bare": 100.0
+                * (bare1["train_steps_per_s"] / lit1["train_steps_per_s"] - 1.0),
+            }
+        )
     return rows
 
 
@@ -518,22 +655,29 @@ def host_time_by_package(profile: cProfile.Profile) -> dict:
         elif "/torch/" in path:
             key = "torch (python)"
         elif filename == "~":
-            key = "built-ins and C ops (" + ("torch ops" if "torch" in func or "method '" in func
-                                              else "other") + ")"
+            key = (
+                "built-ins and C ops ("
+                + ("torch ops" if "torch" in func or "method '" in func else "other")
+                + ")"
+            )
         elif "/tensorboard" in path or "/tqdm/" in path:
             key = "tensorboard + tqdm"
         else:
             key = "other python"
         buckets[key] = buckets.get(key, 0.0) + tottime
     total = sum(buckets.values()) or 1.0
-    return {k: {"seconds": round(v, 3), "pct": round(100 * v / total, 1)}
-            for k, v in sorted(buckets.items(), key=lambda kv: -kv[1])}
+    return {
+        k: {"seconds": round(v, 3), "pct": round(100 * v / total, 1)}
+        for k, v in sorted(buckets.items(), key=lambda kv: -kv[1])
+    }
 
 
 def bench_profile(args, cfg_reference, out_dir: Path) -> dict:
     result = {}
-    for name, fn in (("bare", lambda: bare_loop(args, cfg_reference, args.steps)),
-                     ("lightning", lambda: lightning_run(args, args.steps, "profile-lightning"))):
+    for name, fn in (
+        ("bare", lambda: bare_loop(args, cfg_reference, args.steps)),
+        ("lightning", lambda: lightning_run(args, args.steps, "profile-lightning")),
+    ):
         profile = cProfile.Profile()
         profile.enable()
         fn()
@@ -543,8 +687,11 @@ def bench_profile(args, cfg_reference, out_dir: Path) -> dict:
         text = io.StringIO()
         pstats.Stats(profile, stream=text).sort_stats("tottime").print_stats(25)
         (out_dir / f"profile-{name}.txt").write_text(text.getvalue())
-        result[name] = {"prof": str(path), "top25": str(out_dir / f"profile-{name}.txt"),
-                        "host_time_by_package": host_time_by_package(profile)}
+        result[name] = {
+            "prof": str(path),
+            "top25": str(out_dir / f"profile-{name}.txt"),
+            "host_time_by_package": host_time_by_package(profile),
+        }
     return result
 
 
@@ -572,32 +719,45 @@ def bench_startup(args) -> dict:
     the TensorBoard logger writes at the end of the first training step (log_every_n_steps=1)."""
     times = []
     for i in range(args.startup_repeats):
-        overrides = ["debug=fast", "trainer.max_steps=3", "trainer.log_every_n_steps=1", "logger=tensorboard"]
+        overrides = [
+            "debug=fast",
+            "trainer.max_steps=3",
+            "trainer.log_every_n_steps=1",
+            "logger=tensorboard",
+        ]
         run = bench_train(args, f"startup-{i}", overrides, timeout=600)
         records = tensorboard_scalars(Path(run["run_dir"]), "train/loss")
         if not records:
             raise RuntimeError(f"startup-{i}: no train/loss record in {run['run_dir']}/tensorboard")
         times.append(min(wall for _, wall, _ in records) - run["start"])
-    return {"command": "gptlab-train debug=fast trainer.max_steps=3 trainer.log_every_n_steps=1 "
-                       "logger=tensorboard (first train/loss record in its TensorBoard events)",
-            "seconds": statistics.median(times), "all_seconds": [round(t, 3) for t in times],
-            "min_seconds": min(times)}
+    return {
+        "command": "gptlab-train debug=fast trainer.max_steps=3 trainer.log_every_n_steps=1 "
+        "logger=tensorboard (first train/loss record in its TensorBoard events)",
+        "seconds": statistics.median(times),
+        "all_seconds": [round(t, 3) for t in times],
+        "min_seconds": min(times),
+    }
 
 
 def default_overrides(args) -> list[str]:
     if not args.default_steps:
         return []
-    return [f"trainer.max_steps={args.default_steps}",
-            f"trainer.val_check_interval={max(1, args.default_steps // 2)}"]
+    return [
+        f"trainer.max_steps={args.default_steps}",
+        f"trainer.val_check_interval={max(1, args.default_steps // 2)}",
+    ]
 
 
 def bench_default(args, name: str = "default", extra: tuple[str, ...] = ()) -> dict:
     """The default run (its config's steps unless --default-steps), with its val/loss curve."""
     run = bench_train(args, name, [*default_overrides(args), *extra])
-    curve = [(step, wall - run["start"], loss)
-             for step, wall, loss in tensorboard_scalars(Path(run["run_dir"]), "val/loss")]
-    run["val_curve"] = [{"step": s, "seconds_since_command": round(t, 3), "val_loss": v}
-                        for s, t, v in curve]
+    curve = [
+        (step, wall - run["start"], loss)
+        for step, wall, loss in tensorboard_scalars(Path(run["run_dir"]), "val/loss")
+    ]
+    run["val_curve"] = [
+        {"step": s, "seconds_since_command": round(t, 3), "val_loss": v} for s, t, v in curve
+    ]
     return run
 
 
@@ -612,12 +772,20 @@ def bench_busy(args) -> dict:
     """The default run as shipped (no num_threads: torch's own thread count; gptlab's OpenMP
     defaults), `--busy-steps` steps quiet, then the same while one CPU-bound process competes."""
     n = args.busy_steps
-    overrides = [f"trainer.max_steps={n}", f"trainer.val_check_interval={n}",
-                 "trainer.num_sanity_val_steps=0", "trainer.limit_val_batches=2"]  # validation: not timed
+    overrides = [
+        f"trainer.max_steps={n}",
+        f"trainer.val_check_interval={n}",
+        "trainer.num_sanity_val_steps=0",
+        "trainer.limit_val_batches=2",
+    ]  # validation: not timed
     quiet = bench_train(args, "quiet", overrides, threads=False)
     load_before_busy = list(os.getloadavg())
-    competitor = subprocess.Popen([sys.executable, "-c", COMPETITOR], env=child_env(),
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    competitor = subprocess.Popen(
+        [sys.executable, "-c", COMPETITOR],
+        env=child_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     began = time.time()
     try:
         busy = bench_train(args, "busy", overrides, threads=False)
@@ -627,14 +795,15 @@ def bench_busy(args) -> dict:
         competitor.returncode = os.waitstatus_to_exitcode(status)
         competitor_seconds = time.time() - began
     return {
-        "quiet": quiet, "busy": busy,
+        "quiet": quiet,
+        "busy": busy,
         "ratio": busy["tokens_per_sec"] / quiet["tokens_per_sec"],
         "competitor": f"{sys.executable} -c '{COMPETITOR}'",
         # CPU time the competitor got over its life: ~1.0 when it held one core all along
         "competitor_cores": (usage.ru_utime + usage.ru_stime) / competitor_seconds,
         "load_average_quiet_end_busy_start": load_before_busy,
         "threads": "no num_threads: torch's default in the child (here: "
-                   f"{args.torch_default_threads})",
+        f"{args.torch_default_threads})",
     }
 
 
@@ -646,8 +815,15 @@ def status(target_id: str, value) -> str:
     return "PASS" if (value >= threshold if op == ">=" else value <= threshold) else "FAIL"
 
 
-def row(row_id: str, name: str, value, unit: str, target_id: str | None = None, detail: str = "",
-        error: str | None = None) -> dict:
+def row(
+    row_id: str,
+    name: str,
+    value,
+    unit: str,
+    target_id: str | None = None,
+    detail: str = "",
+    error: str | None = None,
+) -> dict:
     entry = {"id": row_id, "name": name, "value": value, "unit": unit, "detail": detail}
     if target_id:
         op, threshold, _ = TARGETS[target_id]
@@ -668,20 +844,31 @@ def fmt(value) -> str:
 
 def header(info: dict) -> str:
     amx = {True: "AMX", False: "no AMX", None: "AMX unknown"}[info["cpu_has_amx"]]
-    avx = {True: "AVX512-BF16", False: "no AVX512-BF16",
-           None: "AVX512-BF16 unknown"}[info["cpu_has_avx512_bf16"]]
-    return (f"gptlab benchmark: {info['cpu_model']} ({amx}, {avx}), {info['cpus_usable']} cores usable, "
-            f"threads={info['threads']}, torch {info['torch']}, device {info['device']}")
+    avx = {True: "AVX512-BF16", False: "no AVX512-BF16", None: "AVX512-BF16 unknown"}[
+        info["cpu_has_avx512_bf16"]
+    ]
+    return (
+        f"gptlab benchmark: {info['cpu_model']} ({amx}, {avx}), {info['cpus_usable']} cores usable, "
+        f"threads={info['threads']}, torch {info['torch']}, device {info['device']}"
+    )
 
 
 def print_table(rows: list[dict], info: dict) -> str:
     columns = ("measurement", "value", "unit", "target", "status")
-    lines = [[r["name"], fmt(r["value"]), r["unit"], r.get("target", ""), r.get("status", "")] for r in rows]
+    lines = [
+        [r["name"], fmt(r["value"]), r["unit"], r.get("target", ""), r.get("status", "")]
+        for r in rows
+    ]
     widths = [max(len(str(x)) for x in col) for col in zip(columns, *lines, strict=True)]
-    out = [header(info),
-           "  ".join(h.ljust(w) for h, w in zip(columns, widths, strict=True)),
-           "  ".join("-" * w for w in widths)]
-    out += ["  ".join(str(x).ljust(w) for x, w in zip(line, widths, strict=True)).rstrip() for line in lines]
+    out = [
+        header(info),
+        "  ".join(h.ljust(w) for h, w in zip(columns, widths, strict=True)),
+        "  ".join("-" * w for w in widths),
+    ]
+    out += [
+        "  ".join(str(x).ljust(w) for x, w in zip(line, widths, strict=True)).rstrip()
+        for line in lines
+    ]
     errors = [f"  {r['name']}: {r['error']}" for r in rows if r.get("error")]
     if errors:
         out += ["", "ERROR rows (their run failed):", *errors]
@@ -695,16 +882,40 @@ def precision_rows(setting: str, fp32: dict, bf16: dict, steps_label: str) -> li
     error = bf16.get("error")
     key = setting.replace("=", "_").replace(" ", "_")
     return [
-        row(f"{key}_fp32_steps_per_s", f"{setting}, fp32: train steps/s", fp32["train_steps_per_s"],
-            "steps/s"),
-        row(f"{key}_bf16_steps_per_s", f"{setting}, bf16-mixed: train steps/s",
-            None if error else bf16["train_steps_per_s"], "steps/s", detail=BF16, error=error),
-        row(f"{key}_bf16_vs_fp32", f"{setting}: bf16-mixed / fp32 steps/s",
-            None if error else bf16["train_steps_per_s"] / fp32["train_steps_per_s"], "x", error=error),
-        row(f"{key}_fp32_val_loss", f"{setting}, fp32: final val loss after {steps_label}",
-            fp32["final_val_loss"], "nats"),
-        row(f"{key}_bf16_val_loss", f"{setting}, bf16-mixed: final val loss after {steps_label}",
-            None if error else bf16["final_val_loss"], "nats", error=error),
+        row(
+            f"{key}_fp32_steps_per_s",
+            f"{setting}, fp32: train steps/s",
+            fp32["train_steps_per_s"],
+            "steps/s",
+        ),
+        row(
+            f"{key}_bf16_steps_per_s",
+            f"{setting}, bf16-mixed: train steps/s",
+            None if error else bf16["train_steps_per_s"],
+            "steps/s",
+            detail=BF16,
+            error=error,
+        ),
+        row(
+            f"{key}_bf16_vs_fp32",
+            f"{setting}: bf16-mixed / fp32 steps/s",
+            None if error else bf16["train_steps_per_s"] / fp32["train_steps_per_s"],
+            "x",
+            error=error,
+        ),
+        row(
+            f"{key}_fp32_val_loss",
+            f"{setting}, fp32: final val loss after {steps_label}",
+            fp32["final_val_loss"],
+            "nats",
+        ),
+        row(
+            f"{key}_bf16_val_loss",
+            f"{setting}, bf16-mixed: final val loss after {steps_label}",
+            None if error else bf16["final_val_loss"],
+            "nats",
+            error=error,
+        ),
     ]
 
 
@@ -717,8 +928,10 @@ def main(argv=None) -> int:
     args.torch_default_threads = info["torch_default_threads"]
     torch.set_num_threads(args.threads)
     began = time.time()
-    results: dict = {"machine": info, "settings": {
-        k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}}
+    results: dict = {
+        "machine": info,
+        "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+    }
 
     def stage(name: str):
         print(f"[benchmark] {name} ({time.time() - began:.0f} s)", file=sys.stderr, flush=True)
@@ -737,8 +950,9 @@ def main(argv=None) -> int:
         stage(f"1. gptlab-train experiment=reference ({i + 1}/{args.repeats})")
         gptlab_reference.append(bench_gptlab_reference(args, args.steps, f"gptlab-reference-{i}"))
         stage(f"2. gptlab-train experiment=reference {BF16} ({i + 1}/{args.repeats})")
-        gptlab_reference_bf16.append(attempt(bench_gptlab_reference, args, args.steps,
-                                             f"gptlab-reference-bf16-{i}", (BF16,)))
+        gptlab_reference_bf16.append(
+            attempt(bench_gptlab_reference, args, args.steps, f"gptlab-reference-bf16-{i}", (BF16,))
+        )
     results["reference_loop"] = best_of(reference)
     results["gptlab_reference"] = best_of(gptlab_reference)
     results["gptlab_reference_bf16"] = best_of(gptlab_reference_bf16)
@@ -767,7 +981,9 @@ def main(argv=None) -> int:
         if args.reference_wall_s is not None:
             ref_wall, wall_source = args.reference_wall_s, "--reference-wall-s"
         else:
-            ref_wall = results["startup"]["seconds"] + args.reference_steps / ref["steps_per_s_incl_val"]
+            ref_wall = (
+                results["startup"]["seconds"] + args.reference_steps / ref["steps_per_s_incl_val"]
+            )
             wall_source = f"estimated: start-up + {args.reference_steps} steps at the measured rate"
     elif args.reference_steps == args.steps:
         target_loss, source = ref["final_val_loss"], f"experiment=reference, {args.steps} steps"
@@ -776,14 +992,20 @@ def main(argv=None) -> int:
         stage(f"5. gptlab-train experiment=reference, {args.reference_steps} steps")
         full = bench_gptlab_reference(args, args.reference_steps, "gptlab-reference-full")
         results["gptlab_reference_full"] = full
-        target_loss, source = full["final_val_loss"], f"experiment=reference, {args.reference_steps} steps"
+        target_loss, source = (
+            full["final_val_loss"],
+            f"experiment=reference, {args.reference_steps} steps",
+        )
         ref_wall, wall_source = full["command_wall_seconds"], "that run, command to exit"
     reached = time_to_loss(results["default_run"], target_loss)
     results["time_to_reference_loss"] = {
-        "reference_val_loss": target_loss, "source": source, "reference_wall_s": ref_wall,
-        "reference_wall_source": wall_source, "default_seconds": reached,
-        "reference_script_wall_s_estimate": args.reference_steps / results["reference_loop"][
-            "steps_per_s_incl_eval"],
+        "reference_val_loss": target_loss,
+        "source": source,
+        "reference_wall_s": ref_wall,
+        "reference_wall_source": wall_source,
+        "default_seconds": reached,
+        "reference_script_wall_s_estimate": args.reference_steps
+        / results["reference_loop"]["steps_per_s_incl_eval"],
     }
 
     rl, ov, busy = results["reference_loop"], results["overhead"], results["busy_machine"]
@@ -791,60 +1013,140 @@ def main(argv=None) -> int:
     speedup = ref["train_steps_per_s"] / rl["train_steps_per_s"]
     default_steps = f"{default['steps']} steps"
     rows = [
-        row("cpu_bf16", "CPU bf16 instructions (/proc/cpuinfo flags)", info["cpu_bf16"], "",
-            detail=f"{info['cpu_model']}; amx_bf16/amx_tile: AMX, avx512_bf16: AVX512-BF16"),
-        row("reference_loop_steps_per_s", "reference-style loop: train steps/s", rl["train_steps_per_s"],
-            "steps/s", detail=f"{rl['steps']} steps, estimate_loss excluded"),
-        row("gptlab_reference_steps_per_s", "gptlab-train experiment=reference: train steps/s",
-            ref["train_steps_per_s"], "steps/s",
-            detail="metrics.json tokens_per_sec / 64, validation excluded"),
-        row("speedup_vs_reference", "speed-up, train steps only", speedup, "x", "speedup_vs_reference"),
-        row("speedup_incl_validation", "speed-up, validation included (informative)",
-            ref["steps_per_s_incl_val"] / rl["steps_per_s_incl_eval"], "x",
-            detail="each side with its own validation: exact val split every 50 vs 2x20 batches every 20"),
-        *precision_rows("experiment=reference", ref, results["gptlab_reference_bf16"],
-                        f"{ref['steps']} steps"),
-        row("bare_steps_per_s", "gptlab GPT, bare PyTorch loop: steps/s", ov["bare"]["train_steps_per_s"],
-            "steps/s"),
-        row("lightning_steps_per_s", "gptlab GPT under Lightning (as shipped): steps/s",
-            ov["lightning"]["train_steps_per_s"], "steps/s"),
-        row("lightning_overhead_pct", "Lightning overhead at batch 4 x context 16", ov["overhead_pct"], "%",
-            "lightning_overhead_pct"),
-        row("startup_s", "start-up to first train/loss record (median)", results["startup"]["seconds"], "s",
-            "startup_s"),
-        row("default_peak_rss_mb", "peak RSS of the default run", default["peak_rss_mb"],
-            "MB", "default_peak_rss_mb"),
+        row(
+            "cpu_bf16",
+            "CPU bf16 instructions (/proc/cpuinfo flags)",
+            info["cpu_bf16"],
+            "",
+            detail=f"{info['cpu_model']}; amx_bf16/amx_tile: AMX, avx512_bf16: AVX512-BF16",
+        ),
+        row(
+            "reference_loop_steps_per_s",
+            "reference-style loop: train steps/s",
+            rl["train_steps_per_s"],
+            "steps/s",
+            detail=f"{rl['steps']} steps, estimate_loss excluded",
+        ),
+        row(
+            "gptlab_reference_steps_per_s",
+            "gptlab-train experiment=reference: train steps/s",
+            ref["train_steps_per_s"],
+            "steps/s",
+            detail="metrics.json tokens_per_sec / 64, validation excluded",
+        ),
+        row(
+            "speedup_vs_reference",
+            "speed-up, train steps only",
+            speedup,
+            "x",
+            "speedup_vs_reference",
+        ),
+        row(
+            "speedup_incl_validation",
+            "speed-up, validation included (informative)",
+            ref["steps_per_s_incl_val"] / rl["steps_per_s_incl_eval"],
+            "x",
+            detail="each side with its own validation: exact val split every 50 vs 2x20 batches every 20",
+        ),
+        *precision_rows(
+            "experiment=reference", ref, results["gptlab_reference_bf16"], f"{ref['steps']} steps"
+        ),
+        row(
+            "bare_steps_per_s",
+            "gptlab GPT, bare PyTorch loop: steps/s",
+            ov["bare"]["train_steps_per_s"],
+            "steps/s",
+        ),
+        row(
+            "lightning_steps_per_s",
+            "gptlab GPT under Lightning (as shipped): steps/s",
+            ov["lightning"]["train_steps_per_s"],
+            "steps/s",
+        ),
+        row(
+            "lightning_overhead_pct",
+            "Lightning overhead at batch 4 x context 16",
+            ov["overhead_pct"],
+            "%",
+            "lightning_overhead_pct",
+        ),
+        row(
+            "startup_s",
+            "start-up to first train/loss record (median)",
+            results["startup"]["seconds"],
+            "s",
+            "startup_s",
+        ),
+        row(
+            "default_peak_rss_mb",
+            "peak RSS of the default run",
+            default["peak_rss_mb"],
+            "MB",
+            "default_peak_rss_mb",
+        ),
         *precision_rows("default run", default, default_bf16, default_steps),
         row("reference_val_loss", "reference's final val loss", target_loss, "nats", detail=source),
-        row("default_time_to_reference_loss_s", "default run: time to that val loss", reached, "s",
-            detail="command start to the first val/loss at or below it; n/a: not reached"),
+        row(
+            "default_time_to_reference_loss_s",
+            "default run: time to that val loss",
+            reached,
+            "s",
+            detail="command start to the first val/loss at or below it; n/a: not reached",
+        ),
         row("reference_wall_s", "reference run wall time", ref_wall, "s", detail=wall_source),
-        row("time_to_reference_loss_fraction", "time to reference loss / reference wall time",
-            None if reached is None else reached / ref_wall, "", "time_to_reference_loss_fraction"),
-        row("quiet_tokens_per_s", "default run as shipped, quiet: tokens/s", busy["quiet"]["tokens_per_sec"],
-            "tokens/s", detail=f"{args.busy_steps} steps, no num_threads (torch's default: "
-                                      f"{info['torch_default_threads']} threads)"),
-        row("busy_tokens_per_s", "... with one CPU-bound competitor: tokens/s",
-            busy["busy"]["tokens_per_sec"], "tokens/s",
-            detail=f"competitor held {busy['competitor_cores']:.2f} cores meanwhile"),
+        row(
+            "time_to_reference_loss_fraction",
+            "time to reference loss / reference wall time",
+            None if reached is None else reached / ref_wall,
+            "",
+            "time_to_reference_loss_fraction",
+        ),
+        row(
+            "quiet_tokens_per_s",
+            "default run as shipped, quiet: tokens/s",
+            busy["quiet"]["tokens_per_sec"],
+            "tokens/s",
+            detail=f"{args.busy_steps} steps, no num_threads (torch's default: "
+            f"{info['torch_default_threads']} threads)",
+        ),
+        row(
+            "busy_tokens_per_s",
+            "... with one CPU-bound competitor: tokens/s",
+            busy["busy"]["tokens_per_sec"],
+            "tokens/s",
+            detail=f"competitor held {busy['competitor_cores']:.2f} cores meanwhile",
+        ),
         row("busy_quiet_ratio", "busy / quiet tokens/s", busy["ratio"], "", "busy_quiet_ratio"),
     ]
     for ablation in results.get("ablations", []):
         if "overhead_pct" in ablation:
-            rows.append(row("ablation", f"  variant: {ablation['variant']}", ablation["overhead_pct"],
-                            "% overhead"))
+            rows.append(
+                row(
+                    "ablation",
+                    f"  variant: {ablation['variant']}",
+                    ablation["overhead_pct"],
+                    "% overhead",
+                )
+            )
     info["load_average_end"] = list(os.getloadavg())
     info["benchmark_seconds"] = round(time.time() - began, 1)
     results["rows"] = rows
-    results["targets"] = {k: {"op": v[0], "threshold": v[1], "what": v[2]} for k, v in TARGETS.items()}
+    results["targets"] = {
+        k: {"op": v[0], "threshold": v[1], "what": v[2]} for k, v in TARGETS.items()
+    }
     results["table"] = print_table(rows, info)
     args.out.write_text(json.dumps(results, indent=2, default=str) + "\n")
-    print(f"Wrote {args.out} ({info['benchmark_seconds']:.0f} s; load average "
-          f"{info['load_average_start'][0]:.1f} -> {info['load_average_end'][0]:.1f})", flush=True)
+    print(
+        f"Wrote {args.out} ({info['benchmark_seconds']:.0f} s; load average "
+        f"{info['load_average_start'][0]:.1f} -> {info['load_average_end'][0]:.1f})",
+        flush=True,
+    )
     errors = [r["name"] for r in rows if r.get("error")]
     if errors:
-        print(f"benchmark: {len(errors)} row(s) without a value, their run failed (see ERROR rows)",
-              file=sys.stderr)
+        print(
+            f"benchmark: {len(errors)} row(s) without a value, their run failed (see ERROR rows)",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

@@ -43,7 +43,9 @@ class FeedForward(nn.Module):
     def __init__(self, s: ReferenceSettings):
         super().__init__()
         self.ffn = nn.Sequential(
-            nn.Linear(s.d_model, 4 * s.d_model), nn.ReLU(), nn.Linear(4 * s.d_model, s.d_model),
+            nn.Linear(s.d_model, 4 * s.d_model),
+            nn.ReLU(),
+            nn.Linear(4 * s.d_model, s.d_model),
             nn.Dropout(s.dropout),
         )
 
@@ -141,8 +143,13 @@ class LoopResult:
     losses: list[tuple[int, float, float]] = field(default_factory=list)  # (step, train, val)
 
 
-def run_reference_loop(tokens: torch.Tensor, steps: int, settings: ReferenceSettings | None = None,
-                       evaluate: bool = True, device: str = "cpu") -> LoopResult:
+def run_reference_loop(
+    tokens: torch.Tensor,
+    steps: int,
+    settings: ReferenceSettings | None = None,
+    evaluate: bool = True,
+    device: str = "cpu",
+) -> LoopResult:
     """Train the reference-style model for `steps` steps on `tokens` (full cl100k ids)."""
     s = settings or ReferenceSettings()
     torch.manual_seed(s.seed)
@@ -201,7 +208,9 @@ def run_reference_loop(tokens: torch.Tensor, steps: int, settings: ReferenceSett
 
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description="Train the reference-style model; write LoopResult as JSON.")
+    p = argparse.ArgumentParser(
+        description="Train the reference-style model; write LoopResult as JSON."
+    )
     p.add_argument("tokens", help="a torch.save'd 1-D tensor of full cl100k_base ids")
     p.add_argument("--steps", type=int, required=True)
     p.add_argument("--eval-iters", type=int, default=ReferenceSettings.eval_iters)
@@ -213,8 +222,13 @@ def main(argv=None) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     tokens = torch.load(args.tokens, weights_only=True)
-    result = run_reference_loop(tokens, args.steps, ReferenceSettings(eval_iters=args.eval_iters),
-                                evaluate=not args.no_eval, device=args.device)
+    result = run_reference_loop(
+        tokens,
+        args.steps,
+        ReferenceSettings(eval_iters=args.eval_iters),
+        evaluate=not args.no_eval,
+        device=args.device,
+    )
     with open(args.out, "w") as f:
         json.dump({**asdict(result), "vocab_size": int(tokens.max()) + 1}, f)
 

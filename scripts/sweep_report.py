@@ -21,7 +21,9 @@ from gptlab.sweep.summary import write_summary
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("sweep_dir", nargs="+", type=Path, help="a multirun directory (holding 0/, 1/, ...)")
+    parser.add_argument(
+        "sweep_dir", nargs="+", type=Path, help="a multirun directory (holding 0/, 1/, ...)"
+    )
     status = 0
     for sweep_dir in parser.parse_args(argv).sweep_dir:
         if not any(sweep_dir.glob("**/.hydra/config.yaml")):

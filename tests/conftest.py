@@ -27,7 +27,9 @@ def corpus_text(corpus_path: Path) -> str:
 
 def pytest_configure(config) -> None:
     config.addinivalue_line(
-        "markers", "slurm: runs jobs on a real two-node SLURM cluster on this host (root, slurm-wlm, munge)")
+        "markers",
+        "slurm: runs jobs on a real two-node SLURM cluster on this host (root, slurm-wlm, munge)",
+    )
 
 
 @pytest.fixture(scope="session")

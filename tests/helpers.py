@@ -11,18 +11,25 @@ from pathlib import Path
 BIN = Path(sys.executable).parent
 
 
-def run_cli(*args: str, cwd: Path, tool: str = "gptlab-train", timeout: float = 300,
-            env: dict | None = None) -> subprocess.CompletedProcess:
+def run_cli(
+    *args: str, cwd: Path, tool: str = "gptlab-train", timeout: float = 300, env: dict | None = None
+) -> subprocess.CompletedProcess:
     """Run `tool args...` in `cwd`; one torch thread so parallel runs do not fight over 2 cores."""
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", **(env or {})}
     return subprocess.run(
-        [str(BIN / tool), *args], cwd=cwd, env=full_env, capture_output=True, text=True,
+        [str(BIN / tool), *args],
+        cwd=cwd,
+        env=full_env,
+        capture_output=True,
+        text=True,
         timeout=timeout,
     )
 
 
 def check(result: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
-    assert result.returncode == 0, f"exit {result.returncode}\n{result.stdout}\n{result.stderr[-4000:]}"
+    assert result.returncode == 0, (
+        f"exit {result.returncode}\n{result.stdout}\n{result.stderr[-4000:]}"
+    )
     return result
 
 

@@ -34,7 +34,17 @@ NODE_CPUS = 1
 NODE_MEMORY_MB = 8000
 MUNGE_SOCKET_DIR = Path("/run/munge")
 HOSTS_LINE = "127.0.0.1 " + " ".join(NODES)
-COMMANDS = ("slurmctld", "slurmd", "srun", "sbatch", "squeue", "scontrol", "sinfo", "munged", "munge")
+COMMANDS = (
+    "slurmctld",
+    "slurmd",
+    "srun",
+    "sbatch",
+    "squeue",
+    "scontrol",
+    "sinfo",
+    "munged",
+    "munge",
+)
 
 
 def unavailable() -> str | None:
@@ -105,7 +115,9 @@ PartitionName={PARTITION} Nodes={",".join(NODES)} Default=YES MaxTime=INFINITE S
 
 def _run(*cmd: str, timeout: float = 10, check: bool = False) -> subprocess.CompletedProcess:
     env = {**os.environ, **client_env()}
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, check=check)
+    return subprocess.run(
+        cmd, env=env, capture_output=True, text=True, timeout=timeout, check=check
+    )
 
 
 def _pid(path: Path) -> int | None:
@@ -123,7 +135,12 @@ def _munge_works() -> bool:
         token = subprocess.run(["munge", "-n"], capture_output=True, timeout=5)
         if token.returncode != 0:
             return False
-        return subprocess.run(["unmunge"], input=token.stdout, capture_output=True, timeout=5).returncode == 0
+        return (
+            subprocess.run(
+                ["unmunge"], input=token.stdout, capture_output=True, timeout=5
+            ).returncode
+            == 0
+        )
     except (OSError, subprocess.TimeoutExpired):
         return False
 
@@ -137,8 +154,14 @@ def _start_munge() -> None:
     if not key.is_file():  # the Debian package creates it; make one if it was removed
         subprocess.run(["mungekey", "--create", "--force"], check=True, capture_output=True)
         shutil.chown(key, "munge", "munge")
-    subprocess.run(["/usr/sbin/munged"], user="munge", group="munge", check=True, capture_output=True,
-                   timeout=10)
+    subprocess.run(
+        ["/usr/sbin/munged"],
+        user="munge",
+        group="munge",
+        check=True,
+        capture_output=True,
+        timeout=10,
+    )
     (CLUSTER_DIR / "munged.started").write_text("gptlab tests started munged\n")
     _wait(_munge_works, 10, "munged did not answer")
 
@@ -148,7 +171,9 @@ def _ensure_hosts() -> None:
     lines = hosts.read_text().splitlines()
     if HOSTS_LINE not in lines:
         with hosts.open("a") as f:
-            f.write(("" if not lines or hosts.read_text().endswith("\n") else "\n") + HOSTS_LINE + "\n")
+            f.write(
+                ("" if not lines or hosts.read_text().endswith("\n") else "\n") + HOSTS_LINE + "\n"
+            )
 
 
 def _wait(predicate, timeout: float, message: str) -> None:
@@ -172,7 +197,8 @@ def node_states() -> dict[str, str]:
 
 def _daemons_alive() -> bool:
     return _pid(CLUSTER_DIR / "slurmctld.pid") is not None and all(
-        _pid(CLUSTER_DIR / f"slurmd-{n}.pid") is not None for n in NODES)
+        _pid(CLUSTER_DIR / f"slurmd-{n}.pid") is not None for n in NODES
+    )
 
 
 def is_up() -> bool:
@@ -180,8 +206,10 @@ def is_up() -> bool:
     if not _daemons_alive():
         return False
     states = node_states()
-    return set(states) == set(NODES) and all(s.rstrip("*~#!%$@^-") in ("idle", "mix", "alloc", "comp")
-                                             and not s.endswith("*") for s in states.values())
+    return set(states) == set(NODES) and all(
+        s.rstrip("*~#!%$@^-") in ("idle", "mix", "alloc", "comp") and not s.endswith("*")
+        for s in states.values()
+    )
 
 
 def up(timeout: float = 60) -> bool:
@@ -201,11 +229,18 @@ def up(timeout: float = 60) -> bool:
         (CLUSTER_DIR / sub).mkdir(parents=True, exist_ok=True)
     CONF.write_text(conf)
     # -c: start with no saved jobs; -i: ignore state files that do not match
-    subprocess.run(["slurmctld", "-c", "-i", "-f", str(CONF)], check=True, capture_output=True, timeout=20)
-    _wait(lambda: _run("scontrol", "ping", timeout=5).stdout.count("is UP") >= 1, 20,
-          "slurmctld did not answer")
+    subprocess.run(
+        ["slurmctld", "-c", "-i", "-f", str(CONF)], check=True, capture_output=True, timeout=20
+    )
+    _wait(
+        lambda: _run("scontrol", "ping", timeout=5).stdout.count("is UP") >= 1,
+        20,
+        "slurmctld did not answer",
+    )
     for name in NODES:
-        subprocess.run(["slurmd", "-f", str(CONF), "-N", name], check=True, capture_output=True, timeout=20)
+        subprocess.run(
+            ["slurmd", "-f", str(CONF), "-N", name], check=True, capture_output=True, timeout=20
+        )
     try:
         _wait(is_up, timeout, f"nodes {', '.join(NODES)} did not come up")
     except RuntimeError:
@@ -238,8 +273,11 @@ def down() -> None:
     if _pid(CLUSTER_DIR / "slurmctld.pid") is not None:
         try:
             _run("scancel", "-p", PARTITION, timeout=10)
-            _wait(lambda: not _run("squeue", "-h", "-p", PARTITION, timeout=5).stdout.strip(), 15,
-                  "jobs did not end")
+            _wait(
+                lambda: not _run("squeue", "-h", "-p", PARTITION, timeout=5).stdout.strip(),
+                15,
+                "jobs did not end",
+            )
         except (RuntimeError, OSError, subprocess.TimeoutExpired):
             pass
     stop_daemons()
@@ -254,8 +292,10 @@ def main(argv: list[str]) -> int:
     if action == "up":
         t0 = time.monotonic()
         started = up()
-        print(f"{'started' if started else 'already up'} in {time.monotonic() - t0:.1f} s; "
-              f"export SLURM_CONF={CONF}")
+        print(
+            f"{'started' if started else 'already up'} in {time.monotonic() - t0:.1f} s; "
+            f"export SLURM_CONF={CONF}"
+        )
     elif action == "down":
         down()
         print("down")

@@ -13,16 +13,38 @@ REPO = Path(__file__).resolve().parents[1]
 PRECISION_ROWS = {
     f"{setting}_{what}"
     for setting in ("experiment_reference", "default_run")
-    for what in ("fp32_steps_per_s", "bf16_steps_per_s", "bf16_vs_fp32", "fp32_val_loss", "bf16_val_loss")
+    for what in (
+        "fp32_steps_per_s",
+        "bf16_steps_per_s",
+        "bf16_vs_fp32",
+        "fp32_val_loss",
+        "bf16_val_loss",
+    )
 }
 ROW_IDS = {
-    "reference_loop_steps_per_s", "gptlab_reference_steps_per_s", "speedup_vs_reference",
-    "bare_steps_per_s", "lightning_steps_per_s", "lightning_overhead_pct", "startup_s",
-    "default_peak_rss_mb", "reference_val_loss", "reference_wall_s",
-    "quiet_tokens_per_s", "busy_tokens_per_s", "busy_quiet_ratio", *PRECISION_ROWS,
+    "reference_loop_steps_per_s",
+    "gptlab_reference_steps_per_s",
+    "speedup_vs_reference",
+    "bare_steps_per_s",
+    "lightning_steps_per_s",
+    "lightning_overhead_pct",
+    "startup_s",
+    "default_peak_rss_mb",
+    "reference_val_loss",
+    "reference_wall_s",
+    "quiet_tokens_per_s",
+    "busy_tokens_per_s",
+    "busy_quiet_ratio",
+    *PRECISION_ROWS,
 }
-TARGET_IDS = {"speedup_vs_reference", "lightning_overhead_pct", "startup_s", "default_peak_rss_mb",
-              "time_to_reference_loss_fraction", "busy_quiet_ratio"}
+TARGET_IDS = {
+    "speedup_vs_reference",
+    "lightning_overhead_pct",
+    "startup_s",
+    "default_peak_rss_mb",
+    "time_to_reference_loss_fraction",
+    "busy_quiet_ratio",
+}
 
 
 def test_quick_benchmark_writes_its_table(tmp_path: Path):
@@ -31,9 +53,22 @@ def test_quick_benchmark_writes_its_table(tmp_path: Path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OMP_", "GOMP_"))}
     env["PYTHONUNBUFFERED"] = "1"
     result = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "benchmark.py"), "--quick", "--threads", "1",
-         "--workdir", str(tmp_path / "work"), "--out", str(out)],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            str(REPO / "scripts" / "benchmark.py"),
+            "--quick",
+            "--threads",
+            "1",
+            "--workdir",
+            str(tmp_path / "work"),
+            "--out",
+            str(out),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert result.returncode == 0, f"{result.stdout}\n{result.stderr[-4000:]}"
 

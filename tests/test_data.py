@@ -26,8 +26,15 @@ B, T = 4, 16  # batch_size, context_length used throughout
 
 
 def make_dm(tmp: Path, path: Path, **kw) -> GPTDataModule:
-    args = dict(path=str(path), sha256=None, url=None, data_dir=str(tmp / "data"),
-                cache_dir=str(tmp / "cache"), batch_size=B, context_length=T)
+    args = dict(
+        path=str(path),
+        sha256=None,
+        url=None,
+        data_dir=str(tmp / "data"),
+        cache_dir=str(tmp / "cache"),
+        batch_size=B,
+        context_length=T,
+    )
     args.update(kw)
     return GPTDataModule(**args)
 
@@ -80,8 +87,10 @@ def test_full_vocab_size_is_tiktokens(corpus_text, cl100k_ids, tmp_path, corpus_
     assert tok.decode(tok.encode(corpus_text)) == corpus_text
     full = make_dm(tmp_path, corpus_path, compact_vocab=False)
     assert full.vocab_size == enc.n_vocab
-    assert torch.equal(torch.cat([full.train_tokens, full.val_tokens]),
-                       torch.from_numpy(cl100k_ids.astype(np.int64)))
+    assert torch.equal(
+        torch.cat([full.train_tokens, full.val_tokens]),
+        torch.from_numpy(cl100k_ids.astype(np.int64)),
+    )
 
 
 def test_unseen_token_raises_config_error(cl100k_ids):
@@ -91,8 +100,11 @@ def test_unseen_token_raises_config_error(cl100k_ids):
     inside = " xylophone"  # ids inside the vocabulary's range, but never in the corpus
     assert not set(enc.encode_ordinary(inside)) <= seen
     # a token above the largest corpus id: searchsorted lands past the end of the vocabulary
-    above = next(s for s in (enc.decode([i]) for i in range(int(cl100k_ids.max()) + 1, enc.n_vocab))
-                 if len(enc.encode_ordinary(s)) == 1 and enc.encode_ordinary(s)[0] not in seen)
+    above = next(
+        s
+        for s in (enc.decode([i]) for i in range(int(cl100k_ids.max()) + 1, enc.n_vocab))
+        if len(enc.encode_ordinary(s)) == 1 and enc.encode_ordinary(s)[0] not in seen
+    )
     assert enc.encode_ordinary(above)[0] > tok.vocab[-1]
     for prompt in (inside, "Sales " + above):
         with pytest.raises(ConfigError, match="compact vocabulary has never seen"):
@@ -118,9 +130,12 @@ def test_missing_corpus_file(tmp_path):
 
 @pytest.mark.parametrize(
     "content, phrase",
-    [(b"", "is empty"), (b"  \n\t\n", "is empty"),
-     (b"plain text\x00\x01\x02 then binary", "NUL bytes"),
-     ("caf\u00e9 cr\u00e8me".encode("latin-1"), "not UTF-8")],
+    [
+        (b"", "is empty"),
+        (b"  \n\t\n", "is empty"),
+        (b"plain text\x00\x01\x02 then binary", "NUL bytes"),
+        ("caf\u00e9 cr\u00e8me".encode("latin-1"), "not UTF-8"),
+    ],
     ids=["empty", "whitespace", "binary", "latin1"],
 )
 def test_bad_corpus_files(tmp_path, content, phrase):
@@ -184,8 +199,10 @@ def test_truncated_cache_is_rebuilt(tmp_path, corpus_path, caplog):
     second.setup("fit")
     assert any(r.levelno == logging.WARNING and "damaged" in r.getMessage() for r in caplog.records)
     assert "Tokenizing" in caplog.text
-    assert torch.equal(torch.cat([second.train_tokens, second.val_tokens]),
-                       torch.cat([first.train_tokens, first.val_tokens]))
+    assert torch.equal(
+        torch.cat([second.train_tokens, second.val_tokens]),
+        torch.cat([first.train_tokens, first.val_tokens]),
+    )
     assert second.load_cache(cache) is not None  # the rebuilt cache is whole again
     assert [p.name for p in (tmp_path / "cache").iterdir()] == [cache.name]  # no temp files
 
@@ -204,7 +221,9 @@ def test_train_windows_use_train_positions_only(dm):
     assert loader.sampler.num_starts == n_train - T  # the last start still ends inside train
     offsets = torch.arange(T + 1)
     highest = 0
-    for starts, (x, y) in itertools.islice(zip(loader.sampler, loader, strict=True), 200):  # endless
+    for starts, (x, y) in itertools.islice(
+        zip(loader.sampler, loader, strict=True), 200
+    ):  # endless
         starts = torch.tensor(starts)
         highest = max(highest, int(starts.max()) + T)  # last token position the window reads
         window = dm.train_tokens[starts[:, None] + offsets]
@@ -272,7 +291,9 @@ def test_sampler_continues_where_a_run_stopped():
 
 def test_sampler_bounds_and_repeat():
     batches = draws(20, num_starts=7, batch_size=16, seed=3)
-    assert {s for batch in batches for s in batch} == set(range(7))  # every start reachable, none out
+    assert {s for batch in batches for s in batch} == set(
+        range(7)
+    )  # every start reachable, none out
     repeated = draws(6, num_starts=10_000, repeat=2)
     assert repeated[:2] == repeated[2:4] == repeated[4:] == draws(2)
 
@@ -306,8 +327,9 @@ class Mirror:
                 pass
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever,
-                                       kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
         self.thread.start()
 
     def url(self, path: str) -> str:
@@ -345,31 +367,45 @@ def test_present_file_is_not_fetched_again(mirror, tmp_path):
     assert mirror.hits["/mirror/sales_textbook.txt"] == 1
     assert target.stat().st_mtime_ns == mtime
     target.write_text("not the corpus", encoding="utf-8")  # a wrong file is replaced
-    assert sha256_of(resolve_corpus(url, None, SALES_TEXTBOOK_SHA256, tmp_path, timeout=10)) \
+    assert (
+        sha256_of(resolve_corpus(url, None, SALES_TEXTBOOK_SHA256, tmp_path, timeout=10))
         == SALES_TEXTBOOK_SHA256
+    )
     assert mirror.hits["/mirror/sales_textbook.txt"] == 2
 
 
 def test_datamodule_downloads_through_mirror(mirror, tmp_path):
-    module = GPTDataModule(url=mirror.url("/mirror/sales_textbook.txt"), path=None,
-                           sha256=SALES_TEXTBOOK_SHA256, data_dir=str(tmp_path / "data"),
-                           cache_dir=str(tmp_path / "cache"), batch_size=B, context_length=T)
+    module = GPTDataModule(
+        url=mirror.url("/mirror/sales_textbook.txt"),
+        path=None,
+        sha256=SALES_TEXTBOOK_SHA256,
+        data_dir=str(tmp_path / "data"),
+        cache_dir=str(tmp_path / "cache"),
+        batch_size=B,
+        context_length=T,
+    )
     assert module.vocab_size == 3771
     assert (tmp_path / "data" / "sales_textbook.txt").is_file()
     assert [p.suffix for p in (tmp_path / "cache").iterdir()] == [".npz"]
 
 
-def test_every_redirect_hop_is_checked_and_an_untrusted_one_saves_nothing(mirror, tmp_path, corpus_path):
+def test_every_redirect_hop_is_checked_and_an_untrusted_one_saves_nothing(
+    mirror, tmp_path, corpus_path
+):
     """A redirect to plain http on another host is refused before it is followed; a redirect
     to another path of the same loopback mirror is fine."""
     mirror.redirects["/evil/sales_textbook.txt"] = "http://example.invalid/sales_textbook.txt"
     mirror.redirects["/moved/sales_textbook.txt"] = mirror.url("/mirror/sales_textbook.txt")
     with pytest.raises(ConfigError, match="example.invalid.*redirect from"):
-        resolve_corpus(mirror.url("/evil/sales_textbook.txt"), None, SALES_TEXTBOOK_SHA256, tmp_path / "bad")
+        resolve_corpus(
+            mirror.url("/evil/sales_textbook.txt"), None, SALES_TEXTBOOK_SHA256, tmp_path / "bad"
+        )
     assert not (tmp_path / "bad").exists() or not list((tmp_path / "bad").iterdir())
     moved = mirror.url("/moved/sales_textbook.txt")
-    assert resolve_corpus(moved, None, SALES_TEXTBOOK_SHA256, tmp_path / "ok").read_bytes() == \
-        corpus_path.read_bytes()
+    assert (
+        resolve_corpus(moved, None, SALES_TEXTBOOK_SHA256, tmp_path / "ok").read_bytes()
+        == corpus_path.read_bytes()
+    )
 
 
 def test_a_killed_download_leaves_nothing_after_the_next_start(mirror, tmp_path):
@@ -384,7 +420,9 @@ def test_a_killed_download_leaves_nothing_after_the_next_start(mirror, tmp_path)
     live = data_dir / f".sales_textbook.txt.{running.pid}.part"
     live.write_bytes(b"in progress")
     try:
-        resolve_corpus(mirror.url("/mirror/sales_textbook.txt"), None, SALES_TEXTBOOK_SHA256, data_dir)
+        resolve_corpus(
+            mirror.url("/mirror/sales_textbook.txt"), None, SALES_TEXTBOOK_SHA256, data_dir
+        )
     finally:
         running.kill()
         running.wait()
@@ -417,7 +455,11 @@ def test_download_without_server(tmp_path, monkeypatch):
 
 
 def test_plain_http_to_other_hosts_is_refused(tmp_path):
-    for url in ("http://example.com/sales_textbook.txt", "http://10.1.2.3/c.txt", "ftp://127.0.0.1/c"):
+    for url in (
+        "http://example.com/sales_textbook.txt",
+        "http://10.1.2.3/c.txt",
+        "ftp://127.0.0.1/c",
+    ):
         with pytest.raises(ConfigError, match="data.url") as err:
             check_url(url)
         assert url in str(err.value)
@@ -433,8 +475,9 @@ def test_data_dir_from_env_is_not_written(corpus_path, tmp_path, monkeypatch):
     """data.path on the read-only shared mount, run from another directory: nothing is written."""
     monkeypatch.chdir(tmp_path)
     before = {p.name: p.stat().st_mtime_ns for p in corpus_path.parent.iterdir()}
-    module = make_dm(tmp_path, Path(os.environ.get("GPTLAB_DATA_DIR", corpus_path.parent))
-                     / "sales_textbook.txt")
+    module = make_dm(
+        tmp_path, Path(os.environ.get("GPTLAB_DATA_DIR", corpus_path.parent)) / "sales_textbook.txt"
+    )
     module.setup("fit")
     assert {p.name: p.stat().st_mtime_ns for p in corpus_path.parent.iterdir()} == before
     assert list((tmp_path / "cache").glob("*.npz"))

@@ -47,7 +47,10 @@ def test_every_trainer_option_trains_on_cpu(tmp_path, option):
     assert metrics["tokens_seen"] == world * FAST_TOKENS  # every rank trained, on its own windows
     files = files_under(run_dir)
     assert files.count("metrics.json") == 1
-    assert [f for f in files if f.endswith(".ckpt")] == ["checkpoints/best.ckpt", "checkpoints/last.ckpt"]
+    assert [f for f in files if f.endswith(".ckpt")] == [
+        "checkpoints/best.ckpt",
+        "checkpoints/last.ckpt",
+    ]
     assert result.stderr.count("Done: ") == 1  # rank 0 alone reports
     assert "Done: " in (run_dir / "train.log").read_text()  # also from a spawned rank 0
 
@@ -61,8 +64,17 @@ def test_shipped_gpu_configs_keep_mixed_precision_and_clipping():
 
 
 def test_ddp_cpu_under_multirun_runs_each_job_once(tmp_path):
-    result = check(run_cli("-m", "trainer=ddp_cpu", "debug=fast", "model.num_heads=2,4",
-                           "hydra.sweep.dir=sweep", cwd=tmp_path, timeout=600))
+    result = check(
+        run_cli(
+            "-m",
+            "trainer=ddp_cpu",
+            "debug=fast",
+            "model.num_heads=2,4",
+            "hydra.sweep.dir=sweep",
+            cwd=tmp_path,
+            timeout=600,
+        )
+    )
     sweep = tmp_path / "sweep"
     assert result.stdout.count("Launching 2 jobs") + result.stderr.count("Launching 2 jobs") == 1
     assert not (tmp_path / "outputs").exists() and not (tmp_path / "multirun").exists()
@@ -79,12 +91,21 @@ def test_ddp_cpu_under_multirun_runs_each_job_once(tmp_path):
 def test_compiled_model_checkpoint_loads_uncompiled_with_identical_logits(tmp_path):
     torch.set_num_threads(1)
     tokenizer = Tokenizer("cl100k_base", list(range(50)))
-    config = GPTConfig(vocab_size=50, context_length=8, d_model=16, num_heads=2, num_blocks=1, compile=True)
+    config = GPTConfig(
+        vocab_size=50, context_length=8, d_model=16, num_heads=2, num_blocks=1, compile=True
+    )
     module = GPTModule(**GPTModule.hparams_from(config, OptimConfig(warmup_steps=0), tokenizer))
     x = torch.randint(50, (4, 8), generator=torch.Generator().manual_seed(0))
     batches = [(x, torch.roll(x, -1, dims=1))] * 2
-    trainer = L.Trainer(accelerator="cpu", max_steps=2, logger=False, enable_progress_bar=False,
-                        enable_model_summary=False, enable_checkpointing=False, default_root_dir=tmp_path)
+    trainer = L.Trainer(
+        accelerator="cpu",
+        max_steps=2,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        default_root_dir=tmp_path,
+    )
     trainer.fit(module, torch.utils.data.DataLoader(batches, batch_size=None))
     trainer.save_checkpoint(tmp_path / "compiled.ckpt")
 

@@ -20,8 +20,14 @@ import gptlab.cli.eval as gptlab_eval
 from gptlab.errors import ConfigError
 
 MAX_STEPS = 100
-RUN = ("debug=fast", "callbacks=early_stopping", "callbacks.early_stopping.patience=1", "optim.lr=0.05",
-       "optim.schedule=constant", f"trainer.max_steps={MAX_STEPS}")
+RUN = (
+    "debug=fast",
+    "callbacks=early_stopping",
+    "callbacks.early_stopping.patience=1",
+    "optim.lr=0.05",
+    "optim.schedule=constant",
+    f"trainer.max_steps={MAX_STEPS}",
+)
 
 
 @pytest.fixture(scope="module")
@@ -75,9 +81,15 @@ def test_last_ckpt_gives_the_final_val_loss(run_dir, tmp_path):
 def test_the_corpus_given_as_another_text_gives_the_same_windows(run_dir, corpus_path, tmp_path):
     """The run's own corpus as another text (tokenized with the checkpoint's tokenizer, split as
     training splits it): the same windows, the same loss."""
-    record = evaluate(tmp_path, f"ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'}",
-                      f"data.path={corpus_path}", "data.val_fraction=0.1")
-    full = evaluate(tmp_path, f"ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'}", "data.batch_size=8")
+    record = evaluate(
+        tmp_path,
+        f"ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'}",
+        f"data.path={corpus_path}",
+        "data.val_fraction=0.1",
+    )
+    full = evaluate(
+        tmp_path, f"ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'}", "data.batch_size=8"
+    )
     assert record["val_loss"] == pytest.approx(full["val_loss"], abs=1e-5)
 
 
@@ -89,14 +101,19 @@ def test_a_held_out_text_is_evaluated_whole(run_dir, corpus_text, tmp_path):
     assert math.isfinite(record["val_loss"]) and record["val_bpb"] > 0
 
 
-def test_a_checkpoint_outside_its_run_dir_reads_windows_of_its_own_context_length(run_dir, corpus_path,
-                                                                                    tmp_path):
+def test_a_checkpoint_outside_its_run_dir_reads_windows_of_its_own_context_length(
+    run_dir, corpus_path, tmp_path
+):
     alone = tmp_path / "alone.ckpt"
     shutil.copy(run_dir / "checkpoints" / "last.ckpt", alone)
     record = evaluate(tmp_path, f"ckpt_path={alone}", f"data.path={corpus_path}")
-    assert record["context_length"] == 32 and math.isfinite(record["val_loss"])  # debug=fast's, not 64
+    assert record["context_length"] == 32 and math.isfinite(
+        record["val_loss"]
+    )  # debug=fast's, not 64
     with pytest.raises(ConfigError, match="at most 32 tokens"):
-        evaluate(tmp_path, f"ckpt_path={alone}", f"data.path={corpus_path}", "data.context_length=64")
+        evaluate(
+            tmp_path, f"ckpt_path={alone}", f"data.path={corpus_path}", "data.context_length=64"
+        )
 
 
 def test_a_run_dir_that_cannot_be_written_leaves_the_result_in_the_output_dir(run_dir, tmp_path):
@@ -111,8 +128,12 @@ def test_a_run_dir_that_cannot_be_written_leaves_the_result_in_the_output_dir(ru
 def test_bad_input_is_one_paragraph_and_exit_code_2(run_dir, tmp_path):
     alien = tmp_path / "alien.txt"
     alien.write_text("Zyzzyva quokkas juggle at dawn\n" * 20)
-    for args, needle in ((["ckpt_path=/no/such/run"], "'/no/such/run' does not exist"),
-                         ([f"ckpt_path={run_dir}", f"data.path={alien}"], "data.compact_vocab=false"),
-                         ([f"ckpt_path={run_dir}", "device=tpu"], "device='tpu'")):
+    for args, needle in (
+        (["ckpt_path=/no/such/run"], "'/no/such/run' does not exist"),
+        ([f"ckpt_path={run_dir}", f"data.path={alien}"], "data.compact_vocab=false"),
+        ([f"ckpt_path={run_dir}", "device=tpu"], "device='tpu'"),
+    ):
         result = run_cli(*args, cwd=tmp_path, tool="gptlab-eval")
-        assert result.returncode == 2 and needle in result.stderr and "Traceback" not in result.stderr
+        assert (
+            result.returncode == 2 and needle in result.stderr and "Traceback" not in result.stderr
+        )

@@ -48,7 +48,9 @@ def test_samples_from_run_dir_and_file_start_with_the_prompt_and_repeat(run_dir,
     args = (f"prompt={PROMPT}", "max_new_tokens=12", "num_samples=3", "seed=3")
     paths = [run_dir, run_dir / "checkpoints" / "best.ckpt"]
     with ThreadPoolExecutor(max_workers=2) as pool:
-        by_dir, by_file = pool.map(lambda p: check(generate(f"ckpt_path={p}", *args, cwd=tmp_path)), paths)
+        by_dir, by_file = pool.map(
+            lambda p: check(generate(f"ckpt_path={p}", *args, cwd=tmp_path)), paths
+        )
     texts = samples(by_dir.stdout)
     assert len(texts) == 3
     assert all(t.startswith(PROMPT) and len(t) > len(PROMPT) for t in texts), texts
@@ -57,12 +59,16 @@ def test_samples_from_run_dir_and_file_start_with_the_prompt_and_repeat(run_dir,
     assert "Traceback" not in by_dir.stderr
     # what was streamed is what the model generates in one piece, decoded at the end
     assert sample_texts(module, PROMPT, 12, 0.8, 50, num_samples=3, seed=3) == texts
-    assert list((tmp_path / "outputs" / "generate").rglob("generate.log"))  # the Hydra run directory
+    assert list(
+        (tmp_path / "outputs" / "generate").rglob("generate.log")
+    )  # the Hydra run directory
 
 
 def test_streaming_writes_token_by_token_and_matches_generate(module):
     pieces: list[str] = []
-    [text] = sample_texts(module, PROMPT, max_new_tokens=10, temperature=0.0, top_k=None, write=pieces.append)
+    [text] = sample_texts(
+        module, PROMPT, max_new_tokens=10, temperature=0.0, top_k=None, write=pieces.append
+    )
     assert len(pieces) >= 10 and "".join(pieces) == text + "\n"
     ids = torch.tensor([module.tokenizer.encode(PROMPT)])
     expected = module.tokenizer.decode(module.model.generate(ids, 10, temperature=0.0)[0].tolist())
@@ -83,7 +89,9 @@ def test_stream_decoder_holds_back_split_characters():
     tokenizer = Tokenizer("cl100k_base")
     text = "Café 🦜🫠 naïve ꙮ 𝔘 ok"  # rare characters: several byte tokens each under cl100k_base
     ids = tokenizer.encode(text)
-    assert any("\ufffd" in tokenizer.decode([i]) for i in ids)  # some tokens are parts of a character
+    assert any(
+        "\ufffd" in tokenizer.decode([i]) for i in ids
+    )  # some tokens are parts of a character
     pieces = list(decode_stream(tokenizer, [[i] for i in ids]))  # one token at a time
     assert "".join(pieces) == text
     assert not any("\ufffd" in p for p in pieces)
@@ -95,8 +103,14 @@ CLI_CASES = {
     "max_new_tokens": (["ckpt_path={run}", "max_new_tokens=0"], ["max_new_tokens"]),
     "no_ckpt_path": ([], ["ckpt_path is not set"]),
     "missing": (["ckpt_path={bad}/nowhere"], ["ckpt_path", "nowhere", "does not exist"]),
-    "garbage": (["ckpt_path={bad}/garbage.ckpt"], ["ckpt_path", "garbage.ckpt", "truncated or not a"]),
-    "truncated": (["ckpt_path={bad}/truncated.ckpt"], ["ckpt_path", "truncated.ckpt", "truncated or not a"]),
+    "garbage": (
+        ["ckpt_path={bad}/garbage.ckpt"],
+        ["ckpt_path", "garbage.ckpt", "truncated or not a"],
+    ),
+    "truncated": (
+        ["ckpt_path={bad}/truncated.ckpt"],
+        ["ckpt_path", "truncated.ckpt", "truncated or not a"],
+    ),
 }
 IN_PROCESS_CASES = {
     "temperature": (["ckpt_path={run}", "temperature=-0.5"], ["temperature"]),
@@ -104,7 +118,10 @@ IN_PROCESS_CASES = {
     "num_samples": (["ckpt_path={run}", "num_samples=0"], ["num_samples"]),
     "seed": (["ckpt_path={run}", "seed=-1"], ["seed"]),
     "device": (["ckpt_path={run}", "device=tpu"], ["device"]),
-    "empty_dir": (["ckpt_path={bad}/empty_run"], ["ckpt_path", "empty_run", "checkpoints/best.ckpt"]),
+    "empty_dir": (
+        ["ckpt_path={bad}/empty_run"],
+        ["ckpt_path", "empty_run", "checkpoints/best.ckpt"],
+    ),
 }
 
 
@@ -121,7 +138,10 @@ def bad(run_dir, tmp_path_factory):
 @pytest.fixture(scope="module")
 def failures(run_dir, bad):
     """The CLI cases as real processes, a few at a time (each ends within a second or two)."""
-    cases = {name: [a.format(bad=bad, run=run_dir) for a in args] for name, (args, _) in CLI_CASES.items()}
+    cases = {
+        name: [a.format(bad=bad, run=run_dir) for a in args]
+        for name, (args, _) in CLI_CASES.items()
+    }
     with ThreadPoolExecutor(max_workers=3) as pool:
         results = pool.map(lambda args: generate(*args, cwd=bad), cases.values())
         return dict(zip(cases, results, strict=True))
@@ -164,10 +184,13 @@ def test_find_checkpoint_prefers_best_then_last(run_dir, tmp_path):
 
 def test_load_module_strips_the_torch_compile_prefix(run_dir, module, tmp_path):
     checkpoint = load_checkpoint(run_dir / "checkpoints" / "best.ckpt")
-    checkpoint["state_dict"] = {k.replace("model.", "model._orig_mod.", 1): v
-                                for k, v in checkpoint["state_dict"].items()}
+    checkpoint["state_dict"] = {
+        k.replace("model.", "model._orig_mod.", 1): v for k, v in checkpoint["state_dict"].items()
+    }
     torch.save(checkpoint, tmp_path / "compiled.ckpt")
     loaded = load_module(tmp_path / "compiled.ckpt")
     assert not loaded.training
-    for (name, a), (_, b) in zip(loaded.state_dict().items(), module.state_dict().items(), strict=True):
+    for (name, a), (_, b) in zip(
+        loaded.state_dict().items(), module.state_dict().items(), strict=True
+    ):
         assert torch.equal(a, b), name

@@ -16,16 +16,31 @@ STEPS = ("default", "large", "ddp", "generate")
 
 
 def gpu_check(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
-    full_env = {**os.environ, "GPU_CHECK_DEVICE": "cpu", "GPU_CHECK_DIR": str(tmp_path / "check"),
-                "PYTHON": sys.executable, "OMP_NUM_THREADS": "1", **env}
-    return subprocess.run(["bash", str(SCRIPT)], cwd=tmp_path, env=full_env, capture_output=True,
-                          text=True, timeout=600)
+    full_env = {
+        **os.environ,
+        "GPU_CHECK_DEVICE": "cpu",
+        "GPU_CHECK_DIR": str(tmp_path / "check"),
+        "PYTHON": sys.executable,
+        "OMP_NUM_THREADS": "1",
+        **env,
+    }
+    return subprocess.run(
+        ["bash", str(SCRIPT)],
+        cwd=tmp_path,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def table(stdout: str) -> dict[str, list[str]]:
     """The summary table's rows by step name."""
-    return {line.split()[0]: line.split() for line in stdout.splitlines()
-            if line.split() and line.split()[0] in STEPS}
+    return {
+        line.split()[0]: line.split()
+        for line in stdout.splitlines()
+        if line.split() and line.split()[0] in STEPS
+    }
 
 
 def test_cpu_variant_runs_every_step_and_prints_the_table(tmp_path: Path):
@@ -50,8 +65,10 @@ def test_a_failed_step_fails_the_script(tmp_path: Path):
     """A python whose gptlab-train always fails: every training step FAILED, generation has no
     checkpoint, the table still comes, and the exit code says so."""
     fake = tmp_path / "python"
-    fake.write_text(f'#!/bin/sh\nfor a in "$@"; do [ "$a" = gptlab.cli.train ] && exit 3; done\n'
-                    f'exec {sys.executable} "$@"\n')
+    fake.write_text(
+        f'#!/bin/sh\nfor a in "$@"; do [ "$a" = gptlab.cli.train ] && exit 3; done\n'
+        f'exec {sys.executable} "$@"\n'
+    )
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     result = gpu_check(tmp_path, PYTHON=str(fake))
     assert result.returncode == 1, f"{result.stdout}\n{result.stderr[-4000:]}"

@@ -22,10 +22,21 @@ PROMPT = (
     "foundation for establishing a connection with your potential customers, gaining their trust, "
     "and ultimately convincing them to make a purchase."
 )
-ARTICLE = {"context_length": 16, "d_model": 64, "num_heads": 4, "num_blocks": 1, "norm": "post",
-           "attention": "manual", "dropout": 0.0}
-FIGURES = ["positional_encoding", "attention_block0_scores", "attention_block0_masked",
-           "attention_block0_softmax"]
+ARTICLE = {
+    "context_length": 16,
+    "d_model": 64,
+    "num_heads": 4,
+    "num_blocks": 1,
+    "norm": "post",
+    "attention": "manual",
+    "dropout": 0.0,
+}
+FIGURES = [
+    "positional_encoding",
+    "attention_block0_scores",
+    "attention_block0_masked",
+    "attention_block0_softmax",
+]
 SHAPE_LINE = re.compile(r"^(?P<label>.+?)\s+(?P<shape>\[[\d, ]+\])\s")
 
 
@@ -48,12 +59,25 @@ def fake_run_dir(run) -> None:
     """A run directory whose checkpoint is saved the way gptlab-train saves one (plain types),
     holding a pre-LN sdpa model with two blocks: the other branch of every switch."""
     _, tokenizer = random_model(ARTICLE, PROMPT)
-    config = GPTConfig(**{**ARTICLE, "norm": "pre", "attention": "sdpa", "num_blocks": 2,
-                          "vocab_size": tokenizer.vocab_size})
+    config = GPTConfig(
+        **{
+            **ARTICLE,
+            "norm": "pre",
+            "attention": "sdpa",
+            "num_blocks": 2,
+            "vocab_size": tokenizer.vocab_size,
+        }
+    )
     hparams = GPTModule.hparams_from(config, OptimConfig(), tokenizer)
     (run / "checkpoints").mkdir(parents=True)
-    torch.save({"hyper_parameters": hparams, "state_dict": GPTModule(**hparams).state_dict(),
-                "global_step": 7}, run / "checkpoints" / "best.ckpt")
+    torch.save(
+        {
+            "hyper_parameters": hparams,
+            "state_dict": GPTModule(**hparams).state_dict(),
+            "global_step": 7,
+        },
+        run / "checkpoints" / "best.ckpt",
+    )
 
 
 def test_cli_prints_the_articles_shapes_in_order_and_draws_the_figures(tmp_path):
@@ -91,9 +115,14 @@ def test_cli_prints_the_articles_shapes_in_order_and_draws_the_figures(tmp_path)
     assert "Traceback" not in result.stderr
 
 
-@pytest.mark.parametrize(("override", "message"), [("block=3", "block=3: the model has 1 block(s)"),
-                                                   ("batch_size=0", "batch_size=0"),
-                                                   ("model.d_model=30", "model.d_model=30")])
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("block=3", "block=3: the model has 1 block(s)"),
+        ("batch_size=0", "batch_size=0"),
+        ("model.d_model=30", "model.d_model=30"),
+    ],
+)
 def test_bad_arguments_exit_2_with_one_paragraph(override, message, caplog):
     """The tool's own task function on the composed config (a process per case is too slow)."""
     with initialize_config_module("gptlab.conf", version_base="1.3"):
@@ -140,14 +169,22 @@ def test_sdpa_models_are_traced_through_their_own_forward():
 def test_run_directory_figures_also_go_to_its_tensorboard(tmp_path, capsys):
     """The tool's task function in process (the CLI test above covers the process itself)."""
     fake_run_dir(tmp_path / "run")
-    overrides = [f"ckpt_path={tmp_path / 'run'}", f"prompt='{PROMPT}'", "block=1",
-                 f"output_dir={tmp_path / 'out'}"]  # prompt quoted: Hydra reads bare commas as a list
+    overrides = [
+        f"ckpt_path={tmp_path / 'run'}",
+        f"prompt='{PROMPT}'",
+        "block=1",
+        f"output_dir={tmp_path / 'out'}",
+    ]  # prompt quoted: Hydra reads bare commas as a list
     with initialize_config_module("gptlab.conf", version_base="1.3"):
         run_job(compose("inspect", overrides=overrides))
     lines = shape_lines(capsys.readouterr().out)
     labels = [label for label, _ in lines]
     assert dict(lines)["block 1: heads (Q; K, V alike)"] == [4, 4, 16, 16]
-    assert "block 1: LayerNorm" in labels and "final LayerNorm" in labels and "... x 2 blocks" in labels
+    assert (
+        "block 1: LayerNorm" in labels
+        and "final LayerNorm" in labels
+        and "... x 2 blocks" in labels
+    )
     stems = [s.replace("block0", "block1") for s in FIGURES]
     for stem in stems:
         assert_real_png(tmp_path / "out" / f"{stem}.png")

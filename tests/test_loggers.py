@@ -25,8 +25,12 @@ from mlflow.tracking import MlflowClient  # noqa: E402
 
 FAST = "debug=fast"
 # Nothing leaves the machine: MLflow's usage telemetry off, W&B offline, its error reports off.
-QUIET = {"MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true", "WANDB_MODE": "offline",
-         "WANDB_ERROR_REPORTING": "false"}
+QUIET = {
+    "MLFLOW_DISABLE_TELEMETRY": "true",
+    "DO_NOT_TRACK": "true",
+    "WANDB_MODE": "offline",
+    "WANDB_ERROR_REPORTING": "false",
+}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -57,10 +61,24 @@ class Server:
         self.log = root / "server.log"
         with self.log.open("w") as log:
             self.proc = subprocess.Popen(
-                [str(BIN / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(self.port),
-                 "--backend-store-uri", f"sqlite:///{root / 'server.db'}",
-                 "--artifacts-destination", str(self.artifacts), "--workers", "1"],
-                cwd=root, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                [
+                    str(BIN / "mlflow"),
+                    "server",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(self.port),
+                    "--backend-store-uri",
+                    f"sqlite:///{root / 'server.db'}",
+                    "--artifacts-destination",
+                    str(self.artifacts),
+                    "--workers",
+                    "1",
+                ],
+                cwd=root,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
                 # no job runner: it starts 8 more processes that a tracking server does not need
                 env={**os.environ, **QUIET, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
             )
@@ -68,14 +86,18 @@ class Server:
     def wait(self, timeout: float = 180) -> str:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            assert self.proc.poll() is None, f"mlflow server exited:\n{self.log.read_text()[-3000:]}"
+            assert self.proc.poll() is None, (
+                f"mlflow server exited:\n{self.log.read_text()[-3000:]}"
+            )
             try:
                 with urllib.request.urlopen(f"{self.url}/health", timeout=2) as response:
                     if response.status == 200:
                         return self.url
             except OSError:
                 time.sleep(0.5)
-        raise AssertionError(f"mlflow server not up after {timeout} s:\n{self.log.read_text()[-3000:]}")
+        raise AssertionError(
+            f"mlflow server not up after {timeout} s:\n{self.log.read_text()[-3000:]}"
+        )
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -121,8 +143,16 @@ def resumed(local_run) -> Path:
 @pytest.fixture(scope="module")
 def sweep(workdir, server) -> Path:
     """Two jobs, one process, to the MLflow server and W&B."""
-    check(run_cli("-m", FAST, "model.d_model=32,48", "logger=[mlflow,wandb]",
-                  f"logger.mlflow.tracking_uri={server.wait()}", cwd=workdir))
+    check(
+        run_cli(
+            "-m",
+            FAST,
+            "model.d_model=32,48",
+            "logger=[mlflow,wandb]",
+            f"logger.mlflow.tracking_uri={server.wait()}",
+            cwd=workdir,
+        )
+    )
     (sweep_dir,) = (workdir / "outputs" / "multirun").glob("*/*")
     return sweep_dir
 
@@ -149,8 +179,8 @@ def wandb_records(path: Path):
         if left < 7:
             pos += left
             continue
-        length, kind = int.from_bytes(data[pos + 4:pos + 6], "little"), data[pos + 6]
-        chunks += data[pos + 7:pos + 7 + length]
+        length, kind = int.from_bytes(data[pos + 4 : pos + 6], "little"), data[pos + 6]
+        chunks += data[pos + 7 : pos + 7 + length]
         pos += 7 + length
         if kind in (1, 4):  # a whole record, or the last piece of one
             record = pb.Record()
@@ -171,11 +201,20 @@ def wandb_run(folder: Path) -> dict:
         elif kind == "config":
             config.update({i.key: json.loads(i.value_json) for i in record.config.update})
         elif kind == "summary":
-            summary.update({i.key: json.loads(i.value_json) for i in record.summary.update if i.key})
+            summary.update(
+                {i.key: json.loads(i.value_json) for i in record.summary.update if i.key}
+            )
         elif kind == "history":
             history.update("/".join(i.nested_key) or i.key for i in record.history.item)
-    return {"id": run.run_id, "name": run.display_name, "group": run.run_group, "project": run.project,
-            "summary": summary, "config": config, "history": history}
+    return {
+        "id": run.run_id,
+        "name": run.display_name,
+        "group": run.run_group,
+        "project": run.project,
+        "summary": summary,
+        "config": config,
+        "history": history,
+    }
 
 
 def offline_runs(run_dir: Path) -> list[Path]:
@@ -206,7 +245,9 @@ def test_mlflow_local_store_holds_scalars_hparams_results_and_config(workdir, lo
     assert artifacts.is_relative_to(workdir / "outputs" / "mlartifacts")
     composed = (local_run / ".hydra" / "config.yaml").read_text()
     assert (artifacts / "hydra" / "config.yaml").read_text() == composed
-    assert (artifacts / "hydra" / "overrides.yaml").is_file() and (artifacts / "metrics.json").is_file()
+    assert (artifacts / "hydra" / "overrides.yaml").is_file() and (
+        artifacts / "metrics.json"
+    ).is_file()
     assert not (workdir / "mlruns").exists() and not (workdir / "mlartifacts").exists()
 
 
@@ -220,7 +261,9 @@ def test_wandb_offline_run_lies_in_the_run_directory(workdir, local_run):
     assert {"train/loss", "val/loss", "val/perplexity"} <= run["history"]
     assert run["summary"]["best_val_loss"] == pytest.approx(metrics["best_val_loss"], rel=1e-6)
     assert run["summary"]["status"] == "ok"
-    assert run["config"]["model/d_model"] == 32 and run["config"]["gptlab/run_dir"] == str(local_run)
+    assert run["config"]["model/d_model"] == 32 and run["config"]["gptlab/run_dir"] == str(
+        local_run
+    )
     assert (folder / "files" / ".hydra" / "config.yaml").is_file()
     assert (folder / "files" / "metrics.json").is_file()
 
@@ -258,15 +301,24 @@ def test_sweep_jobs_are_grouped_on_the_mlflow_server(workdir, server, sweep):
     assert [r.info.run_name for r in runs] == [f"{name}/0", f"{name}/1"]
     assert [r.data.params["model/d_model"] for r in runs] == ["32", "48"]
     for job, run in enumerate(runs):
-        assert run.data.tags["gptlab.job"] == str(job) and run.data.tags["gptlab.sweep_dir"] == str(sweep)
-        assert run.data.metrics["val/loss"] == pytest.approx(read_metrics(sweep / str(job))["final_val_loss"])
+        assert run.data.tags["gptlab.job"] == str(job) and run.data.tags["gptlab.sweep_dir"] == str(
+            sweep
+        )
+        assert run.data.metrics["val/loss"] == pytest.approx(
+            read_metrics(sweep / str(job))["final_val_loss"]
+        )
         # artifacts went through the server into its own artifact folder
         local = mlflow.artifacts.download_artifacts(
-            run_id=run.info.run_id, artifact_path="hydra/config.yaml", tracking_uri=server.url,
-            dst_path=str(workdir / f"download{job}"))
+            run_id=run.info.run_id,
+            artifact_path="hydra/config.yaml",
+            tracking_uri=server.url,
+            dst_path=str(workdir / f"download{job}"),
+        )
         assert Path(local).read_text() == (sweep / str(job) / ".hydra" / "config.yaml").read_text()
     assert any(server.artifacts.rglob("config.yaml"))
-    assert MlflowClient(local_store(workdir)).get_experiment_by_name(name) is None  # not in the local store
+    assert (
+        MlflowClient(local_store(workdir)).get_experiment_by_name(name) is None
+    )  # not in the local store
 
 
 def test_sweep_jobs_are_one_wandb_group(workdir, sweep):

@@ -32,8 +32,9 @@ TEXT = (
 
 
 def small_config(**overrides) -> GPTConfig:
-    kwargs = dict(vocab_size=V, context_length=16, d_model=32, num_heads=4, num_blocks=2,
-                  dropout=0.0)
+    kwargs = dict(
+        vocab_size=V, context_length=16, d_model=32, num_heads=4, num_blocks=2, dropout=0.0
+    )
     kwargs.update(overrides)
     return GPTConfig(**kwargs)
 
@@ -59,8 +60,11 @@ def test_article_shape_walk():
     ids = torch.tensor(tokenizer.encode(TEXT)[: 4 * 16]).view(4, 16)
 
     torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=vocab, context_length=16, d_model=64, num_heads=4,
-                          num_blocks=1, dropout=0.0)).eval()
+    model = GPT(
+        GPTConfig(
+            vocab_size=vocab, context_length=16, d_model=64, num_heads=4, num_blocks=1, dropout=0.0
+        )
+    ).eval()
     with torch.no_grad():
         embeddings = model.embed(ids)
         logits = model(ids)
@@ -250,8 +254,9 @@ def test_odd_d_model_works_with_learned_positions():
 def test_generate_length_and_context_crop():
     model = make_model()
     prompt = random_ids(batch=2, length=5)
-    out = model.generate(prompt, max_new_tokens=7, temperature=1.0,
-                         generator=torch.Generator().manual_seed(0))
+    out = model.generate(
+        prompt, max_new_tokens=7, temperature=1.0, generator=torch.Generator().manual_seed(0)
+    )
     assert out.shape == (2, 12)
     assert torch.equal(out[:, :5], prompt)
     assert out.min() >= 0 and out.max() < V
@@ -299,8 +304,13 @@ def test_top_k_1_equals_greedy():
     prompt = random_ids(batch=3, length=4)
     greedy = model.generate(prompt, max_new_tokens=10, temperature=0)
     for seed in (0, 1):
-        top1 = model.generate(prompt, max_new_tokens=10, temperature=1.5, top_k=1,
-                              generator=torch.Generator().manual_seed(seed))
+        top1 = model.generate(
+            prompt,
+            max_new_tokens=10,
+            temperature=1.5,
+            top_k=1,
+            generator=torch.Generator().manual_seed(seed),
+        )
         assert torch.equal(top1, greedy)
 
 
@@ -310,8 +320,9 @@ def test_top_k_restricts_to_the_k_most_likely():
     with torch.no_grad():
         allowed = set(model(prompt)[0, -1].topk(3).indices.tolist())
     for seed in range(20):
-        out = model.generate(prompt, 1, temperature=5.0, top_k=3,
-                             generator=torch.Generator().manual_seed(seed))
+        out = model.generate(
+            prompt, 1, temperature=5.0, top_k=3, generator=torch.Generator().manual_seed(seed)
+        )
         assert out[0, -1].item() in allowed
 
 
@@ -320,8 +331,13 @@ def test_same_seed_same_tokens():
     prompt = random_ids(batch=2, length=4)
 
     def sample(seed):
-        return model.generate(prompt, max_new_tokens=20, temperature=1.0, top_k=None,
-                              generator=torch.Generator().manual_seed(seed))
+        return model.generate(
+            prompt,
+            max_new_tokens=20,
+            temperature=1.0,
+            top_k=None,
+            generator=torch.Generator().manual_seed(seed),
+        )
 
     first = sample(42)
     torch.manual_seed(999)  # the global RNG must not matter
@@ -347,8 +363,10 @@ def test_same_seed_same_tokens():
         ({"norm": "middle"}, ["model.norm='middle'", "pre", "post"]),
         ({"positional": "rotary"}, ["model.positional='rotary'", "sinusoidal", "learned"]),
         ({"attention": "flash"}, ["model.attention='flash'", "manual", "sdpa"]),
-        ({"d_model": 63, "num_heads": 3, "positional": "sinusoidal"},
-         ["model.d_model=63", "sinusoidal"]),
+        (
+            {"d_model": 63, "num_heads": 3, "positional": "sinusoidal"},
+            ["model.d_model=63", "sinusoidal"],
+        ),
     ],
 )
 def test_bad_model_config_is_a_clear_error(overrides, expected):

@@ -64,31 +64,53 @@ def windows(ids: np.ndarray, stride: int = CONTEXT) -> TensorDataset:
     return TensorDataset(x, y)
 
 
-def make_module(tokenizer: Tokenizer, seed: int = 0, model: dict | None = None,
-                optim: dict | None = None) -> GPTModule:
-    model_kwargs = dict(vocab_size=tokenizer.vocab_size, context_length=CONTEXT, d_model=64,
-                        num_heads=4, num_blocks=2, dropout=0.0)
+def make_module(
+    tokenizer: Tokenizer, seed: int = 0, model: dict | None = None, optim: dict | None = None
+) -> GPTModule:
+    model_kwargs = dict(
+        vocab_size=tokenizer.vocab_size,
+        context_length=CONTEXT,
+        d_model=64,
+        num_heads=4,
+        num_blocks=2,
+        dropout=0.0,
+    )
     model_kwargs.update(model or {})
     optim_kwargs = dict(lr=1e-3, warmup_steps=2, min_lr=1e-4)
     optim_kwargs.update(optim or {})
     torch.manual_seed(seed)
-    hparams = GPTModule.hparams_from(GPTConfig(**model_kwargs), OptimConfig(**optim_kwargs),
-                                     tokenizer)
+    hparams = GPTModule.hparams_from(
+        GPTConfig(**model_kwargs), OptimConfig(**optim_kwargs), tokenizer
+    )
     return GPTModule(**hparams)
 
 
 def make_trainer(tmp_path, max_steps: int, **kwargs) -> L.Trainer:
     kwargs.setdefault("enable_checkpointing", False)
-    return L.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
-                     enable_model_summary=False, max_steps=max_steps, default_root_dir=tmp_path,
-                     **kwargs)
+    return L.Trainer(
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        max_steps=max_steps,
+        default_root_dir=tmp_path,
+        **kwargs,
+    )
 
 
-def fit(module: GPTModule, dataset: TensorDataset, tmp_path, max_steps: int,
-        batch_size: int = 64, **kwargs) -> L.Trainer:
+def fit(
+    module: GPTModule,
+    dataset: TensorDataset,
+    tmp_path,
+    max_steps: int,
+    batch_size: int = 64,
+    **kwargs,
+) -> L.Trainer:
     trainer = make_trainer(tmp_path, max_steps, **kwargs)
-    loader = DataLoader(dataset, batch_size=batch_size, shuffle=True,
-                        generator=torch.Generator().manual_seed(0))
+    loader = DataLoader(
+        dataset, batch_size=batch_size, shuffle=True, generator=torch.Generator().manual_seed(0)
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PossibleUserWarning)
         trainer.fit(module, train_dataloaders=loader)
@@ -111,9 +133,11 @@ def memorised(corpus, tmp_path_factory):
     """Full-batch training on the text's non-overlapping windows until it is memorised."""
     tokenizer, ids = corpus
     dataset = windows(ids)
-    module = make_module(tokenizer, model={"positional": "learned"},
-                         optim={"lr": 1e-2, "warmup_steps": 10, "min_lr": 1e-3,
-                                "weight_decay": 0.0})
+    module = make_module(
+        tokenizer,
+        model={"positional": "learned"},
+        optim={"lr": 1e-2, "warmup_steps": 10, "min_lr": 1e-3, "weight_decay": 0.0},
+    )
     loss_before = mean_loss(module, dataset)
     module.train()
     # the same full batch MEMORISE_STEPS times in one epoch: no per-epoch overhead
@@ -141,15 +165,15 @@ def test_memorised_model_recites_the_text_greedily(memorised, corpus):
     prompt = torch.tensor(ids[None, :4])
     out = module.model.generate(prompt, max_new_tokens=CONTEXT - 4, temperature=0)
     assert out[0].tolist() == ids[:CONTEXT].tolist()
-    assert module.sample(tokenizer.decode(ids[:4]), max_new_tokens=CONTEXT - 4,
-                         temperature=0) == tokenizer.decode(ids[:CONTEXT])
+    assert module.sample(
+        tokenizer.decode(ids[:4]), max_new_tokens=CONTEXT - 4, temperature=0
+    ) == tokenizer.decode(ids[:CONTEXT])
 
 
 # ------------------------------------------------------------------ optimiser and schedule
 def test_weight_decay_only_on_matrices(corpus, tmp_path):
     tokenizer, ids = corpus
-    module = make_module(tokenizer, model={"positional": "learned"},
-                         optim={"weight_decay": 0.05})
+    module = make_module(tokenizer, model={"positional": "learned"}, optim={"weight_decay": 0.05})
     trainer = fit(module, windows(ids), tmp_path, max_steps=1)
     groups = trainer.optimizers[0].param_groups
     assert len(groups) == 2
@@ -166,11 +190,20 @@ def test_weight_decay_only_on_matrices(corpus, tmp_path):
 
     named = dict(module.model.named_parameters())
     in_decay = {id(p) for p in decay["params"]}
-    for name in ("token_embedding.weight", "position_embedding.weight", "head.weight",
-                 "blocks.0.attn.qkv.weight", "blocks.1.ffn.down.weight"):
+    for name in (
+        "token_embedding.weight",
+        "position_embedding.weight",
+        "head.weight",
+        "blocks.0.attn.qkv.weight",
+        "blocks.1.ffn.down.weight",
+    ):
         assert id(named[name]) in in_decay, name
-    for name in ("blocks.0.attn.qkv.bias", "blocks.0.ln1.weight", "blocks.0.ln1.bias",
-                 "ln_f.weight"):
+    for name in (
+        "blocks.0.attn.qkv.bias",
+        "blocks.0.ln1.weight",
+        "blocks.0.ln1.bias",
+        "ln_f.weight",
+    ):
         assert id(named[name]) not in in_decay, name
 
 
@@ -207,8 +240,9 @@ def test_lr_factor_constant_stays_one():
 @pytest.mark.parametrize("schedule", ["cosine", "constant"])
 def test_trainer_applies_the_schedule(corpus, tmp_path, schedule):
     tokenizer, ids = corpus
-    module = make_module(tokenizer, optim={"lr": 1e-3, "min_lr": 1e-4, "warmup_steps": 2,
-                                           "schedule": schedule})
+    module = make_module(
+        tokenizer, optim={"lr": 1e-3, "min_lr": 1e-4, "warmup_steps": 2, "schedule": schedule}
+    )
     trainer = fit(module, windows(ids), tmp_path, max_steps=5)
     expected = 1e-3 * lr_factor(5, module.optim, 5)  # after 5 scheduler steps
     if schedule == "cosine":
@@ -258,8 +292,9 @@ def test_model_checkpoint_callback_file_loads(corpus, tmp_path):
     tokenizer, ids = corpus
     module = make_module(tokenizer)
     callback = L.pytorch.callbacks.ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True)
-    fit(module, windows(ids), tmp_path, max_steps=2, enable_checkpointing=True,
-        callbacks=[callback])
+    fit(
+        module, windows(ids), tmp_path, max_steps=2, enable_checkpointing=True, callbacks=[callback]
+    )
     path = tmp_path / "ckpt" / "last.ckpt"
     assert path.exists()
     torch.load(path, weights_only=True)
@@ -282,7 +317,8 @@ def test_validation_loss_is_the_token_mean(corpus, tmp_path):
     expected = mean_loss(module, dataset)
     assert float(trainer.callback_metrics["val/loss"]) == pytest.approx(expected, rel=1e-5)
     assert float(trainer.callback_metrics["val/perplexity"]) == pytest.approx(
-        math.exp(expected), rel=1e-5)
+        math.exp(expected), rel=1e-5
+    )
 
 
 # ------------------------------------------------------------------ optimiser config errors
@@ -323,8 +359,15 @@ def test_declared_flops_match_what_torch_counts_for_a_training_step(settings):
     from gptlab.model.gpt import GPT
     from gptlab.training.module import flops_per_token
 
-    config = GPTConfig(vocab_size=500, context_length=32, d_model=64, num_heads=4, dropout=0.0,
-                       attention="manual", **settings)
+    config = GPTConfig(
+        vocab_size=500,
+        context_length=32,
+        d_model=64,
+        num_heads=4,
+        dropout=0.0,
+        attention="manual",
+        **settings,
+    )
     model = GPT(config)
     ids = torch.randint(500, (4, 32))
     counted = measure_flops(model, lambda: model(ids), loss_fn=lambda logits: logits.sum())

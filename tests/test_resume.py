@@ -21,20 +21,34 @@ from tensorboard.plugins.hparams import plugin_data_pb2
 
 # A tiny model that takes a few seconds: long enough to interrupt, deterministic on CPU, with
 # dropout so that a resume must also restore the random state.
-TINY = ["debug=fast", "trainer.max_steps=120", "trainer.val_check_interval=40", "model.dropout=0.1",
-        "trainer.deterministic=true", "callbacks.last_checkpoint.every_n_train_steps=5"]
+TINY = [
+    "debug=fast",
+    "trainer.max_steps=120",
+    "trainer.val_check_interval=40",
+    "model.dropout=0.1",
+    "trainer.deterministic=true",
+    "callbacks.last_checkpoint.every_n_train_steps=5",
+]
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
 
 
 def start(*args: str, cwd: Path) -> subprocess.Popen:
-    return subprocess.Popen([str(BIN / "gptlab-train"), *args], cwd=cwd, env=ENV, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        [str(BIN / "gptlab-train"), *args],
+        cwd=cwd,
+        env=ENV,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
 
 
 def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while not path.exists():
-        assert proc.poll() is None, f"run ended before {path} appeared: {proc.communicate()[1][-3000:]}"
+        assert proc.poll() is None, (
+            f"run ended before {path} appeared: {proc.communicate()[1][-3000:]}"
+        )
         assert time.monotonic() < deadline, f"{path} never appeared"
         time.sleep(0.01)
 
@@ -145,8 +159,14 @@ def test_sigkill_while_a_checkpoint_is_written_keeps_the_previous_one(tmp_path):
 
 
 def test_nan_loss_stops_with_a_clear_message(tmp_path):
-    result = run_cli("debug=fast", "optim.lr=1e30", "optim.warmup_steps=0", "trainer.gradient_clip_val=null",
-                     "hydra.run.dir=run", cwd=tmp_path)
+    result = run_cli(
+        "debug=fast",
+        "optim.lr=1e30",
+        "optim.warmup_steps=0",
+        "trainer.gradient_clip_val=null",
+        "hydra.run.dir=run",
+        cwd=tmp_path,
+    )
     assert result.returncode == 2
     assert "diverged" in result.stderr and "optim.lr" in result.stderr
     assert "Traceback" not in result.stderr
@@ -185,11 +205,22 @@ def bad_files(tmp_path_factory, uninterrupted) -> dict[str, Path]:
         (["resume={dir}/no_ckpt_run"], "no_ckpt_run"),
         (["resume={dir}/nope"], "does not exist"),
         (["callbacks.text_sample._target_=os.system"], "callbacks.text_sample._target_"),
-        (["+callbacks.evil._target_=torch.load", "+callbacks.evil.f={dir}/evil.pkl",
-          "+callbacks.evil.weights_only=false"], "callbacks.evil._target_='torch.load'"),
+        (
+            [
+                "+callbacks.evil._target_=torch.load",
+                "+callbacks.evil.f={dir}/evil.pkl",
+                "+callbacks.evil.weights_only=false",
+            ],
+            "callbacks.evil._target_='torch.load'",
+        ),
         (["+callbacks.evil._target_=torch.hub.load"], "torch.hub.load"),
-        (["+callbacks.evil._target_=torch.distributed.elastic.multiprocessing.subprocess_handler"
-          ".SubprocessHandler"], "SubprocessHandler"),
+        (
+            [
+                "+callbacks.evil._target_=torch.distributed.elastic.multiprocessing.subprocess_handler"
+                ".SubprocessHandler"
+            ],
+            "SubprocessHandler",
+        ),
     ],
 )
 def test_bad_input_fails_clearly_before_training(tmp_path, bad_files, overrides, needle):
@@ -219,9 +250,14 @@ def test_a_planted_run_directory_runs_nothing(tmp_path, uninterrupted):
     and named; the rest of the run continues normally."""
     run_dir = tmp_path / "handed"
     shutil.copytree(uninterrupted, run_dir)
-    planted = ["debug=fast", "trainer.max_steps=125", "+hydra.callbacks.evil._target_=builtins.print",
-               "+hydra.callbacks.evil.end=PWNED-HYDRA", "+callbacks.evil._target_=builtins.print",
-               "trainer.profiler={_target_:builtins.print,end:PWNED-TRAINER}"]
+    planted = [
+        "debug=fast",
+        "trainer.max_steps=125",
+        "+hydra.callbacks.evil._target_=builtins.print",
+        "+hydra.callbacks.evil.end=PWNED-HYDRA",
+        "+callbacks.evil._target_=builtins.print",
+        "trainer.profiler={_target_:builtins.print,end:PWNED-TRAINER}",
+    ]
     (run_dir / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(planted))
     result = check(run_cli(f"resume={run_dir}", cwd=tmp_path))
     [skipped] = [line for line in result.stderr.splitlines() if "not replaying" in line]

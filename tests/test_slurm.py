@@ -25,17 +25,32 @@ pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_cluster")]
 NODES = {"n1", "n2"}
 ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED")
 # CPU-only SLURM jobs: no GPUs, one task per node, one core and 2 GB each
-SLURM_SWEEP = ("-m", "hydra/launcher=slurm", "hydra.launcher.partition=debug",
-               "hydra.launcher.gpus_per_node=0", "hydra.launcher.tasks_per_node=1",
-               "hydra.launcher.cpus_per_task=1", "hydra.launcher.mem_gb=2")
-TWO_NODE_DDP = ("trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=1", "trainer.num_nodes=2",
-                "debug=fast")
+SLURM_SWEEP = (
+    "-m",
+    "hydra/launcher=slurm",
+    "hydra.launcher.partition=debug",
+    "hydra.launcher.gpus_per_node=0",
+    "hydra.launcher.tasks_per_node=1",
+    "hydra.launcher.cpus_per_task=1",
+    "hydra.launcher.mem_gb=2",
+)
+TWO_NODE_DDP = (
+    "trainer=ddp",
+    "trainer.accelerator=cpu",
+    "trainer.devices=1",
+    "trainer.num_nodes=2",
+    "debug=fast",
+)
 
 
 def slurm(*args: str, timeout: float = 30) -> str:
     """Run a SLURM client command; jobs it submits get this environment with gptlab-train on PATH."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1",
-           "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+    env = {
+        **os.environ,
+        "PYTHONUNBUFFERED": "1",
+        "OMP_NUM_THREADS": "1",
+        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
     result = subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=env)
     assert result.returncode == 0, f"{' '.join(args)}: exit {result.returncode}\n{result.stderr}"
     return result.stdout
@@ -43,8 +58,9 @@ def slurm(*args: str, timeout: float = 30) -> str:
 
 def job_fields(job_id: str) -> dict[str, str]:
     """`scontrol show job` as {key: value}; {} once slurmctld has forgotten the job."""
-    result = subprocess.run(["scontrol", "-o", "show", "job", job_id], capture_output=True, text=True,
-                            timeout=30)
+    result = subprocess.run(
+        ["scontrol", "-o", "show", "job", job_id], capture_output=True, text=True, timeout=30
+    )
     if result.returncode != 0:
         return {}
     return dict(re.findall(r"(\w+)=(\S*)", result.stdout))
@@ -69,7 +85,9 @@ def wait_for(predicate, timeout: float, what: str, poll: float = 0.25):
 
 def cancel_all_jobs() -> None:
     def queue() -> str:
-        return subprocess.run(["squeue", "-h", "-p", "debug"], capture_output=True, text=True).stdout.strip()
+        return subprocess.run(
+            ["squeue", "-h", "-p", "debug"], capture_output=True, text=True
+        ).stdout.strip()
 
     if queue():
         subprocess.run(["scancel", "-p", "debug"], capture_output=True)
@@ -107,8 +125,11 @@ class QueueWatch:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            out = subprocess.run(["squeue", "-h", "-p", "debug", "-t", "RUNNING", "-o", "%A %i %N"],
-                                 capture_output=True, text=True).stdout
+            out = subprocess.run(
+                ["squeue", "-h", "-p", "debug", "-t", "RUNNING", "-o", "%A %i %N"],
+                capture_output=True,
+                text=True,
+            ).stdout
             rows = [tuple(line.split()) for line in out.splitlines() if len(line.split()) == 3]
             if rows:
                 self.snapshots.append(rows)
@@ -126,8 +147,11 @@ class QueueWatch:
         return {i for rows in self.snapshots for row in rows for i in row[:2]}
 
     def max_nodes_at_once(self) -> set[str]:
-        return max(({n for row in rows for n in expand_nodes(row[2])} for rows in self.snapshots),
-                   key=len, default=set())
+        return max(
+            ({n for row in rows for n in expand_nodes(row[2])} for rows in self.snapshots),
+            key=len,
+            default=set(),
+        )
 
 
 def job_dirs(sweep: Path) -> list[Path]:
@@ -137,8 +161,16 @@ def job_dirs(sweep: Path) -> list[Path]:
 def test_a_sweep_runs_as_slurm_jobs_on_both_nodes_at_once(tmp_path):
     sweep = tmp_path / "sweep"
     with QueueWatch() as queue:
-        result = check(run_cli(*SLURM_SWEEP, "debug=fast", "model.num_heads=2,4",
-                               f"hydra.sweep.dir={sweep}", cwd=tmp_path, timeout=240))
+        result = check(
+            run_cli(
+                *SLURM_SWEEP,
+                "debug=fast",
+                "model.num_heads=2,4",
+                f"hydra.sweep.dir={sweep}",
+                cwd=tmp_path,
+                timeout=240,
+            )
+        )
     assert "Sweep done: 2 jobs, 2 ok, 0 failed." in result.stdout
     assert queue.max_nodes_at_once() == NODES, f"never both nodes at once: {queue.snapshots}"
     jobs = job_dirs(sweep)
@@ -147,8 +179,13 @@ def test_a_sweep_runs_as_slurm_jobs_on_both_nodes_at_once(tmp_path):
         metrics = read_metrics(job)
         assert metrics["status"] == "ok" and metrics["steps"] == 30, metrics
         assert f"model.num_heads={heads}" in (job / ".hydra" / "overrides.yaml").read_text()
-        assert "slurm_job_id" in metrics, f"metrics.json of job {job.name} has no slurm_job_id: {metrics}"
-        assert str(metrics["slurm_job_id"]) in queue.job_ids(), (metrics["slurm_job_id"], queue.snapshots)
+        assert "slurm_job_id" in metrics, (
+            f"metrics.json of job {job.name} has no slurm_job_id: {metrics}"
+        )
+        assert str(metrics["slurm_job_id"]) in queue.job_ids(), (
+            metrics["slurm_job_id"],
+            queue.snapshots,
+        )
     # CPU-only jobs: gpus_per_node=0 on a cluster without GPUs (no gres configured)
     (script,) = (sweep / ".submitit").glob("*/*_submission.sh")
     assert "#SBATCH --gpus-per-node=0" in script.read_text()
@@ -157,9 +194,18 @@ def test_a_sweep_runs_as_slurm_jobs_on_both_nodes_at_once(tmp_path):
 def test_an_invalid_job_fails_alone_and_the_sweep_exits_1(tmp_path):
     # debug=fast sets model.d_model=32: 3 heads do not divide it
     sweep = tmp_path / "sweep"
-    result = run_cli(*SLURM_SWEEP, "debug=fast", "trainer.max_steps=10", "model.num_heads=3,2",
-                     f"hydra.sweep.dir={sweep}", cwd=tmp_path, timeout=240)
-    assert result.returncode == 1, f"exit {result.returncode}\n{result.stdout}\n{result.stderr[-3000:]}"
+    result = run_cli(
+        *SLURM_SWEEP,
+        "debug=fast",
+        "trainer.max_steps=10",
+        "model.num_heads=3,2",
+        f"hydra.sweep.dir={sweep}",
+        cwd=tmp_path,
+        timeout=240,
+    )
+    assert result.returncode == 1, (
+        f"exit {result.returncode}\n{result.stdout}\n{result.stderr[-3000:]}"
+    )
     assert "Sweep failed: 1 of 2 jobs failed" in result.stdout + result.stderr
     bad, good = (read_metrics(j) for j in job_dirs(sweep))
     assert bad["status"] == "failed" and "num_heads" in bad["reason"], bad
@@ -172,19 +218,39 @@ def check_two_node_run(run_dir: Path, output: str) -> None:
     metrics = read_metrics(run_dir)
     assert metrics["status"] == "ok" and metrics["steps"] == 30, metrics
     assert metrics["device"].endswith("x2"), metrics
-    assert metrics["tokens_seen"] == 2 * 30 * 8 * 32  # both ranks trained: steps x batch x context each
+    assert (
+        metrics["tokens_seen"] == 2 * 30 * 8 * 32
+    )  # both ranks trained: steps x batch x context each
     assert output.count("Done: ") == 1, output[-3000:]  # rank 0 alone reports
 
 
 def test_srun_two_node_ddp(tmp_path):
     run_dir = tmp_path / "run"
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1",
-           "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+    env = {
+        **os.environ,
+        "PYTHONUNBUFFERED": "1",
+        "OMP_NUM_THREADS": "1",
+        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
     result = subprocess.run(
-        ["srun", "-N2", "--ntasks-per-node=1", "--mem=3G", "gptlab-train", *TWO_NODE_DDP,
-         f"hydra.run.dir={run_dir}"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
-    assert result.returncode == 0, f"exit {result.returncode}\n{result.stdout}\n{result.stderr[-4000:]}"
+        [
+            "srun",
+            "-N2",
+            "--ntasks-per-node=1",
+            "--mem=3G",
+            "gptlab-train",
+            *TWO_NODE_DDP,
+            f"hydra.run.dir={run_dir}",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert result.returncode == 0, (
+        f"exit {result.returncode}\n{result.stdout}\n{result.stderr[-4000:]}"
+    )
     check_two_node_run(run_dir, result.stdout + result.stderr)
 
 
@@ -199,10 +265,23 @@ def test_torchrun_two_node_ddp(tmp_path):
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
     procs = [
         subprocess.Popen(
-            [str(BIN / "torchrun"), "--nnodes=2", "--nproc_per_node=1", f"--node_rank={rank}",
-             "--master_addr=127.0.0.1", f"--master_port={port}", str(BIN / "gptlab-train"),
-             *TWO_NODE_DDP, f"hydra.run.dir={run_dir}"],
-            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            [
+                str(BIN / "torchrun"),
+                "--nnodes=2",
+                "--nproc_per_node=1",
+                f"--node_rank={rank}",
+                "--master_addr=127.0.0.1",
+                f"--master_port={port}",
+                str(BIN / "gptlab-train"),
+                *TWO_NODE_DDP,
+                f"hydra.run.dir={run_dir}",
+            ],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         for rank in (0, 1)
     ]
     try:
@@ -218,9 +297,18 @@ def test_torchrun_two_node_ddp(tmp_path):
 def test_sbatch_requeue_continues_from_last_checkpoint(tmp_path):
     run_dir, log = tmp_path / "run", tmp_path / "slurm-%j.out"
     job_id = slurm(
-        "sbatch", "--parsable", "--requeue", "--open-mode=append", "-c", "1", "--mem=2G", "--time=10",
-        f"--chdir={tmp_path}", f"--output={log}",
-        "--wrap", f"gptlab-train debug=fast trainer.max_steps=600 hydra.run.dir={run_dir}",
+        "sbatch",
+        "--parsable",
+        "--requeue",
+        "--open-mode=append",
+        "-c",
+        "1",
+        "--mem=2G",
+        "--time=10",
+        f"--chdir={tmp_path}",
+        f"--output={log}",
+        "--wrap",
+        f"gptlab-train debug=fast trainer.max_steps=600 hydra.run.dir={run_dir}",
     ).strip()
     last = run_dir / "checkpoints" / "last.ckpt"
     wait_for(last.is_file, 120, f"{last} (job {job_id}: {job_fields(job_id).get('JobState')})")
@@ -232,7 +320,8 @@ def test_sbatch_requeue_continues_from_last_checkpoint(tmp_path):
     train_log = (run_dir / "train.log").read_text()
     assert "Stopped by SIGTERM" in train_log  # the first run saved last.ckpt and stopped
     assert f"Restoring states from the checkpoint path at {last}" in train_log, (
-        "the requeued job did not continue from last.ckpt:\n" + train_log[-3000:])
+        "the requeued job did not continue from last.ckpt:\n" + train_log[-3000:]
+    )
     metrics = read_metrics(run_dir)
     assert metrics["status"] == "ok" and metrics["steps"] == 600, metrics
 
@@ -241,8 +330,17 @@ def test_submitit_sweep_of_two_node_ddp_jobs(tmp_path):
     # one job keeps it short: test_a_sweep_runs_... covers several jobs at once
     sweep = tmp_path / "sweep"
     with QueueWatch() as queue:
-        result = check(run_cli(*SLURM_SWEEP, "hydra.launcher.nodes=2", *TWO_NODE_DDP, "model.num_heads=4",
-                               f"hydra.sweep.dir={sweep}", cwd=tmp_path, timeout=240))
+        result = check(
+            run_cli(
+                *SLURM_SWEEP,
+                "hydra.launcher.nodes=2",
+                *TWO_NODE_DDP,
+                "model.num_heads=4",
+                f"hydra.sweep.dir={sweep}",
+                cwd=tmp_path,
+                timeout=240,
+            )
+        )
     assert re.search(r"Sweep done: 1 jobs?, 1 ok, 0 failed\.", result.stdout), result.stdout
     assert queue.max_nodes_at_once() == NODES, queue.snapshots
     (job,) = job_dirs(sweep)

@@ -44,8 +44,16 @@ def grid(tmp_path_factory):
     """A real 2 x 2 multirun (heads x depth), one process, shared by the checks below."""
     cwd = tmp_path_factory.mktemp("grid")
     sweep = cwd / "sweep"
-    result = check(run_cli("-m", *FAST, "model.num_heads=1,2", "model.num_blocks=1,2",
-                           f"hydra.sweep.dir={sweep}", cwd=cwd))
+    result = check(
+        run_cli(
+            "-m",
+            *FAST,
+            "model.num_heads=1,2",
+            "model.num_blocks=1,2",
+            f"hydra.sweep.dir={sweep}",
+            cwd=cwd,
+        )
+    )
     return sweep, result
 
 
@@ -89,12 +97,15 @@ def test_tensorboard_compares_every_job_with_real_hparams(grid):
     for job in job_dirs(sweep):
         cfg = OmegaConf.load(job / ".hydra" / "config.yaml")
         best = read_metrics(job)["best_val_loss"]
-        assert scalars(job / "tensorboard" / "hparams")["hparams/best_val_loss"][-1][1] == pytest.approx(
-            best, rel=1e-5)
+        assert scalars(job / "tensorboard" / "hparams")["hparams/best_val_loss"][-1][
+            1
+        ] == pytest.approx(best, rel=1e-5)
         acc = EventAccumulator(str(job / "tensorboard" / "hparams"))
         acc.Reload()
         content = acc.PluginTagToContent("hparams")
-        session = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/session_start_info"])
+        session = plugin_data_pb2.HParamsPluginData.FromString(
+            content["_hparams_/session_start_info"]
+        )
         hparams = session.session_start_info.hparams
         assert hparams["model/num_heads"].number_value == cfg.model.num_heads
         assert hparams["model/num_blocks"].number_value == cfg.model.num_blocks
@@ -106,8 +117,13 @@ def test_sweep_report_script_regenerates_the_summary(grid):
     for name in ("summary.csv", "summary.md", "summary.png"):
         (sweep / name).unlink()
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "sweep_report.py"), str(sweep)],
-                            capture_output=True, text=True, timeout=120, env=env)
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "sweep_report.py"), str(sweep)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert result.returncode == 0, result.stderr
     assert (sweep / "summary.csv").read_text() == before
     assert (sweep / "summary.md").is_file() and (sweep / "summary.png").is_file()
@@ -115,8 +131,12 @@ def test_sweep_report_script_regenerates_the_summary(grid):
 
 
 def test_sweep_report_on_a_directory_without_jobs_fails_clearly(tmp_path):
-    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "sweep_report.py"), str(tmp_path)],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "sweep_report.py"), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 1 and "no sweep jobs here" in result.stderr
 
 
@@ -124,14 +144,24 @@ def test_an_invalid_job_is_recorded_the_others_finish_and_the_sweep_exits_non_ze
     """d_model 32 with 3 heads is invalid: the job fails, the sweep goes on, the exit code says so.
     Run by the joblib launcher, two jobs at a time, each with its share of the cores."""
     sweep = tmp_path / "sweep"
-    result = run_cli("-m", *FAST, "model.d_model=32", "model.num_heads=2,3", "hydra/launcher=joblib",
-                     "hydra.launcher.n_jobs=2", f"hydra.sweep.dir={sweep}", cwd=tmp_path)
+    result = run_cli(
+        "-m",
+        *FAST,
+        "model.d_model=32",
+        "model.num_heads=2,3",
+        "hydra/launcher=joblib",
+        "hydra.launcher.n_jobs=2",
+        f"hydra.sweep.dir={sweep}",
+        cwd=tmp_path,
+    )
     assert result.returncode == 1, result.stderr[-3000:]
     assert "Traceback" not in result.stderr
     assert "Sweep failed: 1 of 2 jobs failed: job 1" in result.stderr
     good, bad = read_metrics(sweep / "0"), read_metrics(sweep / "1")
     assert good["status"] == "ok" and (sweep / "0" / "checkpoints" / "best.ckpt").is_file()
-    assert bad["status"] == "failed" and "not divisible" in bad["reason"] and "\n" not in bad["reason"]
+    assert (
+        bad["status"] == "failed" and "not divisible" in bad["reason"] and "\n" not in bad["reason"]
+    )
     rows = summary_rows(sweep)
     assert [(r["job"], r["status"]) for r in rows] == [("0", "ok"), ("1", "failed")]
     assert "model.num_heads=3" in rows[1]["overrides"] and "not divisible" in rows[1]["reason"]
@@ -143,24 +173,47 @@ def test_an_invalid_job_is_recorded_the_others_finish_and_the_sweep_exits_non_ze
 
 def test_optuna_search_finds_and_prints_the_best_trial(tmp_path):
     sweep = tmp_path / "optuna"
-    result = check(run_cli("-m", "hparams_search=optuna", *FAST, "hydra.sweeper.n_trials=3",
-                           f"hydra.sweep.dir={sweep}", cwd=tmp_path))
+    result = check(
+        run_cli(
+            "-m",
+            "hparams_search=optuna",
+            *FAST,
+            "hydra.sweeper.n_trials=3",
+            f"hydra.sweep.dir={sweep}",
+            cwd=tmp_path,
+        )
+    )
     best = yaml.safe_load((sweep / "optimization_results.yaml").read_text())
     losses = [read_metrics(j)["best_val_loss"] for j in job_dirs(sweep)]
     assert len(losses) == 3
     assert best["best_value"] == pytest.approx(min(losses))
-    assert set(best["best_params"]) == {"optim.lr", "model.d_model", "model.num_blocks", "model.num_heads",
-                                        "model.dropout"}
+    assert set(best["best_params"]) == {
+        "optim.lr",
+        "model.d_model",
+        "model.num_blocks",
+        "model.num_heads",
+        "model.dropout",
+    }
     assert "Best parameters: {" in result.stdout + result.stderr  # the Optuna sweeper's own report
     assert len(summary_rows(sweep)) == 3
 
 
 def test_submitit_local_runs_two_jobs_and_reports(tmp_path):
     sweep = tmp_path / "sweep"
-    result = check(run_cli("-m", "hydra/launcher=submitit_local", *FAST, "model.num_blocks=1,2",
-                           f"hydra.sweep.dir={sweep}", cwd=tmp_path))
+    result = check(
+        run_cli(
+            "-m",
+            "hydra/launcher=submitit_local",
+            *FAST,
+            "model.num_blocks=1,2",
+            f"hydra.sweep.dir={sweep}",
+            cwd=tmp_path,
+        )
+    )
     rows = summary_rows(sweep)
-    assert sorted(r["num_blocks"] for r in rows) == ["1", "2"] and {r["status"] for r in rows} == {"ok"}
+    assert sorted(r["num_blocks"] for r in rows) == ["1", "2"] and {r["status"] for r in rows} == {
+        "ok"
+    }
     assert len(list((sweep / ".submitit").glob("*/*_log.out"))) == 2
     assert "Sweep done: 2 jobs, 2 ok" in result.stdout
 
@@ -190,13 +243,16 @@ def test_experiment_sweep_holds_the_grid():
     assert set(params) == {"model.num_heads", "model.num_blocks", "model.d_model", "seed"}
     assert len(params["seed"].split(",")) == 3  # every configuration with 3 seeds
     assert len(list(itertools.product(*grid))) == 36
-    for d_model, heads in itertools.product(params["model.d_model"].split(","),
-                                            params["model.num_heads"].split(",")):
+    for d_model, heads in itertools.product(
+        params["model.d_model"].split(","), params["model.num_heads"].split(",")
+    ):
         assert int(d_model) % int(heads) == 0
 
 
 def test_slurm_launcher_composes_with_its_knobs():
-    launcher = composed_with_hydra("hydra/launcher=slurm", "hydra.launcher.partition=gpu").hydra.launcher
+    launcher = composed_with_hydra(
+        "hydra/launcher=slurm", "hydra.launcher.partition=gpu"
+    ).hydra.launcher
     assert launcher._target_.endswith("SlurmLauncher") and launcher.partition == "gpu"
     assert launcher.gpus_per_node == launcher.tasks_per_node == 1
     assert launcher.submitit_folder.endswith("/.submitit/%j")
@@ -211,8 +267,11 @@ def seed_grid(tmp_path_factory):
     """heads x seeds: 2 configurations x 2 seeds, one process."""
     cwd = tmp_path_factory.mktemp("seeds")
     sweep_dir = cwd / "sweep"
-    result = check(run_cli("-m", *FAST, "model.num_heads=2,4", "seed=1,2", f"hydra.sweep.dir={sweep_dir}",
-                           cwd=cwd))
+    result = check(
+        run_cli(
+            "-m", *FAST, "model.num_heads=2,4", "seed=1,2", f"hydra.sweep.dir={sweep_dir}", cwd=cwd
+        )
+    )
     return sweep_dir, result
 
 
@@ -227,10 +286,20 @@ def test_seed_sweep_writes_one_row_per_configuration_with_mean_and_ci(seed_grid)
     assert len(jobs) == 4 and {r["seed"] for r in jobs} == {"1", "2"}  # summary.csv: one row a job
     configs = config_rows(sweep_dir)
     assert len(configs) == 2
-    for column in ("n_seeds", "n_failed", "val_loss_mean", "val_loss_std", "val_loss_ci95", "val_bpb_mean",
-                   "val_bpb_ci95", "vs_best"):
+    for column in (
+        "n_seeds",
+        "n_failed",
+        "val_loss_mean",
+        "val_loss_std",
+        "val_loss_ci95",
+        "val_bpb_mean",
+        "val_bpb_ci95",
+        "vs_best",
+    ):
         assert column in configs[0]
-    assert [float(c["val_loss_mean"]) for c in configs] == sorted(float(c["val_loss_mean"]) for c in configs)
+    assert [float(c["val_loss_mean"]) for c in configs] == sorted(
+        float(c["val_loss_mean"]) for c in configs
+    )
     for config in configs:
         heads = config["model.num_heads"]
         metrics = [read_metrics(sweep_dir / j["job"]) for j in jobs if j["num_heads"] == heads]
@@ -239,7 +308,9 @@ def test_seed_sweep_writes_one_row_per_configuration_with_mean_and_ci(seed_grid)
         assert float(config["val_loss_mean"]) == pytest.approx(sum(losses) / 2)
         std = abs(losses[0] - losses[1]) / math.sqrt(2)
         assert float(config["val_loss_std"]) == pytest.approx(std)
-        assert float(config["val_loss_ci95"]) == pytest.approx(12.7062 * std / math.sqrt(2), rel=1e-4)
+        assert float(config["val_loss_ci95"]) == pytest.approx(
+            12.7062 * std / math.sqrt(2), rel=1e-4
+        )
         bpbs = [m.get("best_val_bpb") for m in metrics]
         if all(b is not None for b in bpbs):  # runs of a gptlab that logs val/bpb
             assert float(config["val_bpb_mean"]) == pytest.approx(sum(bpbs) / 2)
@@ -263,18 +334,27 @@ def test_each_finished_job_records_its_overrides_in_metrics_json(seed_grid):
 
 def configs_of(*losses: list[float]) -> list[dict]:
     """aggregate() over hand-made ok jobs: configuration `model.x=i` has the best val losses losses[i]."""
-    rows = [{"job": f"{i}-{seed}", "status": "ok", "model.x": i, "seed": seed, "best_val_loss": loss}
-            for i, values in enumerate(losses) for seed, loss in enumerate(values)]
+    rows = [
+        {"job": f"{i}-{seed}", "status": "ok", "model.x": i, "seed": seed, "best_val_loss": loss}
+        for i, values in enumerate(losses)
+        for seed, loss in enumerate(values)
+    ]
     return aggregate(rows, ["model.x", "seed"])
 
 
 def test_mean_std_ci_and_welch_against_hand_computed_values():
     # [1, 2, 3, 4]: mean 2.5, s^2 = (2.25 + 0.25 + 0.25 + 2.25) / 3 = 5/3, CI = 3.182 * s / 2
     (config,) = configs_of([1.0, 2.0, 3.0, 4.0])
-    assert config["val_loss_mean"] == 2.5 and config["val_loss_std"] == pytest.approx(math.sqrt(5 / 3))
+    assert config["val_loss_mean"] == 2.5 and config["val_loss_std"] == pytest.approx(
+        math.sqrt(5 / 3)
+    )
     assert config["val_loss_ci95"] == pytest.approx(3.1824 * math.sqrt(5 / 3) / 2, rel=1e-4)
     (config,) = configs_of([4.2])
-    assert (config["val_loss_mean"], config["val_loss_std"], config["val_loss_ci95"]) == (4.2, None, None)
+    assert (config["val_loss_mean"], config["val_loss_std"], config["val_loss_ci95"]) == (
+        4.2,
+        None,
+        None,
+    )
     # [1, 2, 3] vs [4, 5, 6]: both variances 1, t = -3 / sqrt(2/3) = -3.674, Welch df = 4;
     # with 4 df the two-sided tail is 1 - sqrt(x) (1 + (1 - x) / 2), x = t^2 / (t^2 + 4)
     t = 3 / math.sqrt(2 / 3)
@@ -299,7 +379,9 @@ def fake_job(sweep_dir: Path, num: int, overrides: list[str], metrics: dict | No
     cfg = {"model": {"d_model": 32, "num_heads": heads}, "seed": seed}
     (job / ".hydra" / "config.yaml").write_text(yaml.safe_dump(cfg))
     if metrics is not None:
-        (job / "metrics.json").write_text(json.dumps({"status": "ok", "num_params": 1000, **metrics}))
+        (job / "metrics.json").write_text(
+            json.dumps({"status": "ok", "num_params": 1000, **metrics})
+        )
 
 
 def test_aggregation_leaves_failed_jobs_out_counts_them_and_tolerates_missing_bpb(tmp_path):
@@ -321,10 +403,14 @@ def test_aggregation_leaves_failed_jobs_out_counts_them_and_tolerates_missing_bp
     assert best["config"] == "model.num_heads=2" and best["n_seeds"] == 2 and best["n_failed"] == 1
     assert best["val_loss_mean"] == pytest.approx(3.1)
     assert best["val_loss_std"] == pytest.approx(math.sqrt(0.02))
-    assert best["val_loss_ci95"] == pytest.approx(12.7062 * math.sqrt(0.02) / math.sqrt(2), rel=1e-4)
+    assert best["val_loss_ci95"] == pytest.approx(
+        12.7062 * math.sqrt(0.02) / math.sqrt(2), rel=1e-4
+    )
     assert best["val_bpb_mean"] is None and best["val_bpb_ci95"] is None
     assert other["n_seeds"] == 3 and other["val_loss_mean"] == pytest.approx(5.1)
-    assert other["val_bpb_mean"] == pytest.approx(5.1 / 4) and other["val_bpb_std"] == pytest.approx(0.025)
+    assert other["val_bpb_mean"] == pytest.approx(5.1 / 4) and other[
+        "val_bpb_std"
+    ] == pytest.approx(0.025)
     assert other["val_loss_ci95"] == pytest.approx(4.3027 * 0.1 / math.sqrt(3), rel=1e-4)
     assert best["vs_best"] == "best" and other["vs_best"] == "worse" and other["p_vs_best"] < 0.05
     write_summary(tmp_path)
@@ -352,7 +438,9 @@ def test_a_continued_sweep_keeps_a_finished_job_without_training_it(tmp_path, mo
     metrics = {"status": "ok", "best_val_loss": 4.5, "overrides": overrides}
     (job / "metrics.json").write_text(json.dumps(metrics))
     before = (job / "metrics.json").read_bytes()
-    cfg = OmegaConf.create({"num_threads": None, "resume": str(tmp_path), "paths": {"output_dir": str(job)}})
+    cfg = OmegaConf.create(
+        {"num_threads": None, "resume": str(tmp_path), "paths": {"output_dir": str(job)}}
+    )
     trained = []
 
     def train(c):
@@ -364,7 +452,9 @@ def test_a_continued_sweep_keeps_a_finished_job_without_training_it(tmp_path, mo
     assert sweep_job(train, cfg) == 4.5 and not trained
     assert (job / "metrics.json").read_bytes() == before
     # another job in that directory (the overrides differ): trained
-    monkeypatch.setattr(sweep, "job_overrides", lambda: ["debug=fast", "seed=2", f"resume='{tmp_path}'"])
+    monkeypatch.setattr(
+        sweep, "job_overrides", lambda: ["debug=fast", "seed=2", f"resume='{tmp_path}'"]
+    )
     assert sweep_job(train, cfg) == 3.0 and len(trained) == 1
     # not a continuation: always trained
     cfg.resume = None
@@ -375,10 +465,12 @@ def test_a_continued_sweep_keeps_a_finished_job_without_training_it(tmp_path, mo
 def test_a_continued_sweep_retrains_failed_stopped_and_unrecorded_jobs(tmp_path, caplog):
     job = tmp_path / "0"
     job.mkdir()
-    cases = [{"status": "failed", "best_val_loss": 4.0, "overrides": ["a=1"]},  # failed or stopped
-             {"status": "ok", "best_val_loss": 4.0},  # an older gptlab: no overrides recorded
-             {"status": "ok", "best_val_loss": None, "overrides": ["a=1"]},  # no finite loss
-             {"status": "ok", "best_val_loss": 4.0, "overrides": ["a=2"]}]  # another job
+    cases = [
+        {"status": "failed", "best_val_loss": 4.0, "overrides": ["a=1"]},  # failed or stopped
+        {"status": "ok", "best_val_loss": 4.0},  # an older gptlab: no overrides recorded
+        {"status": "ok", "best_val_loss": None, "overrides": ["a=1"]},  # no finite loss
+        {"status": "ok", "best_val_loss": 4.0, "overrides": ["a=2"]},
+    ]  # another job
     caplog.set_level("INFO", logger="gptlab.sweep.jobs")
     for metrics in cases:
         (job / "metrics.json").write_text(json.dumps(metrics))
@@ -402,20 +494,38 @@ def test_a_sweep_stopped_by_sigterm_continues_with_resume_and_keeps_finished_job
     """3 jobs; SIGTERM once the first has finished and the second trains; `resume=<sweep dir>`
     then finishes the sweep: 3 jobs ok, the first one kept as it was."""
     sweep_dir = tmp_path / "sweep"
-    args = ["-m", "debug=fast", "trainer.max_steps=60", "seed=1,2,3", f"hydra.sweep.dir={sweep_dir}"]
+    args = [
+        "-m",
+        "debug=fast",
+        "trainer.max_steps=60",
+        "seed=1,2,3",
+        f"hydra.sweep.dir={sweep_dir}",
+    ]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
     with open(tmp_path / "first.log", "w") as log_file:  # a file: a full pipe would block the sweep
-        proc = subprocess.Popen([str(BIN / "gptlab-train"), *args], cwd=tmp_path, env=env, stdout=log_file,
-                                stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [str(BIN / "gptlab-train"), *args],
+            cwd=tmp_path,
+            env=env,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+        )
         first = sweep_dir / "0" / "metrics.json"
-        wait_until(lambda: first.is_file() and json.loads(first.read_text()).get("overrides"), proc,
-                   "job 0 finished")
-        wait_until(lambda: (sweep_dir / "1" / "checkpoints" / "best.ckpt").is_file(), proc, "job 1 trained")
+        wait_until(
+            lambda: first.is_file() and json.loads(first.read_text()).get("overrides"),
+            proc,
+            "job 0 finished",
+        )
+        wait_until(
+            lambda: (sweep_dir / "1" / "checkpoints" / "best.ckpt").is_file(), proc, "job 1 trained"
+        )
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=120)
     assert proc.returncode != 0
     assert not (sweep_dir / "2").exists()
-    assert read_metrics(sweep_dir / "1")["status"] == "failed"  # stopped (or killed before it trained)
+    assert (
+        read_metrics(sweep_dir / "1")["status"] == "failed"
+    )  # stopped (or killed before it trained)
     kept = first.read_bytes(), first.stat().st_mtime_ns
 
     result = check(run_cli(f"resume={sweep_dir}", cwd=tmp_path))

@@ -32,8 +32,14 @@ def fast_run(tmp_path_factory):
 
 def test_run_directory_is_complete(fast_run):
     run_dir, _ = fast_run
-    for name in (".hydra/config.yaml", ".hydra/overrides.yaml", "train.log", "metrics.json",
-                 "checkpoints/best.ckpt", "checkpoints/last.ckpt"):
+    for name in (
+        ".hydra/config.yaml",
+        ".hydra/overrides.yaml",
+        "train.log",
+        "metrics.json",
+        "checkpoints/best.ckpt",
+        "checkpoints/last.ckpt",
+    ):
         assert (run_dir / name).is_file(), name
     assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
     assert "debug=fast" in (run_dir / ".hydra/overrides.yaml").read_text()
@@ -48,8 +54,16 @@ def test_checkpoints_are_exactly_best_and_last(fast_run):
 
 
 def test_best_checkpoint_exists_when_training_ends_before_the_first_validation(tmp_path):
-    check(run_cli("debug=fast", "trainer.max_steps=7", "trainer.val_check_interval=20",
-                  "callbacks.last_checkpoint.every_n_train_steps=5", "hydra.run.dir=run", cwd=tmp_path))
+    check(
+        run_cli(
+            "debug=fast",
+            "trainer.max_steps=7",
+            "trainer.val_check_interval=20",
+            "callbacks.last_checkpoint.every_n_train_steps=5",
+            "hydra.run.dir=run",
+            cwd=tmp_path,
+        )
+    )
     run_dir = tmp_path / "run"
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["best.ckpt", "last.ckpt"]
     metrics = read_metrics(run_dir)
@@ -70,7 +84,9 @@ def test_the_first_screen_shows_the_config_model_and_run_dir(fast_run):
 
 def test_model_summary_counts_real_flops(fast_run):
     run_dir, _ = fast_run
-    [line] = [line for line in (run_dir / "train.log").read_text().splitlines() if "Total Flops" in line]
+    [line] = [
+        line for line in (run_dir / "train.log").read_text().splitlines() if "Total Flops" in line
+    ]
     count, unit = line.split()[:2]  # e.g. "69.1 M    Total Flops": one batch's forward pass
     assert float(count) > 0 and unit in ("K", "M", "B")
 
@@ -86,14 +102,22 @@ def test_metrics_json_is_sane(fast_run):
     assert m["device"].startswith("cpu") and m["status"] == "ok" and m["slurm_job_id"] is None
     # bits per byte: the same val text, so bpb / loss is the constant tokens / (bytes * ln 2)
     assert 0 < m["best_val_bpb"] < m["best_val_loss"]
-    assert m["best_val_bpb"] / m["best_val_loss"] == pytest.approx(m["final_val_bpb"] / m["final_val_loss"])
+    assert m["best_val_bpb"] / m["best_val_loss"] == pytest.approx(
+        m["final_val_bpb"] / m["final_val_loss"]
+    )
 
 
 def test_tensorboard_holds_scalars_and_real_hparams(fast_run):
     run_dir, _ = fast_run
     tags = scalars(run_dir / "tensorboard")
-    for tag in ("train/loss", "val/loss", "val/perplexity", "val/bpb", "train/lr/matrices",
-                "train/tokens_per_sec"):
+    for tag in (
+        "train/loss",
+        "val/loss",
+        "val/perplexity",
+        "val/bpb",
+        "train/lr/matrices",
+        "train/tokens_per_sec",
+    ):
         assert tags.get(tag), f"missing scalar {tag}; have {sorted(tags)}"
     val_steps = [step for step, _ in tags["val/loss"]]
     assert len(val_steps) == 3 and val_steps == sorted(set(val_steps))  # every 10 of 30 steps
@@ -134,8 +158,13 @@ def test_python_dash_m_entry_point(tmp_path):
     import subprocess
     import sys
 
-    result = subprocess.run([sys.executable, "-m", "gptlab.cli.train", "--cfg", "job"], cwd=tmp_path,
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "gptlab.cli.train", "--cfg", "job"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     assert yaml.safe_load(result.stdout)["model"]["d_model"] == 128
 
@@ -152,10 +181,25 @@ def test_experiment_reference_is_the_reference_setting():
     assert cfg.trainer.max_steps == 5000 and cfg.trainer.val_check_interval == 50
 
 
-@pytest.mark.parametrize("group", ["model=tiny", "model=reference", "optim=constant", "trainer=cpu",
-                                   "trainer=gpu", "trainer=ddp", "trainer=ddp_cpu", "callbacks=none",
-                                   "logger=csv", "logger=many", "logger=none", "debug=overfit",
-                                   "debug=profile", "data=text_file"])
+@pytest.mark.parametrize(
+    "group",
+    [
+        "model=tiny",
+        "model=reference",
+        "optim=constant",
+        "trainer=cpu",
+        "trainer=gpu",
+        "trainer=ddp",
+        "trainer=ddp_cpu",
+        "callbacks=none",
+        "logger=csv",
+        "logger=many",
+        "logger=none",
+        "debug=overfit",
+        "debug=profile",
+        "data=text_file",
+    ],
+)
 def test_every_group_option_composes(group):
     cfg = composed(group)
     assert cfg.model.d_model > 0
@@ -173,11 +217,18 @@ def test_logger_many_has_both():
 
 @pytest.mark.parametrize(
     ("override", "key"),
-    [("model.num_head=4", "num_head"), ("trainer.max_steps=abc", "max_steps"),
-     ("data.batch_size=big", "batch_size"), ("optim.lrr=1", "lrr"), ("seed=abc", "seed"),
-     ("model=schema", "model/schema"), ("model=model_schema", "model/model_schema"),
-     ("model=huge", "model/huge"), ("trainer.precision=17", "precision"),
-     ("num_threads=two", "num_threads")],
+    [
+        ("model.num_head=4", "num_head"),
+        ("trainer.max_steps=abc", "max_steps"),
+        ("data.batch_size=big", "batch_size"),
+        ("optim.lrr=1", "lrr"),
+        ("seed=abc", "seed"),
+        ("model=schema", "model/schema"),
+        ("model=model_schema", "model/model_schema"),
+        ("model=huge", "model/huge"),
+        ("trainer.precision=17", "precision"),
+        ("num_threads=two", "num_threads"),
+    ],
 )
 def test_bad_config_exits_2_with_a_paragraph_and_no_traceback(tmp_path, override, key):
     result = run_cli(override, "hydra.run.dir=run", cwd=tmp_path, timeout=120)
@@ -187,8 +238,14 @@ def test_bad_config_exits_2_with_a_paragraph_and_no_traceback(tmp_path, override
 
 
 def test_bad_model_config_fails_before_any_data_work(tmp_path):
-    result = run_cli("model.d_model=64", "model.num_heads=3", "hydra.run.dir=run", cwd=tmp_path,
-                     timeout=120, env={"GPTLAB_CACHE_DIR": str(tmp_path / "cache")})
+    result = run_cli(
+        "model.d_model=64",
+        "model.num_heads=3",
+        "hydra.run.dir=run",
+        cwd=tmp_path,
+        timeout=120,
+        env={"GPTLAB_CACHE_DIR": str(tmp_path / "cache")},
+    )
     assert result.returncode == 2
     assert "model.d_model=64" in result.stderr and "model.num_heads=3" in result.stderr
     assert "Traceback" not in result.stderr

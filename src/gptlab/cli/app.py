@@ -29,8 +29,11 @@ def main_or_exit(hydra_main: Callable[[], object], tool: str) -> None:
         hydra_main()
     except SystemExit as e:
         if e.code == 1 and not Task.started:
-            print(f"{tool}: the configuration above cannot be composed; `{tool} --help` lists the groups, "
-                  "options and keys.", file=sys.stderr)
+            print(
+                f"{tool}: the configuration above cannot be composed; `{tool} --help` lists the groups, "
+                "options and keys.",
+                file=sys.stderr,
+            )
             sys.exit(2)
         raise
 
@@ -42,7 +45,7 @@ def resolve_device(device: str) -> str:
     import torch
 
     if device == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("device=cuda: torch sees no CUDA device here. Use device=cpu or device=auto.")
+        raise ConfigError(
+            "device=cuda: torch sees no CUDA device here. Use device=cpu or device=auto."
+        )
     return "cuda" if device != "cpu" and torch.cuda.is_available() else "cpu"
-
-

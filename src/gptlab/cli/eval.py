@@ -28,50 +28,79 @@ def evaluate(cfg: DictConfig) -> dict:
     checkpoint = find_checkpoint(cfg.ckpt_path).resolve()
     run_dir = checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else None
     data, trainer_cfg = {}, {}
-    if run_dir is not None and (run_dir / ".hydra" / "config.yaml").is_file():  # resolved as the run did
+    if (
+        run_dir is not None and (run_dir / ".hydra" / "config.yaml").is_file()
+    ):  # resolved as the run did
         run = OmegaConf.load(run_dir / ".hydra" / "config.yaml")
         run.paths.root_dir = OmegaConf.load(run_dir / ".hydra" / "hydra.yaml").hydra.runtime.cwd
         run.paths.output_dir = str(run_dir)
         run.data.pop("_target_", None)
-        data, trainer_cfg = (OmegaConf.to_container(run[key], resolve=True) for key in ("data", "trainer"))
-    other = {k: v for k, v in OmegaConf.to_container(cfg.data, resolve=True).items() if v is not None}
+        data, trainer_cfg = (
+            OmegaConf.to_container(run[key], resolve=True) for key in ("data", "trainer")
+        )
+    other = {
+        k: v for k, v in OmegaConf.to_container(cfg.data, resolve=True).items() if v is not None
+    }
     if "path" in other or "url" in other:  # another text: none of the run's corpus, all of the text
         data.update(url=None, path=None, sha256=None, val_fraction=1.0)
     elif not data:
-        raise ConfigError(f"ckpt_path: '{checkpoint}' lies in no run directory, so there is no run data to "
-                          "evaluate on. Give a text: data.path=/some/file.txt (or data.url=https://...).")
+        raise ConfigError(
+            f"ckpt_path: '{checkpoint}' lies in no run directory, so there is no run data to "
+            "evaluate on. Give a text: data.path=/some/file.txt (or data.url=https://...)."
+        )
     module = load_module(checkpoint)
     most = module.config.context_length  # windows of the model's length unless the run or cfg says
     settings = {"context_length": most, **data, **other, "tokenizer": module.tokenizer_state}
     if settings["context_length"] > most:
-        raise ConfigError(f"data.context_length={settings['context_length']}: the model reads at most "
-                          f"{most} tokens at a time; give that or less.")
+        raise ConfigError(
+            f"data.context_length={settings['context_length']}: the model reads at most "
+            f"{most} tokens at a time; give that or less."
+        )
     datamodule = GPTDataModule(**settings)
     own = run_dir is not None and not other
-    trainer = L.Trainer(accelerator=device, devices=1, precision=trainer_cfg.get("precision") or "32-true",
-                        limit_val_batches=(trainer_cfg.get("limit_val_batches") if own else None) or 1.0,
-                        logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                        default_root_dir=cfg.output_dir)  # not the cwd, where SLURM leaves hpc_ckpt files
+    trainer = L.Trainer(
+        accelerator=device,
+        devices=1,
+        precision=trainer_cfg.get("precision") or "32-true",
+        limit_val_batches=(trainer_cfg.get("limit_val_batches") if own else None) or 1.0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        default_root_dir=cfg.output_dir,
+    )  # not the cwd, where SLURM leaves hpc_ckpt files
     trainer.validate(module, datamodule=datamodule, verbose=False)
 
     loss, bpb = (float(trainer.callback_metrics[k]) for k in ("val/loss", "val/bpb"))
-    result = {"checkpoint": str(checkpoint), "step": load_checkpoint(checkpoint).get("global_step"),
-              "corpus": str(datamodule.corpus_path()), "val_fraction": datamodule.val_fraction,
-              "context_length": datamodule.context_length, "val_loss": loss,
-              "val_perplexity": math.exp(loss), "val_bpb": bpb}
-    lines = [f"Checkpoint: {checkpoint} (step {result['step']})",
-             f"Data: {'the val split' if datamodule.val_fraction < 1 else 'all'} of {result['corpus']}",
-             f"val loss:   {loss:.6f} nats per token", f"perplexity: {math.exp(loss):.4f}",
-             f"bpb:        {bpb:.6f} bits per byte"]
+    result = {
+        "checkpoint": str(checkpoint),
+        "step": load_checkpoint(checkpoint).get("global_step"),
+        "corpus": str(datamodule.corpus_path()),
+        "val_fraction": datamodule.val_fraction,
+        "context_length": datamodule.context_length,
+        "val_loss": loss,
+        "val_perplexity": math.exp(loss),
+        "val_bpb": bpb,
+    }
+    lines = [
+        f"Checkpoint: {checkpoint} (step {result['step']})",
+        f"Data: {'the val split' if datamodule.val_fraction < 1 else 'all'} of {result['corpus']}",
+        f"val loss:   {loss:.6f} nats per token",
+        f"perplexity: {math.exp(loss):.4f}",
+        f"bpb:        {bpb:.6f} bits per byte",
+    ]
     metrics_file = run_dir / "metrics.json" if own else None
-    metrics = json.loads(metrics_file.read_text()) if metrics_file and metrics_file.is_file() else {}
+    metrics = (
+        json.loads(metrics_file.read_text()) if metrics_file and metrics_file.is_file() else {}
+    )
     key = "best_val_loss" if checkpoint.name == "best.ckpt" else "final_val_loss"
     if key in metrics and (key == "best_val_loss" or result["step"] == metrics.get("steps")):
         lines.append(f"The run logged {key} = {metrics[key]:.6f} for these weights.")
     label = f"{checkpoint.name} on {result['corpus']} (val_fraction {datamodule.val_fraction})"
     for out in ([run_dir] if run_dir is not None else []) + [Path(cfg.output_dir)]:
         try:  # beside the run; in this tool's own output dir when the run's is read-only
-            saved = json.loads((out / "eval.json").read_text()) if (out / "eval.json").is_file() else {}
+            saved = (
+                json.loads((out / "eval.json").read_text()) if (out / "eval.json").is_file() else {}
+            )
             out.mkdir(parents=True, exist_ok=True)
             (out / "eval.json").write_text(json.dumps({**saved, label: result}, indent=2) + "\n")
             break

@@ -1,5 +1,5 @@
 """gptlab-generate: sample text from a checkpoint, streamed to stdout token by token (logs: stderr).
-    gptlab-generate ckpt_path=outputs/<date>/<time> prompt="The salesperson" num_samples=3"""
+gptlab-generate ckpt_path=outputs/<date>/<time> prompt="The salesperson" num_samples=3"""
 
 import codecs
 import logging
@@ -26,9 +26,16 @@ def decode_stream(tokenizer, chunks: Iterable[list[int]]) -> Iterator[str]:
     yield utf8.decode(b"", final=True)
 
 
-def sample_texts(module, prompt: str, max_new_tokens: int = 100, temperature: float = 0.8,
-                 top_k: int | None = 50, num_samples: int = 1, seed: int = 0,
-                 write: Callable[[str], object] = lambda piece: None) -> list[str]:
+def sample_texts(
+    module,
+    prompt: str,
+    max_new_tokens: int = 100,
+    temperature: float = 0.8,
+    top_k: int | None = 50,
+    num_samples: int = 1,
+    seed: int = 0,
+    write: Callable[[str], object] = lambda piece: None,
+) -> list[str]:
     """`num_samples` continuations of `prompt` from one generator seeded with `seed`; pieces to `write`."""
     import torch
 
@@ -39,8 +46,12 @@ def sample_texts(module, prompt: str, max_new_tokens: int = 100, temperature: fl
         if num_samples > 1:
             write(f"--- sample {i + 1} of {num_samples} ---\n")
         ids = torch.tensor([prompt_ids], device=module.device)  # [1, len(prompt)]
-        new = module.model.generate_stream(ids, max_new_tokens, temperature, top_k, generator)  # [1, 1] each
-        for piece in decode_stream(module.tokenizer, chain([prompt_ids], (t[0].tolist() for t in new))):
+        new = module.model.generate_stream(
+            ids, max_new_tokens, temperature, top_k, generator
+        )  # [1, 1] each
+        for piece in decode_stream(
+            module.tokenizer, chain([prompt_ids], (t[0].tolist() for t in new))
+        ):
             write(piece)
             texts[i] += piece
         write("\n")
@@ -53,21 +64,45 @@ def generate(cfg: DictConfig) -> list[str]:
     check_whole_number(cfg, "num_samples", 1, "the number of samples")
     check_whole_number(cfg, "seed", 0, "the random seed")
     if cfg.top_k is not None:
-        check_whole_number(cfg, "top_k", 1, "sampling keeps the top_k most likely tokens (null keeps all)")
-    if type(cfg.temperature) not in (int, float) or cfg.temperature < 0:  # bool is not a temperature
-        raise ConfigError(f"temperature={cfg.temperature!r}: it must be a number of 0 or more (0 is greedy: "
-                          "always the most likely token; 1 samples from the model's distribution as it is).")
+        check_whole_number(
+            cfg, "top_k", 1, "sampling keeps the top_k most likely tokens (null keeps all)"
+        )
+    if (
+        type(cfg.temperature) not in (int, float) or cfg.temperature < 0
+    ):  # bool is not a temperature
+        raise ConfigError(
+            f"temperature={cfg.temperature!r}: it must be a number of 0 or more (0 is greedy: "
+            "always the most likely token; 1 samples from the model's distribution as it is)."
+        )
     device = resolve_device(cfg.device)
-    from gptlab.run.checkpoints import find_checkpoint, load_module  # torch and Lightning: after the checks
+    from gptlab.run.checkpoints import (
+        find_checkpoint,
+        load_module,
+    )  # torch and Lightning: after the checks
 
     path = find_checkpoint(cfg.ckpt_path)
     module = load_module(path, map_location=device)
     start = time.perf_counter()
-    texts = sample_texts(module, cfg.prompt, cfg.max_new_tokens, float(cfg.temperature), cfg.top_k,
-                         cfg.num_samples, cfg.seed, write=lambda piece: print(piece, end="", flush=True))
+    texts = sample_texts(
+        module,
+        cfg.prompt,
+        cfg.max_new_tokens,
+        float(cfg.temperature),
+        cfg.top_k,
+        cfg.num_samples,
+        cfg.seed,
+        write=lambda piece: print(piece, end="", flush=True),
+    )
     seconds, tokens = time.perf_counter() - start, cfg.max_new_tokens * cfg.num_samples
-    log.info("%d sample(s) from %s on %s: %d new tokens in %.1f s (%.0f tokens/s)", cfg.num_samples, path,
-             device, tokens, seconds, tokens / max(seconds, 1e-9))
+    log.info(
+        "%d sample(s) from %s on %s: %d new tokens in %.1f s (%.0f tokens/s)",
+        cfg.num_samples,
+        path,
+        device,
+        tokens,
+        seconds,
+        tokens / max(seconds, 1e-9),
+    )
     return texts
 
 

@@ -20,9 +20,11 @@ from gptlab.run.checkpoints import find_checkpoint, load_checkpoint, load_module
 
 log = logging.getLogger("gptlab.inspect")
 register_configs()  # the unique_dir resolver of the run directory
-ATTENTION_FIGURES = {"scores": "attention scores Q·Kᵀ/√head_size, before the mask",
-                     "masked": "after the causal mask (-inf above the diagonal, grey)",
-                     "softmax": "after softmax: the attention weights (each row sums to 1)"}
+ATTENTION_FIGURES = {
+    "scores": "attention scores Q·Kᵀ/√head_size, before the mask",
+    "masked": "after the causal mask (-inf above the diagonal, grey)",
+    "softmax": "after softmax: the attention weights (each row sums to 1)",
+}
 AXIS_LABEL = str.maketrans({"\n": "\\n", "\t": "\\t", "$": r"\$"})  # `$` would start mathtext
 
 
@@ -30,11 +32,15 @@ def trace_forward(model: GPT, ids: torch.Tensor, block: int = 0) -> tuple[list, 
     """A hook watches the model's own forward on ids [batch, T] (eval mode, as random_model and load_module
     leave it): the real shapes. The block's attention is recomputed from its Q, K, V (sdpa fuses it)."""
     if not 0 <= block < len(model.blocks):
-        raise ConfigError(f"block={block}: the model has {len(model.blocks)} block(s); choose 0 to "
-                          f"{len(model.blocks) - 1}.")
+        raise ConfigError(
+            f"block={block}: the model has {len(model.blocks)} block(s); choose 0 to "
+            f"{len(model.blocks) - 1}."
+        )
     ins, outs = {}, {}  # by module: its first input, its output
 
-    def remember(module, args, output):  # the forward hook of every module, removed on leaving the `with`
+    def remember(
+        module, args, output
+    ):  # the forward hook of every module, removed on leaving the `with`
         ins[module], outs[module] = args[0], output
 
     with torch.nn.modules.module.register_module_forward_hook(remember), torch.no_grad():
@@ -46,17 +52,34 @@ def trace_forward(model: GPT, ids: torch.Tensor, block: int = 0) -> tuple[list, 
     scores = attn.scores(qh, kh)  # [batch, num_heads, T, T]
     masked = attn.masked(scores)
     softmax = torch.softmax(masked, dim=-1)
-    trace = {"q": q, "k": k, "v": v, "heads": qh, "scores": scores, "masked": masked, "softmax": softmax,
-             "weighted": softmax @ vh, "merged": ins[attn.proj], "wo": outs[attn.proj]}
+    trace = {
+        "q": q,
+        "k": k,
+        "v": v,
+        "heads": qh,
+        "scores": scores,
+        "masked": masked,
+        "softmax": softmax,
+        "weighted": softmax @ vh,
+        "merged": ins[attn.proj],
+        "wo": outs[attn.proj],
+    }
 
     c, b, pre = model.config, f"block {block}:", model.config.norm == "pre"
-    btd, bhtt = "[batch, context_length, d_model]", "[batch, num_heads, context_length, context_length]"
+    btd, bhtt = (
+        "[batch, context_length, d_model]",
+        "[batch, num_heads, context_length, context_length]",
+    )
     bhth = "[batch, num_heads, context_length, head_size]"
     rows = [  # (shown, label, tensor, meaning)
         (True, "ids", ids, "token ids: [batch, context_length]"),
         (True, "token embedding", outs[model.token_embedding], f"{btd}, scaled by sqrt(d_model)"),
-        (True, "+ positional encoding" if c.positional == "sinusoidal" else "+ position embedding",
-         ins[model.dropout], btd),
+        (
+            True,
+            "+ positional encoding" if c.positional == "sinusoidal" else "+ position embedding",
+            ins[model.dropout],
+            btd,
+        ),
         (pre, f"{b} LayerNorm", outs[chosen.ln1], btd),
         (True, f"{b} Q, K, V (each)", q, f"{btd}: x.Wq, x.Wk, x.Wv"),
         (True, f"{b} heads (Q; K, V alike)", qh, bhth),
@@ -66,10 +89,20 @@ def trace_forward(model: GPT, ids: torch.Tensor, block: int = 0) -> tuple[list, 
         (True, f"{b} weighted sum (weights.V)", trace["weighted"], bhth),
         (True, f"{b} merged heads", ins[attn.proj], btd),
         (True, f"{b} Wo", outs[attn.proj], f"{btd}: the output projection"),
-        (not pre, f"{b} residual + LayerNorm", outs[chosen.ln1], "Add & Norm: LayerNorm(x + attention)"),
+        (
+            not pre,
+            f"{b} residual + LayerNorm",
+            outs[chosen.ln1],
+            "Add & Norm: LayerNorm(x + attention)",
+        ),
         (pre, f"{b} residual", ins[chosen.ln2], "x + attention"),
         (pre, f"{b} LayerNorm", outs[chosen.ln2], btd),
-        (True, f"{b} FFN hidden (ReLU)", outs[chosen.ffn.up], "[batch, context_length, ffn_mult * d_model]"),
+        (
+            True,
+            f"{b} FFN hidden (ReLU)",
+            outs[chosen.ffn.up],
+            "[batch, context_length, ffn_mult * d_model]",
+        ),
         (True, f"{b} FFN", outs[chosen.ffn], btd),
         (not pre, f"{b} residual + LayerNorm", outs[chosen.ln2], "Add & Norm: LayerNorm(x + FFN)"),
         (pre, f"{b} residual", outs[chosen], "x + FFN"),
@@ -80,8 +113,9 @@ def trace_forward(model: GPT, ids: torch.Tensor, block: int = 0) -> tuple[list, 
     return [(label, list(t.shape), meaning) for shown, label, t, meaning in rows if shown], trace
 
 
-def inspect_model(model: GPT, tokenizer: Tokenizer, prompt: str, batch_size: int = 4,
-                  block: int = 0) -> tuple[list, dict, list[str]]:
+def inspect_model(
+    model: GPT, tokenizer: Tokenizer, prompt: str, batch_size: int = 4, block: int = 0
+) -> tuple[list, dict, list[str]]:
     """trace_forward on `batch_size` windows of the prompt, evenly spread (the articles take random ones)."""
     check_whole_number({"batch_size": batch_size}, "batch_size", 1, "the number of prompt windows")
     prompt_ids = tokenizer.encode_prompt(prompt)
@@ -93,28 +127,43 @@ def inspect_model(model: GPT, tokenizer: Tokenizer, prompt: str, batch_size: int
     return steps, {name: t.cpu() for name, t in trace.items()}, tokens
 
 
-def random_model(settings: dict | DictConfig, prompt: str, encoding: str = "cl100k_base",
-                 compact_vocab: bool = True, seed: int = 0) -> tuple[GPT, Tokenizer]:
+def random_model(
+    settings: dict | DictConfig,
+    prompt: str,
+    encoding: str = "cl100k_base",
+    compact_vocab: bool = True,
+    seed: int = 0,
+) -> tuple[GPT, Tokenizer]:
     """The articles' model with random weights; compact_vocab: a vocabulary of the prompt's tokens only."""
     prompt_ids = Tokenizer(encoding).encode_tiktoken(str(prompt or "\n"))
     tokenizer = Tokenizer.fit(encoding, prompt_ids, compact_vocab)
     try:
         config = GPTConfig(**{**settings, "vocab_size": tokenizer.vocab_size})
     except TypeError as e:  # a key GPTConfig does not have
-        raise ConfigError(f"model: {e}; the keys are those of gptlab.model.gpt.GPTConfig.") from None
+        raise ConfigError(
+            f"model: {e}; the keys are those of gptlab.model.gpt.GPTConfig."
+        ) from None
     torch.manual_seed(seed)
     return GPT(config).eval(), tokenizer
 
 
 def positional_figure(model: GPT) -> Figure:
     sinusoidal = model.config.positional == "sinusoidal"
-    pe = (model.positional_encoding if sinusoidal else model.position_embedding.weight).detach().cpu().numpy()
+    pe = (
+        (model.positional_encoding if sinusoidal else model.position_embedding.weight)
+        .detach()
+        .cpu()
+        .numpy()
+    )
     fig = Figure(figsize=(8, 4.5), layout="constrained")
     ax = fig.add_subplot()
     fig.colorbar(ax.imshow(pe, aspect="auto", cmap="RdBu_r", interpolation="nearest"), ax=ax)
     name = "Sinusoidal positional encoding" if sinusoidal else "Learned position embedding"
-    ax.set(title=f"{name}  [context_length={pe.shape[0]}, d_model={pe.shape[1]}]", ylabel="position",
-           xlabel="dimension (even: sin, odd: cos)" if sinusoidal else "dimension")
+    ax.set(
+        title=f"{name}  [context_length={pe.shape[0]}, d_model={pe.shape[1]}]",
+        ylabel="position",
+        xlabel="dimension (even: sin, odd: cos)" if sinusoidal else "dimension",
+    )
     return fig
 
 
@@ -153,31 +202,43 @@ def look_inside(cfg: DictConfig) -> None:
         step = int(load_checkpoint(path).get("global_step", 0))
         log.info("Model from %s (step %d)", path, step)
     else:
-        model, tokenizer = random_model(cfg.model, cfg.prompt, cfg.encoding, cfg.compact_vocab, cfg.seed)
+        model, tokenizer = random_model(
+            cfg.model, cfg.prompt, cfg.encoding, cfg.compact_vocab, cfg.seed
+        )
         log.info("A model with random weights (seed %d): no ckpt_path given", cfg.seed)
     steps, trace, tokens = inspect_model(model, tokenizer, cfg.prompt, cfg.batch_size, cfg.block)
 
     c, (batch, length) = model.config, steps[0][1]  # steps[0]: the ids
-    print(f"GPT: d_model {c.d_model}, {c.num_heads} heads of {c.head_size}, {c.num_blocks} block(s), "
-          f"{c.norm}-LN, vocab {c.vocab_size}; {batch} window(s) of {length} prompt tokens")
+    print(
+        f"GPT: d_model {c.d_model}, {c.num_heads} heads of {c.head_size}, {c.num_blocks} block(s), "
+        f"{c.norm}-LN, vocab {c.vocab_size}; {batch} window(s) of {length} prompt tokens"
+    )
     for label, shape, meaning in steps:
         print(f"{label:<38} {str(shape):<18} {meaning}", flush=True)
 
     figures = {"positional_encoding": positional_figure(model)}
     for name in ATTENTION_FIGURES:
-        figures[f"attention_block{cfg.block}_{name}"] = attention_figure(trace, tokens, name, cfg.block)
+        figures[f"attention_block{cfg.block}_{name}"] = attention_figure(
+            trace, tokens, name, cfg.block
+        )
     out_dir = Path(cfg.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     for stem, fig in figures.items():
-        fig.savefig(out_dir / f"{stem}.png", dpi=100, bbox_inches="tight")  # long token labels stay whole
+        fig.savefig(
+            out_dir / f"{stem}.png", dpi=100, bbox_inches="tight"
+        )  # long token labels stay whole
     log.info("Figures:\n%s", "\n".join(f"  {out_dir / stem}.png" for stem in figures))
-    if cfg.ckpt_path and Path(cfg.ckpt_path).is_dir() and cfg.tensorboard:  # a run dir: with its curves
+    if (
+        cfg.ckpt_path and Path(cfg.ckpt_path).is_dir() and cfg.tensorboard
+    ):  # a run dir: with its curves
         from torch.utils.tensorboard import SummaryWriter
 
         with SummaryWriter(log_dir=str(Path(cfg.ckpt_path) / "tensorboard")) as writer:
             for stem, fig in figures.items():
                 writer.add_figure(f"inspect/{stem}", fig, global_step=step)
-        log.info("Also in TensorBoard (IMAGES tab, inspect/*): tensorboard --logdir %s", cfg.ckpt_path)
+        log.info(
+            "Also in TensorBoard (IMAGES tab, inspect/*): tensorboard --logdir %s", cfg.ckpt_path
+        )
 
 
 @hydra.main(version_base="1.3", config_path="pkg://gptlab.conf", config_name="inspect")

@@ -60,7 +60,9 @@ def build_loggers(cfg: DictConfig, resume_step: int | None) -> list:
     for name, node in cfg.logger.items():
         if "_target_" in node:  # an experiment may tune a logger that logger=none removed
             purge = resume_step is not None and node._target_.endswith("TensorBoardLogger")
-            loggers.append(build(node, f"logger.{name}", **({"purge_step": resume_step} if purge else {})))
+            loggers.append(
+                build(node, f"logger.{name}", **({"purge_step": resume_step} if purge else {}))
+            )
     return loggers
 
 
@@ -78,15 +80,28 @@ def train(cfg: DictConfig) -> float:
     datamodule = build(cfg.data, "data")
     loggers = build_loggers(cfg, checkpoint["global_step"] if checkpoint else None)
     # an experiment may tune a callback that `callbacks=none` removed: a node without _target_
-    callbacks = [build(c, f"callbacks.{name}") for name, c in cfg.callbacks.items() if "_target_" in c]
+    callbacks = [
+        build(c, f"callbacks.{name}") for name, c in cfg.callbacks.items() if "_target_" in c
+    ]
     if not loggers:  # nothing to log the learning rate to (logger=none)
         callbacks = [c for c in callbacks if not isinstance(c, LearningRateMonitor)]
     stats = RunStats()
     resolved = OmegaConf.to_container(cfg, resolve=True)  # plain: it travels to spawned DDP ranks
-    callbacks += [stats, FinalValidation(), GracefulStop(), RngState(), DivergenceGuard(),
-                  RunReport(resolved, str(output_dir), stats, job_overrides())]
-    trainer: L.Trainer = build(cfg.trainer, "trainer", callbacks=callbacks, logger=loggers or False,
-                               plugins=[AtomicCheckpointIO()])
+    callbacks += [
+        stats,
+        FinalValidation(),
+        GracefulStop(),
+        RngState(),
+        DivergenceGuard(),
+        RunReport(resolved, str(output_dir), stats, job_overrides()),
+    ]
+    trainer: L.Trainer = build(
+        cfg.trainer,
+        "trainer",
+        callbacks=callbacks,
+        logger=loggers or False,
+        plugins=[AtomicCheckpointIO()],
+    )
 
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     datamodule.prepare_data()
@@ -103,8 +118,13 @@ def train(cfg: DictConfig) -> float:
     except SIGTERMException:
         stop = next(c for c in callbacks if isinstance(c, GracefulStop))
         if trainer.is_global_zero:
-            log.warning("Stopped by %s after step %d; saved checkpoints/last.ckpt. Continue this run with:\n"
-                        "  gptlab-train resume=%s", stop.signal_name, trainer.global_step, output_dir)
+            log.warning(
+                "Stopped by %s after step %d; saved checkpoints/last.ckpt. Continue this run with:\n"
+                "  gptlab-train resume=%s",
+                stop.signal_name,
+                trainer.global_step,
+                output_dir,
+            )
         sys.exit(130 if stop.signal_name == "Ctrl-C" else 143)
     return float(trainer.callback_metrics.get("val/best_loss", float("nan")))
 

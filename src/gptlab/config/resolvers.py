@@ -74,7 +74,7 @@ def mlflow_artifacts(tracking_uri: str) -> str | None:
     """`<folder>/mlartifacts` for a local SQLite store in <folder>; a server chooses for itself."""
     if not str(tracking_uri).startswith("sqlite:///"):
         return None
-    return str(Path(str(tracking_uri)[len("sqlite:///"):]).parent / "mlartifacts")
+    return str(Path(str(tracking_uri)[len("sqlite:///") :]).parent / "mlartifacts")
 
 
 def mlflow_run(tracking_uri: str, experiment_name: str, resume=None) -> str | None:
@@ -82,12 +82,23 @@ def mlflow_run(tracking_uri: str, experiment_name: str, resume=None) -> str | No
     run continues it (resume=, a SLURM requeue): the run goes on instead of a second one starting."""
     dirs = _dirs()
     requeued = int(os.environ.get("SLURM_RESTART_COUNT") or 0) > 0
-    if dirs is None or not (resume or requeued) or not (dirs[0] / "checkpoints" / "last.ckpt").is_file():
+    if (
+        dirs is None
+        or not (resume or requeued)
+        or not (dirs[0] / "checkpoints" / "last.ckpt").is_file()
+    ):
         return None
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri)
     experiment = client.get_experiment_by_name(experiment_name)
-    runs = [] if experiment is None else client.search_runs(
-        [experiment.experiment_id], filter_string=f"tags.`gptlab.run_dir` = '{dirs[0]}'", max_results=1)
+    runs = (
+        []
+        if experiment is None
+        else client.search_runs(
+            [experiment.experiment_id],
+            filter_string=f"tags.`gptlab.run_dir` = '{dirs[0]}'",
+            max_results=1,
+        )
+    )
     return runs[0].info.run_id if runs else None

@@ -23,6 +23,7 @@ PRIMITIVES = (int, float, bool, str)
 # Passed to the Trainer by gptlab itself, from the callbacks/ and logger/ groups.
 TRAINER_EXCLUDED = {"callbacks", "logger"}
 
+
 @dataclasses.dataclass
 class TrainSchema:
     """gptlab-train's top-level keys; the groups are typed by their own schemas."""
@@ -58,7 +59,9 @@ def omegaconf_type(annotation: Any) -> Any:
 
 def schema_for(target: type, exclude: set[str] = frozenset()) -> type:
     """A dataclass with `_target_` plus one typed field per constructor argument of `target`."""
-    fields = [("_target_", str, dataclasses.field(default=f"{target.__module__}.{target.__qualname__}"))]
+    fields = [
+        ("_target_", str, dataclasses.field(default=f"{target.__module__}.{target.__qualname__}"))
+    ]
     if dataclasses.is_dataclass(target):
         hints = typing.get_type_hints(target)
         for f in dataclasses.fields(target):

@@ -20,8 +20,21 @@ from gptlab.training.module import OptimConfig
 
 # What a `_target_` may name: a class from these packages that is one of these kinds.
 TRUSTED_PACKAGES = ("gptlab", "lightning", "torch")
-BUILDABLE = (L.Trainer, L.Callback, Logger, Profiler, Strategy, Accelerator, Precision, CheckpointIO,
-             ClusterEnvironment, GPTDataModule, GPTConfig, OptimConfig)
+BUILDABLE = (
+    L.Trainer,
+    L.Callback,
+    Logger,
+    Profiler,
+    Strategy,
+    Accelerator,
+    Precision,
+    CheckpointIO,
+    ClusterEnvironment,
+    GPTDataModule,
+    GPTConfig,
+    OptimConfig,
+)
+
 
 def check_target(target: str, where: str) -> None:
     """Refuse a `_target_` that is not a class of a kind gptlab builds, defined in a trusted package
@@ -66,4 +79,6 @@ def build(node: DictConfig, where: str, **kwargs) -> Any:
         if cause is not None:
             raise cause from None
         reason = " ".join(str(e.__cause__ or e).split())
-        raise ConfigError(f"{where}: {node.get('_target_')} refused its settings: {reason}") from None
+        raise ConfigError(
+            f"{where}: {node.get('_target_')} refused its settings: {reason}"
+        ) from None

@@ -30,17 +30,26 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def resolve_corpus(url: str | None, path: str | None, sha256: str | None, data_dir: str | Path,
-                   timeout: float = 30.0) -> Path:
+def resolve_corpus(
+    url: str | None,
+    path: str | None,
+    sha256: str | None,
+    data_dir: str | Path,
+    timeout: float = 30.0,
+) -> Path:
     """Return the path of a verified corpus file: `path` if given, else the download of `url`."""
     if path:
         corpus = Path(path).expanduser()
         if not corpus.is_file():
-            raise ConfigError(f"data.path: no file at '{corpus}'. Check the path (relative paths are taken "
-                              f"from '{Path.cwd()}') or unset data.path to download data.url.")
+            raise ConfigError(
+                f"data.path: no file at '{corpus}'. Check the path (relative paths are taken "
+                f"from '{Path.cwd()}') or unset data.path to download data.url."
+            )
         if sha256 and sha256_of(corpus) != sha256:
-            raise ConfigError(f"data.sha256: '{corpus}' does not have the expected sha256 {sha256}. "
-                              "Use the right file, or set data.sha256=null to skip the check.")
+            raise ConfigError(
+                f"data.sha256: '{corpus}' does not have the expected sha256 {sha256}. "
+                "Use the right file, or set data.sha256=null to skip the check."
+            )
         return corpus
     if not url:
         raise ConfigError("data.url and data.path are both empty: set one of them.")
@@ -62,9 +71,11 @@ def check_url(url: str, redirected_from: str | None = None) -> None:
     if parsed.scheme == "https" or (parsed.scheme == "http" and parsed.hostname in LOOPBACK_HOSTS):
         return
     via = f" (a redirect from '{redirected_from}')" if redirected_from else ""
-    raise ConfigError(f"data.url: '{url}'{via} is not an https:// address. Downloads go over HTTPS only "
-                      "(plain http is allowed to 127.0.0.1/localhost); fix the URL or set data.path to a "
-                      "local file.")
+    raise ConfigError(
+        f"data.url: '{url}'{via} is not an https:// address. Downloads go over HTTPS only "
+        "(plain http is allowed to 127.0.0.1/localhost); fix the URL or set data.path to a "
+        "local file."
+    )
 
 
 def check_redirect(response: requests.Response, *args, **kwargs) -> None:
@@ -93,15 +104,20 @@ def download(url: str, target: Path, sha256: str | None, timeout: float = 30.0) 
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise ConfigError(f"paths.data_dir: cannot create '{target.parent}' ({e.strerror}). Point "
-                          "paths.data_dir (or GPTLAB_DATA_DIR) at a writable folder, or set data.path to a "
-                          "local copy.") from e
+        raise ConfigError(
+            f"paths.data_dir: cannot create '{target.parent}' ({e.strerror}). Point "
+            "paths.data_dir (or GPTLAB_DATA_DIR) at a writable folder, or set data.path to a "
+            "local copy."
+        ) from e
     log.info("Downloading %s to %s", url, target)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.part")  # the pid tells a killed download
     digest = hashlib.sha256()
     try:
         hooks = {"response": check_redirect}
-        with open(tmp, "wb") as out, requests.get(url, stream=True, timeout=timeout, hooks=hooks) as response:
+        with (
+            open(tmp, "wb") as out,
+            requests.get(url, stream=True, timeout=timeout, hooks=hooks) as response,
+        ):
             response.raise_for_status()
             total = int(response.headers.get("content-length", 0)) or None
             with tqdm(total=total, unit="B", unit_scale=True, desc=target.name) as bar:
@@ -110,13 +126,17 @@ def download(url: str, target: Path, sha256: str | None, timeout: float = 30.0) 
                     digest.update(chunk)
                     bar.update(len(chunk))
         if sha256 is not None and digest.hexdigest() != sha256:
-            raise ConfigError(f"data.sha256: the file downloaded from {url} has sha256 {digest.hexdigest()}, "
-                              f"expected {sha256}. Nothing was saved. Check data.url, or set "
-                              "data.sha256=null if the file is meant to change.")
+            raise ConfigError(
+                f"data.sha256: the file downloaded from {url} has sha256 {digest.hexdigest()}, "
+                f"expected {sha256}. Nothing was saved. Check data.url, or set "
+                "data.sha256=null if the file is meant to change."
+            )
         os.replace(tmp, target)
     except requests.RequestException as e:
-        raise ConfigError(f"Could not download the corpus from {url} to {target}: {e.__class__.__name__}. "
-                          "Without a network, place the file there or set data.path to a local copy.") from e
+        raise ConfigError(
+            f"Could not download the corpus from {url} to {target}: {e.__class__.__name__}. "
+            "Without a network, place the file there or set data.path to a local copy."
+        ) from e
     finally:
         tmp.unlink(missing_ok=True)
 
@@ -126,14 +146,19 @@ def read_text(path: Path) -> str:
     try:
         raw = path.read_bytes()
     except OSError as e:
-        raise ConfigError(f"Cannot read the corpus '{path}' ({e.strerror}). Check its permissions.") from e
+        raise ConfigError(
+            f"Cannot read the corpus '{path}' ({e.strerror}). Check its permissions."
+        ) from e
     if not raw.strip():
         raise ConfigError(f"The corpus file '{path}' is empty. Point data.path at a text file.")
     if b"\x00" in raw:
-        raise ConfigError(f"The corpus file '{path}' looks binary (it holds NUL bytes); use a UTF-8 "
-                          "text file.")
+        raise ConfigError(
+            f"The corpus file '{path}' looks binary (it holds NUL bytes); use a UTF-8 text file."
+        )
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise ConfigError(f"The corpus file '{path}' is not UTF-8 text (bad byte at offset {e.start}). "
-                          "Convert it to UTF-8, e.g. `iconv -t UTF-8`.") from e
+        raise ConfigError(
+            f"The corpus file '{path}' is not UTF-8 text (bad byte at offset {e.start}). "
+            "Convert it to UTF-8, e.g. `iconv -t UTF-8`."
+        ) from e

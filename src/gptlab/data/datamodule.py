@@ -22,8 +22,10 @@ from gptlab.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-SALES_TEXTBOOK_URL = ("https://huggingface.co/datasets/goendalf666/sales-textbook_for_convincing_and_selling"
-                      "/resolve/main/sales_textbook.txt")
+SALES_TEXTBOOK_URL = (
+    "https://huggingface.co/datasets/goendalf666/sales-textbook_for_convincing_and_selling"
+    "/resolve/main/sales_textbook.txt"
+)
 SALES_TEXTBOOK_SHA256 = "1994f20f5becd3f0b3d7a632e5a68513cc38cf6c9737a9f38243f1b652e962da"
 
 
@@ -49,8 +51,16 @@ class RandomWindowSampler(Sampler[list[int]]):
     pure function of (seed, rank, i): a run continued from step n draws the batches the stopped run
     would have drawn next. With `repeat`, batch i is batch i % repeat."""
 
-    def __init__(self, num_starts: int, batch_size: int, seed: int, rank: int = 0, world_size: int = 1,
-                 start: int = 0, repeat: int | None = None):
+    def __init__(
+        self,
+        num_starts: int,
+        batch_size: int,
+        seed: int,
+        rank: int = 0,
+        world_size: int = 1,
+        start: int = 0,
+        repeat: int | None = None,
+    ):
         self.num_starts, self.batch_size, self.seed = num_starts, batch_size, seed
         self.rank, self.world_size = rank, world_size
         self.start, self.repeat = start, repeat
@@ -88,7 +98,9 @@ class GPTDataModule(L.LightningDataModule):
             if value < 1:
                 raise ConfigError(f"data.{key}={value}: it must be a positive integer.")
         if not 0.0 < val_fraction <= 1.0:
-            raise ConfigError(f"data.val_fraction={val_fraction}: it must lie in (0, 1] (1: no train split).")
+            raise ConfigError(
+                f"data.val_fraction={val_fraction}: it must lie in (0, 1] (1: no train split)."
+            )
         check_encoding(encoding)
         if num_workers < 0:
             raise ConfigError(f"data.num_workers={num_workers}: it must be 0 or more.")
@@ -117,7 +129,9 @@ class GPTDataModule(L.LightningDataModule):
 
     def prepare_data(self) -> None:
         """Download (once), tokenize (once) and cache. Lightning runs it on rank 0 only."""
-        if self.tokenizer is not None or self.given_tokenizer:  # set up already, or nothing to cache
+        if (
+            self.tokenizer is not None or self.given_tokenizer
+        ):  # set up already, or nothing to cache
             return
         corpus = self.corpus_path()
         cache = self.cache_path(corpus)
@@ -137,7 +151,9 @@ class GPTDataModule(L.LightningDataModule):
             os.replace(tmp, cache)
         finally:
             Path(tmp).unlink(missing_ok=True)
-        log.info("Wrote token cache %s (%d tokens, vocab_size %d)", cache, len(ids), tokenizer.vocab_size)
+        log.info(
+            "Wrote token cache %s (%d tokens, vocab_size %d)", cache, len(ids), tokenizer.vocab_size
+        )
 
     def load_cache(self, cache: Path) -> tuple[np.ndarray, np.ndarray] | None:
         """The cached (ids, vocab), or None when the cache is missing or damaged."""
@@ -174,9 +190,11 @@ class GPTDataModule(L.LightningDataModule):
         train_tokens, val_tokens = tokens[:n_train], tokens[n_train:]
         for split, part in (("train", train_tokens), ("val", val_tokens)):
             if len(part) < self.context_length + 1 and (split == "val" or stage == "fit"):
-                raise ConfigError(f"data.context_length={self.context_length}: the {split} split holds only "
-                                  f"{len(part)} tokens, fewer than one window of context_length + 1. Lower "
-                                  "data.context_length, change data.val_fraction, or use a longer corpus.")
+                raise ConfigError(
+                    f"data.context_length={self.context_length}: the {split} split holds only "
+                    f"{len(part)} tokens, fewer than one window of context_length + 1. Lower "
+                    "data.context_length, change data.val_fraction, or use a longer corpus."
+                )
         # set only once the split is valid: `self.tokenizer` marks setup as done
         self.train_tokens, self.val_tokens, self.tokenizer = train_tokens, val_tokens, tokenizer
 
@@ -186,15 +204,26 @@ class GPTDataModule(L.LightningDataModule):
         return self.tokenizer.vocab_size
 
     def _rank(self) -> tuple[int, int]:
-        return (self.trainer.global_rank, self.trainer.world_size) if self.trainer is not None else (0, 1)
+        return (
+            (self.trainer.global_rank, self.trainer.world_size)
+            if self.trainer is not None
+            else (0, 1)
+        )
 
     def train_dataloader(self) -> DataLoader:
         rank, world_size = self._rank()
         windows = Windows(self.train_tokens, self.context_length)
         # continuing from a checkpoint: start at the first batch the stopped run had not trained on
         start = self.trainer.global_step if self.trainer is not None else 0
-        sampler = RandomWindowSampler(windows.num_starts, self.batch_size, self.seed, rank, world_size,
-                                      start, self.repeat_batches)
+        sampler = RandomWindowSampler(
+            windows.num_starts,
+            self.batch_size,
+            self.seed,
+            rank,
+            world_size,
+            start,
+            self.repeat_batches,
+        )
         return self._loader(windows, sampler)
 
     def val_dataloader(self) -> DataLoader:
@@ -208,6 +237,12 @@ class GPTDataModule(L.LightningDataModule):
         # its own generator: creating an iterator then draws no number from torch's global
         # RNG, which a resumed run would otherwise see in a different state (dropout masks)
         generator = torch.Generator().manual_seed(self.seed)
-        return DataLoader(windows, sampler=sampler, batch_size=None,  # each item already is a batch
-                          num_workers=self.num_workers, persistent_workers=self.num_workers > 0,
-                          pin_memory=torch.cuda.is_available(), generator=generator)
+        return DataLoader(
+            windows,
+            sampler=sampler,
+            batch_size=None,  # each item already is a batch
+            num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0,
+            pin_memory=torch.cuda.is_available(),
+            generator=generator,
+        )

@@ -14,22 +14,30 @@ def check_encoding(name: str) -> None:
     """Fail on an unknown encoding name at once, before any download or tokenization."""
     known = tiktoken.list_encoding_names()
     if name not in known:
-        raise ConfigError(f"data.encoding: '{name}' is not a tiktoken encoding. Choose one of: "
-                          f"{', '.join(known)}.")
+        raise ConfigError(
+            f"data.encoding: '{name}' is not a tiktoken encoding. Choose one of: "
+            f"{', '.join(known)}."
+        )
 
 
 class Tokenizer:
     """Text <-> model ids. `vocab` is None for the full tiktoken vocabulary."""
 
     def __init__(self, encoding: str, vocab: list[int] | np.ndarray | None = None):
-        check_encoding(encoding)  # an unknown name lists the known ones, not tiktoken's bare KeyError
+        check_encoding(
+            encoding
+        )  # an unknown name lists the known ones, not tiktoken's bare KeyError
         try:
             self.encoding = tiktoken.get_encoding(encoding)
         except Exception as e:  # network errors come from requests, cache errors from tiktoken
-            raise ConfigError(f"data.encoding: tiktoken could not load '{encoding}' ({e.__class__.__name__}: "
-                              f"{e}). It downloads its files once and caches them; without a network, point "
-                              "TIKTOKEN_CACHE_DIR at a folder that holds the cached files.") from e
-        self.vocab = None if vocab is None else np.asarray(vocab, dtype=np.int64)  # sorted: from np.unique
+            raise ConfigError(
+                f"data.encoding: tiktoken could not load '{encoding}' ({e.__class__.__name__}: "
+                f"{e}). It downloads its files once and caches them; without a network, point "
+                "TIKTOKEN_CACHE_DIR at a folder that holds the cached files."
+            ) from e
+        self.vocab = (
+            None if vocab is None else np.asarray(vocab, dtype=np.int64)
+        )  # sorted: from np.unique
 
     @classmethod
     def fit(cls, encoding: str, token_ids: np.ndarray, compact: bool) -> "Tokenizer":
@@ -51,10 +59,12 @@ class Tokenizer:
         missing = self.vocab[np.minimum(idx, len(self.vocab) - 1)] != tiktoken_ids
         if missing.any():
             pieces = sorted({self.encoding.decode([int(t)]) for t in tiktoken_ids[missing]})
-            raise ConfigError(f"The text holds {len(pieces)} token(s) the compact vocabulary has never seen "
-                              f"({', '.join(repr(p) for p in pieces[:10])}). Use text made of the corpus's "
-                              "tokens, or train with data.compact_vocab=false (the whole tiktoken "
-                              "vocabulary).")
+            raise ConfigError(
+                f"The text holds {len(pieces)} token(s) the compact vocabulary has never seen "
+                f"({', '.join(repr(p) for p in pieces[:10])}). Use text made of the corpus's "
+                "tokens, or train with data.compact_vocab=false (the whole tiktoken "
+                "vocabulary)."
+            )
         return idx.astype(np.int64)
 
     def encode(self, text: str) -> list[int]:
@@ -88,7 +98,10 @@ class Tokenizer:
 
     def state_dict(self) -> dict:
         """Plain types only, so checkpoints load with torch.load(weights_only=True)."""
-        return {"encoding": self.encoding.name, "vocab": None if self.vocab is None else self.vocab.tolist()}
+        return {
+            "encoding": self.encoding.name,
+            "vocab": None if self.vocab is None else self.vocab.tolist(),
+        }
 
     @classmethod
     def from_state_dict(cls, state: dict) -> "Tokenizer":

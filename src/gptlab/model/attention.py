@@ -10,8 +10,15 @@ from torch import nn
 
 
 class MultiHeadAttention(nn.Module):
-    def __init__(self, d_model: int, num_heads: int, context_length: int, dropout: float,
-                 bias: bool = True, attention: str = "sdpa"):
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        context_length: int,
+        dropout: float,
+        bias: bool = True,
+        attention: str = "sdpa",
+    ):
         super().__init__()
         self.num_heads = num_heads
         self.head_size = d_model // num_heads
@@ -44,8 +51,9 @@ class MultiHeadAttention(nn.Module):
         q, k, v = self.split_heads(q), self.split_heads(k), self.split_heads(v)
 
         if self.attention == "sdpa":
-            out = F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout if self.training else 0.0,
-                                                 is_causal=True)
+            out = F.scaled_dot_product_attention(
+                q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=True
+            )
         else:
             weights = F.softmax(self.masked(self.scores(q, k)), dim=-1)  # each row sums to 1
             out = self.attn_dropout(weights) @ v  # [batch, num_heads, context_length, head_size]

@@ -41,18 +41,25 @@ class GPTConfig:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"model.{key}={value}: it must be a positive integer.")
         if self.d_model % self.num_heads:
-            raise ConfigError(f"model.d_model={self.d_model} is not divisible by model.num_heads="
-                              f"{self.num_heads}: each head gets head_size = d_model // num_heads features. "
-                              f"Pick num_heads among the divisors of {self.d_model}, or change d_model.")
+            raise ConfigError(
+                f"model.d_model={self.d_model} is not divisible by model.num_heads="
+                f"{self.num_heads}: each head gets head_size = d_model // num_heads features. "
+                f"Pick num_heads among the divisors of {self.d_model}, or change d_model."
+            )
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"model.dropout={self.dropout}: it must satisfy 0 <= dropout < 1.")
-        for key, allowed in (("norm", ("pre", "post")), ("positional", ("sinusoidal", "learned")),
-                             ("attention", ("manual", "sdpa"))):
+        for key, allowed in (
+            ("norm", ("pre", "post")),
+            ("positional", ("sinusoidal", "learned")),
+            ("attention", ("manual", "sdpa")),
+        ):
             if getattr(self, key) not in allowed:
                 raise ConfigError(f"model.{key}={getattr(self, key)!r}: choose one of {allowed}.")
         if self.positional == "sinusoidal" and self.d_model % 2:
-            raise ConfigError(f"model.d_model={self.d_model}: the sinusoidal encoding pairs sin and cos "
-                              "features, so d_model must be even (or use model.positional=learned).")
+            raise ConfigError(
+                f"model.d_model={self.d_model}: the sinusoidal encoding pairs sin and cos "
+                "features, so d_model must be even (or use model.positional=learned)."
+            )
 
     @property
     def head_size(self) -> int:
@@ -91,8 +98,14 @@ class Block(nn.Module):
         super().__init__()
         self.pre_norm = config.norm == "pre"
         self.ln1 = nn.LayerNorm(config.d_model, bias=config.bias)
-        self.attn = MultiHeadAttention(config.d_model, config.num_heads, config.context_length,
-                                       config.dropout, config.bias, config.attention)
+        self.attn = MultiHeadAttention(
+            config.d_model,
+            config.num_heads,
+            config.context_length,
+            config.dropout,
+            config.bias,
+            config.attention,
+        )
         self.ln2 = nn.LayerNorm(config.d_model, bias=config.bias)
         self.ffn = FeedForward(config)
 
@@ -113,12 +126,18 @@ class GPT(nn.Module):
         self.token_embedding = nn.Embedding(config.vocab_size, config.d_model)
         if config.positional == "sinusoidal":
             pe = sinusoidal_encoding(config.context_length, config.d_model)
-            self.register_buffer("positional_encoding", pe, persistent=False)  # fixed: computed once here
+            self.register_buffer(
+                "positional_encoding", pe, persistent=False
+            )  # fixed: computed once here
         else:
             self.position_embedding = nn.Embedding(config.context_length, config.d_model)
         self.dropout = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.num_blocks))
-        self.ln_f = nn.LayerNorm(config.d_model, bias=config.bias) if config.norm == "pre" else nn.Identity()
+        self.ln_f = (
+            nn.LayerNorm(config.d_model, bias=config.bias)
+            if config.norm == "pre"
+            else nn.Identity()
+        )
         self.head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         if config.tie_weights:
             self.head.weight = self.token_embedding.weight
@@ -148,8 +167,10 @@ class GPT(nn.Module):
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         """ids [batch, context_length] -> logits [batch, context_length, vocab_size]."""
         if ids.shape[1] > self.config.context_length:
-            raise ValueError(f"input of length {ids.shape[1]} exceeds "
-                             f"context_length={self.config.context_length}")
+            raise ValueError(
+                f"input of length {ids.shape[1]} exceeds "
+                f"context_length={self.config.context_length}"
+            )
         x = self.dropout(self.embed(ids))
         for block in self.blocks:
             x = block(x)
@@ -164,9 +185,14 @@ class GPT(nn.Module):
         return {"total": total, "embedding": embedding, "non_embedding": total - embedding}
 
     @torch.no_grad()
-    def generate_stream(self, ids: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
-                        top_k: int | None = None,
-                        generator: torch.Generator | None = None) -> Iterator[torch.Tensor]:
+    def generate_stream(
+        self,
+        ids: torch.Tensor,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        generator: torch.Generator | None = None,
+    ) -> Iterator[torch.Tensor]:
         """Yield the next token ids [batch, 1] one at a time; temperature 0 is greedy."""
         for _ in range(max_new_tokens):
             logits = self(ids[:, -self.config.context_length :])[:, -1, :]  # [batch, vocab_size]
@@ -177,13 +203,21 @@ class GPT(nn.Module):
                 if top_k is not None and top_k < logits.size(-1):
                     kth = torch.topk(logits, top_k).values[:, [-1]]
                     logits = logits.masked_fill(logits < kth, float("-inf"))
-                next_ids = torch.multinomial(F.softmax(logits, dim=-1), num_samples=1, generator=generator)
+                next_ids = torch.multinomial(
+                    F.softmax(logits, dim=-1), num_samples=1, generator=generator
+                )
             ids = torch.cat([ids, next_ids], dim=1)
             yield next_ids
 
     @torch.no_grad()
-    def generate(self, ids: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
-                 top_k: int | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
+    def generate(
+        self,
+        ids: torch.Tensor,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
         """ids [batch, t] -> [batch, t + max_new_tokens]; crops the context to context_length."""
         new = list(self.generate_stream(ids, max_new_tokens, temperature, top_k, generator))
         return torch.cat([ids, *new], dim=1)

@@ -14,20 +14,26 @@ RUN_DIR_CHECKPOINTS = ("checkpoints/best.ckpt", "checkpoints/last.ckpt")  # a ru
 def find_checkpoint(path: str | Path | None) -> Path:
     """A checkpoint file as given, or a run directory's checkpoints/best.ckpt, else last.ckpt."""
     if path is None or str(path).strip() == "":
-        raise ConfigError("ckpt_path is not set. Give a checkpoint file or a run directory, "
-                          "e.g. ckpt_path=outputs/<date>/<time>.")
+        raise ConfigError(
+            "ckpt_path is not set. Give a checkpoint file or a run directory, "
+            "e.g. ckpt_path=outputs/<date>/<time>."
+        )
     given = Path(path).expanduser()
     if given.is_file():
         return given
     if not given.is_dir():
-        raise ConfigError(f"ckpt_path: '{given}' does not exist. Give a .ckpt file or a run directory "
-                          "(e.g. outputs/<date>/<time>).")
+        raise ConfigError(
+            f"ckpt_path: '{given}' does not exist. Give a .ckpt file or a run directory "
+            "(e.g. outputs/<date>/<time>)."
+        )
     for name in RUN_DIR_CHECKPOINTS:
         if (given / name).is_file():
             return given / name
-    raise ConfigError(f"ckpt_path: the directory '{given}' holds no checkpoint (looked for "
-                      f"{' and '.join(RUN_DIR_CHECKPOINTS)}). Give a .ckpt file or the directory of a "
-                      "run that saved one.")
+    raise ConfigError(
+        f"ckpt_path: the directory '{given}' holds no checkpoint (looked for "
+        f"{' and '.join(RUN_DIR_CHECKPOINTS)}). Give a .ckpt file or the directory of a "
+        "run that saved one."
+    )
 
 
 def first_line(error: Exception) -> str:
@@ -43,10 +49,14 @@ def load_checkpoint(path: str | Path) -> dict:
     except FileNotFoundError:
         raise ConfigError(f"ckpt_path: '{path}' does not exist.") from None
     except Exception as e:  # zip, unpickling and EOF errors all mean the same thing here
-        raise ConfigError(f"ckpt_path: '{path}' is truncated or not a checkpoint; torch could not read it "
-                          f"({first_line(e)}). Use another, e.g. the run's checkpoints/last.ckpt.") from None
+        raise ConfigError(
+            f"ckpt_path: '{path}' is truncated or not a checkpoint; torch could not read it "
+            f"({first_line(e)}). Use another, e.g. the run's checkpoints/last.ckpt."
+        ) from None
     if not isinstance(checkpoint, dict):
-        raise ConfigError(f"ckpt_path: '{path}' is not a checkpoint (it holds a {type(checkpoint).__name__})")
+        raise ConfigError(
+            f"ckpt_path: '{path}' is not a checkpoint (it holds a {type(checkpoint).__name__})"
+        )
     return checkpoint
 
 
@@ -58,11 +68,18 @@ def load_module(path: str | Path, map_location="cpu"):
 
     try:
         hparams = dict(checkpoint["hyper_parameters"])
-        hparams["model"] = {**hparams["model"], "compile": False}  # nothing to compile to load or sample
+        hparams["model"] = {
+            **hparams["model"],
+            "compile": False,
+        }  # nothing to compile to load or sample
         module = GPTModule(**hparams)
         # keys saved from a torch.compile'd model (`model._orig_mod.x`) load as `model.x`
-        module.load_state_dict({k.replace("_orig_mod.", ""): v for k, v in checkpoint["state_dict"].items()})
+        module.load_state_dict(
+            {k.replace("_orig_mod.", ""): v for k, v in checkpoint["state_dict"].items()}
+        )
     except (KeyError, TypeError, RuntimeError) as e:  # not gptlab's, or another model's weights
-        raise ConfigError(f"ckpt_path: '{path}' does not hold a gptlab model this version can rebuild "
-                          f"({first_line(e)}); give one saved by gptlab-train.") from None
+        raise ConfigError(
+            f"ckpt_path: '{path}' does not hold a gptlab model this version can rebuild "
+            f"({first_line(e)}); give one saved by gptlab-train."
+        ) from None
     return module.to(map_location).eval()

@@ -30,8 +30,11 @@ def config_tree(cfg: DictConfig) -> Tree:
     tree = Tree("config", guide_style="dim")
     rest = {k: v for k, v in cfg.items() if k not in GROUPS}
     for name, node in [*((g, cfg[g]) for g in GROUPS if g in cfg), ("(top level)", rest)]:
-        settings = {k: v for k, v in OmegaConf.to_container(OmegaConf.create(node), resolve=True).items()
-                    if v is not None}  # unset keys (null) stay in .hydra/config.yaml
+        settings = {
+            k: v
+            for k, v in OmegaConf.to_container(OmegaConf.create(node), resolve=True).items()
+            if v is not None
+        }  # unset keys (null) stay in .hydra/config.yaml
         tree.add(f"[bold]{name}[/bold]").add(OmegaConf.to_yaml(settings).rstrip() or "{}")
     return tree
 
@@ -44,9 +47,16 @@ def print_first_screen(cfg: DictConfig, model: GPT, output_dir: Path, multirun: 
             Console(file=f, width=110, color_system=None).print(tree)
     if not multirun:
         Console(stderr=True, width=110).print(tree)
-    log.info("GPT: %s parameters (d_model %d, %d heads, %d blocks, context %d, vocab %d)\nRun directory: %s",
-             f"{model.num_params()['total']:,}", c.d_model, c.num_heads, c.num_blocks, c.context_length,
-             c.vocab_size, output_dir)
+    log.info(
+        "GPT: %s parameters (d_model %d, %d heads, %d blocks, context %d, vocab %d)\nRun directory: %s",
+        f"{model.num_params()['total']:,}",
+        c.d_model,
+        c.num_heads,
+        c.num_blocks,
+        c.context_length,
+        c.vocab_size,
+        output_dir,
+    )
 
 
 def hparams_of(cfg: DictConfig, metrics: dict, model: dict) -> dict:
@@ -54,13 +64,19 @@ def hparams_of(cfg: DictConfig, metrics: dict, model: dict) -> dict:
     params = {
         **{f"model/{k}": v for k, v in model.items()},
         **{f"optim/{k}": v for k, v in OmegaConf.to_container(cfg.optim, resolve=True).items()},
-        **{f"data/{k}": cfg.data[k] for k in ("encoding", "compact_vocab", "batch_size", "context_length")},
+        **{
+            f"data/{k}": cfg.data[k]
+            for k in ("encoding", "compact_vocab", "batch_size", "context_length")
+        },
         "trainer/max_steps": cfg.trainer.max_steps,
         "seed": cfg.seed,
         "num_params": metrics["num_params"],
     }
-    return {k: (str(v) if isinstance(v, (list, tuple, dict, type(None))) else v) for k, v in params.items()
-            if not k.endswith("_target_")}
+    return {
+        k: (str(v) if isinstance(v, (list, tuple, dict, type(None))) else v)
+        for k, v in params.items()
+        if not k.endswith("_target_")
+    }
 
 
 def run_files(output_dir: Path) -> list[Path]:
@@ -74,9 +90,14 @@ def log_results(trainer: L.Trainer, cfg: DictConfig, metrics: dict, output_dir: 
     HPARAMS tab, MLflow's compare view, W&B's runs table; MLflow and W&B also keep the run's
     config and metrics.json."""
     params = hparams_of(cfg, metrics, trainer.lightning_module.hparams["model"])
-    numbers = {k: float(v) for k, v in metrics.items()
-               if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
-    results = {f"hparams/{k}": metrics[k] for k in ("best_val_loss", "best_val_bpb", "final_val_loss")}
+    numbers = {
+        k: float(v)
+        for k, v in metrics.items()
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    }
+    results = {
+        f"hparams/{k}": metrics[k] for k in ("best_val_loss", "best_val_bpb", "final_val_loss")
+    }
     for logger in trainer.loggers:
         if isinstance(logger, TensorBoardLogger):  # its own folder: a continued run replaces them
             hparams_dir = Path(logger.log_dir) / "hparams"
@@ -90,12 +111,16 @@ def log_results(trainer: L.Trainer, cfg: DictConfig, metrics: dict, output_dir: 
             logger.log_metrics(numbers, step=trainer.global_step)
             client.set_tag(run, "gptlab.status", metrics["status"])
             for path in run_files(output_dir):
-                folder = path.parent.relative_to(output_dir).as_posix().replace(".hydra", "hydra", 1)
+                folder = (
+                    path.parent.relative_to(output_dir).as_posix().replace(".hydra", "hydra", 1)
+                )
                 client.log_artifact(run, str(path), None if folder == "." else folder)
         elif isinstance(logger, WandbLogger):
             run = logger.experiment
             run.config.update(params, allow_val_change=True)
-            run.summary.update({k: v for k, v in metrics.items() if isinstance(v, str) or k in numbers})
+            run.summary.update(
+                {k: v for k, v in metrics.items() if isinstance(v, str) or k in numbers}
+            )
             for path in run_files(output_dir):
                 run.save(str(path), base_path=str(output_dir), policy="now")
             run.finish()  # the next job of a sweep in this process starts a W&B run of its own
@@ -108,14 +133,25 @@ class RunReport(L.Callback):
     """At the end of fit, on rank 0: metrics.json, results to every logger, a report."""
 
     def __init__(self, cfg: dict, output_dir: str, stats: RunStats, overrides: list[str]):
-        self.cfg, self.output_dir, self.stats, self.overrides = cfg, Path(output_dir), stats, overrides
+        self.cfg, self.output_dir, self.stats, self.overrides = (
+            cfg,
+            Path(output_dir),
+            stats,
+            overrides,
+        )
 
     def setup(self, trainer, pl_module, stage: str) -> None:
         """A DDP process Lightning spawned has no Hydra logging: give it train.log and stderr too."""
         if trainer.is_global_zero and not logging.getLogger().handlers:
-            handlers = [logging.FileHandler(self.output_dir / "train.log"), logging.StreamHandler(sys.stderr)]
-            logging.basicConfig(format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s",  # Hydra's
-                                level=logging.INFO, handlers=handlers)
+            handlers = [
+                logging.FileHandler(self.output_dir / "train.log"),
+                logging.StreamHandler(sys.stderr),
+            ]
+            logging.basicConfig(
+                format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s",  # Hydra's
+                level=logging.INFO,
+                handlers=handlers,
+            )
 
     def on_fit_end(self, trainer, pl_module) -> None:
         if not trainer.is_global_zero:
@@ -167,7 +203,9 @@ class RunReport(L.Callback):
         if any(isinstance(logger, TensorBoardLogger) for logger in trainer.loggers):
             lines.append(f"TensorBoard: tensorboard --logdir {self.output_dir}")
         try:
-            lines.append(f"Sample: {pl_module.sample(self.cfg['sample_prompt'], max_new_tokens=40)!r}")
+            lines.append(
+                f"Sample: {pl_module.sample(self.cfg['sample_prompt'], max_new_tokens=40)!r}"
+            )
         except ConfigError as e:
             lines.append(f"No sample: {e}")
         return lines

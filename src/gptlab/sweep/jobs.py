@@ -60,22 +60,35 @@ def finished_result(output_dir: Path, overrides: list[str]) -> float | None:
     """Best val loss of a job finished with these overrides, by its metrics.json (Hydra rewrites .hydra/)."""
     metrics = read_json(output_dir / "metrics.json")
     best, recorded = number(metrics.get("best_val_loss")), metrics.get("overrides")
-    same = isinstance(recorded, list) and sorted(job_identity(recorded)) == sorted(job_identity(overrides))
+    same = isinstance(recorded, list) and sorted(job_identity(recorded)) == sorted(
+        job_identity(overrides)
+    )
     if metrics.get("status") == "ok" and best is not None and same:
-        log.info("Kept job %s: finished with the same overrides (best val loss %.4f)", output_dir.name, best)
+        log.info(
+            "Kept job %s: finished with the same overrides (best val loss %.4f)",
+            output_dir.name,
+            best,
+        )
         return best
-    log.info("Job %s runs: its metrics.json is not of a finished job with these overrides", output_dir.name)
+    log.info(
+        "Job %s runs: its metrics.json is not of a finished job with these overrides",
+        output_dir.name,
+    )
     return None
 
 
 def record_failure(output_dir: Path, overrides: list[str], error: str | BaseException) -> float:
     """Mark the job failed in its metrics.json with a one-line reason; +inf, the worst to every sweeper."""
-    reason = str(error) if isinstance(error, (str, ConfigError)) else f"{type(error).__name__}: {error}"
+    reason = (
+        str(error) if isinstance(error, (str, ConfigError)) else f"{type(error).__name__}: {error}"
+    )
     reason = " ".join(reason.split())[:500]
     log.error("Job failed: %s", reason, exc_info=not isinstance(error, (str, ConfigError)))
     metrics = {**read_json(output_dir / "metrics.json"), "status": "failed", "reason": reason}
     output_dir.mkdir(parents=True, exist_ok=True)
-    (output_dir / "metrics.json").write_text(json.dumps({**metrics, "overrides": overrides}, indent=2) + "\n")
+    (output_dir / "metrics.json").write_text(
+        json.dumps({**metrics, "overrides": overrides}, indent=2) + "\n"
+    )
     return math.inf
 
 
@@ -83,7 +96,9 @@ def sweep_job(train: Callable[[DictConfig], float], cfg: DictConfig) -> float:
     """Run `train(cfg)` as a job of a sweep: a failure is recorded and returns +inf, so the sweep goes on."""
     Task.started = True  # a task runs: its exit codes are its own (gptlab.errors.main_or_exit)
     output_dir, overrides = Path(cfg.paths.output_dir), job_overrides()
-    if cfg.get("resume") and (best := finished_result(output_dir, overrides)) is not None:  # continued
+    if (
+        cfg.get("resume") and (best := finished_result(output_dir, overrides)) is not None
+    ):  # continued
         return best
     job_threads(cfg)
     try:
@@ -92,11 +107,15 @@ def sweep_job(train: Callable[[DictConfig], float], cfg: DictConfig) -> float:
         if e.code != 2:  # stopped (143 SIGTERM, 130 Ctrl-C): recorded, then the sweep stops
             record_failure(output_dir, overrides, f"stopped (exit code {e.code})")
             raise
-        return record_failure(output_dir, overrides, e.__context__ or "exited with code 2")  # a bad config
+        return record_failure(
+            output_dir, overrides, e.__context__ or "exited with code 2"
+        )  # a bad config
     except Exception as e:
         return record_failure(output_dir, overrides, e)
     if not math.isfinite(value):
-        return record_failure(output_dir, overrides, f"diverged: no finite validation loss (best {value})")
+        return record_failure(
+            output_dir, overrides, f"diverged: no finite validation loss (best {value})"
+        )
     return value
 
 

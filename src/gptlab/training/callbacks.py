@@ -37,9 +37,15 @@ class LastCheckpoint(ModelCheckpoint):
     """`last.ckpt` every `every_n_train_steps` steps, after the final step and on a stop; never
     after an error (a crashed or diverged step's weights must not replace the last good ones)."""
 
-    def __init__(self, dirpath: str, every_n_train_steps: int = 100):  # 0: only at the end and on a stop
-        super().__init__(dirpath=dirpath, filename="last", every_n_train_steps=every_n_train_steps,
-                         enable_version_counter=False)
+    def __init__(
+        self, dirpath: str, every_n_train_steps: int = 100
+    ):  # 0: only at the end and on a stop
+        super().__init__(
+            dirpath=dirpath,
+            filename="last",
+            every_n_train_steps=every_n_train_steps,
+            enable_version_counter=False,
+        )
 
     def on_train_end(self, trainer, pl_module) -> None:
         self.save_now(trainer)
@@ -79,7 +85,9 @@ class GracefulStop(L.Callback):
     def on_fit_end(self, trainer, pl_module) -> None:
         self.on_exception(trainer, pl_module, None)
 
-    def on_exception(self, trainer, pl_module, exception) -> None:  # Lightning calls no teardown then
+    def on_exception(
+        self, trainer, pl_module, exception
+    ) -> None:  # Lightning calls no teardown then
         if self._previous is not None:
             signal.signal(signal.SIGINT, self._previous)
             self._previous = None
@@ -118,9 +126,11 @@ class DivergenceGuard(L.Callback):
         if self._loss is None or bool(torch.isfinite(self._loss)):
             return
         value, self._loss = float(self._loss), None
-        raise ConfigError(f"Training diverged at step {trainer.global_step}: train/loss is {value}. The last "
-                          f"good checkpoint is kept. Lower optim.lr (now {pl_module.optim.lr}), add warmup "
-                          "(optim.warmup_steps) or clipping (trainer.gradient_clip_val), then train again.")
+        raise ConfigError(
+            f"Training diverged at step {trainer.global_step}: train/loss is {value}. The last "
+            f"good checkpoint is kept. Lower optim.lr (now {pl_module.optim.lr}), add warmup "
+            "(optim.warmup_steps) or clipping (trainer.gradient_clip_val), then train again."
+        )
 
 
 class RunStats(L.Callback):
@@ -189,8 +199,13 @@ class RunStats(L.Callback):
 class TextSample(L.Callback):
     """After each validation, a sample for a fixed prompt goes to TensorBoard's Text tab."""
 
-    def __init__(self, prompt: str = "The salesperson", max_new_tokens: int = 40,
-                 temperature: float = 0.8, top_k: int | None = 50):
+    def __init__(
+        self,
+        prompt: str = "The salesperson",
+        max_new_tokens: int = 40,
+        temperature: float = 0.8,
+        top_k: int | None = 50,
+    ):
         self.prompt, self.max_new_tokens = prompt, max_new_tokens
         self.temperature, self.top_k = temperature, top_k
 
@@ -201,4 +216,6 @@ class TextSample(L.Callback):
         for logger in trainer.loggers:
             if isinstance(logger, TensorBoardLogger):
                 # two trailing spaces: a Markdown line break, so newlines survive in the Text tab
-                logger.experiment.add_text("samples", text.replace("\n", "  \n"), trainer.global_step)
+                logger.experiment.add_text(
+                    "samples", text.replace("\n", "  \n"), trainer.global_step
+                )

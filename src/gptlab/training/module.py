@@ -36,14 +36,20 @@ class OptimConfig:
         if self.weight_decay < 0:
             raise ConfigError(f"optim.weight_decay={self.weight_decay}: it must be 0 or more.")
         if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
-            raise ConfigError(f"optim.betas={self.betas}: give two numbers in [0, 1), e.g. [0.9,0.95].")
+            raise ConfigError(
+                f"optim.betas={self.betas}: give two numbers in [0, 1), e.g. [0.9,0.95]."
+            )
         if self.schedule not in ("cosine", "constant"):
-            raise ConfigError(f"optim.schedule={self.schedule!r}: choose one of ('cosine', 'constant').")
+            raise ConfigError(
+                f"optim.schedule={self.schedule!r}: choose one of ('cosine', 'constant')."
+            )
         if self.warmup_steps < 0 or self.min_lr < 0:
             raise ConfigError("optim.warmup_steps and optim.min_lr must be 0 or more.")
         if self.schedule == "cosine" and self.min_lr > self.lr:
-            raise ConfigError(f"optim.min_lr={self.min_lr} is above optim.lr={self.lr}: the cosine schedule "
-                              "decays from lr down to min_lr. Lower optim.min_lr.")
+            raise ConfigError(
+                f"optim.min_lr={self.min_lr} is above optim.lr={self.lr}: the cosine schedule "
+                "decays from lr down to min_lr. Lower optim.min_lr."
+            )
 
 
 def lr_factor(step: int, optim: OptimConfig, total_steps: int) -> float:
@@ -83,10 +89,16 @@ class GPTModule(L.LightningModule):
 
     def setup(self, stage: str) -> None:
         """One batch as the example input: Lightning's summary then counts its forward FLOPs."""
-        batch_size = self.trainer.datamodule.batch_size if self.trainer.datamodule is not None else 1
-        self.example_input_array = torch.zeros(batch_size, self.config.context_length, dtype=torch.long)
+        batch_size = (
+            self.trainer.datamodule.batch_size if self.trainer.datamodule is not None else 1
+        )
+        self.example_input_array = torch.zeros(
+            batch_size, self.config.context_length, dtype=torch.long
+        )
         # forward + backward of one batch on one device: ThroughputMonitor and train/mfu read it
-        self.flops_per_batch = flops_per_token(self.config) * batch_size * self.config.context_length
+        self.flops_per_batch = (
+            flops_per_token(self.config) * batch_size * self.config.context_length
+        )
 
     @cached_property
     def tokenizer(self) -> Tokenizer:
@@ -121,8 +133,10 @@ class GPTModule(L.LightningModule):
     def on_validation_epoch_end(self) -> None:
         """Exact means over every val token, summed across ranks before dividing: the loss in
         nats per token, and in bits per UTF-8 byte of the text (comparable across tokenizers)."""
-        total, count, num_bytes = (self.trainer.strategy.reduce(t, reduce_op="sum")
-                                   for t in (self._val_sum, self._val_count, self._val_bytes))
+        total, count, num_bytes = (
+            self.trainer.strategy.reduce(t, reduce_op="sum")
+            for t in (self._val_sum, self._val_count, self._val_bytes)
+        )
         val_loss = (total / count.clamp(min=1)).float()
         self.log("val/loss", val_loss, prog_bar=True)
         self.log("val/perplexity", val_loss.exp())
@@ -149,20 +163,29 @@ class GPTModule(L.LightningModule):
             {"params": no_decay, "weight_decay": 0.0, "name": "vectors"},  # biases, norms
         ]
         device = self.device.type
-        fused = device == "cuda" or (device == "cpu" and torch.__version__ >= "2.4")  # TorchVersion compare
+        fused = device == "cuda" or (
+            device == "cpu" and torch.__version__ >= "2.4"
+        )  # TorchVersion compare
         kwargs = {"fused": True} if fused and not mixed_precision else {}
         return torch.optim.AdamW(groups, lr=self.optim.lr, betas=tuple(self.optim.betas), **kwargs)
 
     def configure_optimizers(self):
         optimizer = self.build_optimizer(isinstance(self.trainer.precision_plugin, MixedPrecision))
         total_steps = int(self.trainer.estimated_stepping_batches)
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer,
-                                                      lambda step: lr_factor(step, self.optim, total_steps))
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda step: lr_factor(step, self.optim, total_steps)
+        )
         schedule = {"scheduler": scheduler, "interval": "step", "name": "train/lr"}
         return {"optimizer": optimizer, "lr_scheduler": schedule}
 
-    def sample(self, prompt: str, max_new_tokens: int = 50, temperature: float = 0.8,
-               top_k: int | None = 50, seed: int = 0) -> str:
+    def sample(
+        self,
+        prompt: str,
+        max_new_tokens: int = 50,
+        temperature: float = 0.8,
+        top_k: int | None = 50,
+        seed: int = 0,
+    ) -> str:
         """Text continuing `prompt`, for the progress report and TensorBoard's Text tab."""
         ids = torch.tensor([self.tokenizer.encode(prompt)], device=self.device)
         generator = torch.Generator(device=self.device).manual_seed(seed)
