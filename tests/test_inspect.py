@@ -87,7 +87,8 @@ def test_cli_prints_the_articles_shapes_in_order_and_draws_the_figures(tmp_path)
     labels = [label for label, _ in lines]
     shapes = dict(lines)
     vocab = shapes["logits"][-1]
-    expected = [  # the articles' order and their shapes for batch 4, context 16, d_model 64, 4 heads
+    # the articles' order and their shapes for batch 4, context 16, d_model 64, 4 heads
+    expected = [
         ("ids", [4, 16]),
         ("token embedding", [4, 16, 64]),
         ("+ positional encoding", [4, 16, 64]),

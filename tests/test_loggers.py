@@ -118,7 +118,8 @@ def server(environment, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory) -> Path:
-    """Where the user runs gptlab-train: outputs/ (runs, sweeps, the local MLflow store) lands here."""
+    """Where the user runs gptlab-train: outputs/ (runs, sweeps, the local MLflow store) lands
+    here."""
     return tmp_path_factory.mktemp("project")
 
 
@@ -173,13 +174,16 @@ def wandb_records(path: Path):
 
     data = path.read_bytes()
     assert data[:4] == b":W&B"
-    pos, block, chunks = 7, 32768, b""
+    pos = 7
+    block = 32768
+    chunks = b""
     while pos + 7 <= len(data):
         left = block - pos % block
         if left < 7:
             pos += left
             continue
-        length, kind = int.from_bytes(data[pos + 4 : pos + 6], "little"), data[pos + 6]
+        length = int.from_bytes(data[pos + 4 : pos + 6], "little")
+        kind = data[pos + 6]
         chunks += data[pos + 7 : pos + 7 + length]
         pos += 7 + length
         if kind in (1, 4):  # a whole record, or the last piece of one
@@ -192,7 +196,10 @@ def wandb_records(path: Path):
 def wandb_run(folder: Path) -> dict:
     """What an offline W&B run holds: its run record, final summary and config, history keys."""
     (file,) = folder.glob("run-*.wandb")
-    run, summary, config, history = None, {}, {}, set()
+    run = None
+    summary = {}
+    config = {}
+    history = set()
     for record in wandb_records(file):
         kind = record.WhichOneof("record_type")
         if kind == "run":
@@ -240,7 +247,8 @@ def test_mlflow_local_store_holds_scalars_hparams_results_and_config(workdir, lo
     assert int(params["model/vocab_size"]) > 0  # the built model's, not the config's null
     history = MlflowClient(local_store(workdir)).get_metric_history(run.info.run_id, "train/loss")
     assert len(history) >= 20
-    # the config as composed, and metrics.json, next to the store: outputs/mlartifacts/<run>/artifacts
+    # the config as composed, and metrics.json, next to the store:
+    # outputs/mlartifacts/<run>/artifacts
     artifacts = Path(run.info.artifact_uri)
     assert artifacts.is_relative_to(workdir / "outputs" / "mlartifacts")
     composed = (local_run / ".hydra" / "config.yaml").read_text()

@@ -120,7 +120,8 @@ def test_manual_and_sdpa_agree(norm):
     with torch.no_grad():
         assert not torch.allclose(manual(ids), sdpa(ids), atol=1e-5)  # different weights first
         sdpa.load_state_dict(manual.state_dict())
-        out_manual, out_sdpa = manual(ids), sdpa(ids)
+        out_manual = manual(ids)
+        out_sdpa = sdpa(ids)
         torch.testing.assert_close(out_sdpa, out_manual, rtol=0, atol=1e-5)
         # also on a sequence shorter than context_length
         torch.testing.assert_close(sdpa(ids[:, :7]), manual(ids[:, :7]), rtol=0, atol=1e-5)
@@ -396,7 +397,9 @@ def test_parameter_counts(overrides):
     assert counts["embedding"] + counts["non_embedding"] == counts["total"]
 
     # independently, from the architecture
-    d, h, b = config.d_model, config.ffn_mult * config.d_model, int(config.bias)
+    d = config.d_model
+    h = config.ffn_mult * config.d_model
+    b = int(config.bias)
     per_block = (3 * d * d + 3 * d * b) + (d * d + d * b)  # Wq,Wk,Wv and Wo
     per_block += (d * h + h * b) + (h * d + d * b)  # feed-forward
     per_block += 2 * (d + d * b)  # two LayerNorms

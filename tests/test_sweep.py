@@ -157,7 +157,8 @@ def test_an_invalid_job_is_recorded_the_others_finish_and_the_sweep_exits_non_ze
     assert result.returncode == 1, result.stderr[-3000:]
     assert "Traceback" not in result.stderr
     assert "Sweep failed: 1 of 2 jobs failed: job 1" in result.stderr
-    good, bad = read_metrics(sweep / "0"), read_metrics(sweep / "1")
+    good = read_metrics(sweep / "0")
+    bad = read_metrics(sweep / "1")
     assert good["status"] == "ok" and (sweep / "0" / "checkpoints" / "best.ckpt").is_file()
     assert (
         bad["status"] == "failed" and "not divisible" in bad["reason"] and "\n" not in bad["reason"]
@@ -333,7 +334,8 @@ def test_each_finished_job_records_its_overrides_in_metrics_json(seed_grid):
 
 
 def configs_of(*losses: list[float]) -> list[dict]:
-    """aggregate() over hand-made ok jobs: configuration `model.x=i` has the best val losses losses[i]."""
+    """aggregate() over hand-made ok jobs: configuration `model.x=i` has the best val losses
+    losses[i]."""
     rows = [
         {"job": f"{i}-{seed}", "status": "ok", "model.x": i, "seed": seed, "best_val_loss": loss}
         for i, values in enumerate(losses)

@@ -255,7 +255,9 @@ def test_bad_model_config_fails_before_any_data_work(tmp_path):
 
 def test_unique_dir_gives_each_run_its_own_directory(tmp_path):
     base = str(tmp_path / "outputs" / "12-00-00")
-    first, second, third = unique_dir(base), unique_dir(base), unique_dir(base)
+    first = unique_dir(base)
+    second = unique_dir(base)
+    third = unique_dir(base)
     assert len({first, second, third}) == 3
     assert all((tmp_path / "outputs" / p).is_dir() for p in (first, second, third))
 

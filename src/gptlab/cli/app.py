@@ -4,17 +4,30 @@ exit code 2, and the device it runs on."""
 import logging
 import sys
 from collections.abc import Callable
+from typing import Any
+
+from omegaconf import DictConfig
 
 from gptlab.errors import ConfigError
 
+# The exit-code protocol. Hydra ends a command line it cannot compose (unknown key or option,
+# wrong type) with exit code 1, before any task starts; gptlab reports bad input with exit code 2.
+# So `run_hydra_app` turns Hydra's exit 1 into 2, but only while no task has started: once Hydra
+# has handed a composed config to a task (run_task, a sweep's job, the sweep summary), every exit
+# code is the task's own (1: a sweep's job failed, 130/143: stopped). mark_task_started() is the
+# only writer of the flag.
+task_started = False
 
-class Task:
-    started = False  # set once Hydra hands a composed config to a task
+
+def mark_task_started() -> None:
+    """Hydra composed the config and a task runs: its exit codes are its own from here on."""
+    global task_started
+    task_started = True
 
 
-def run_or_exit(task, cfg, log: logging.Logger):
+def run_task(task: Callable[[DictConfig], Any], cfg: DictConfig, log: logging.Logger) -> Any:
     """Run a tool's Hydra task; a ConfigError ends it with its paragraph and exit code 2."""
-    Task.started = True
+    mark_task_started()
     try:
         return task(cfg)
     except ConfigError as e:
@@ -22,16 +35,16 @@ def run_or_exit(task, cfg, log: logging.Logger):
         sys.exit(2)
 
 
-def main_or_exit(hydra_main: Callable[[], object], tool: str) -> None:
-    """Run a `@hydra.main` function. A config Hydra cannot compose (unknown key or option, wrong type)
-    exits 1 before any task starts, reported without a traceback; gptlab makes that exit code 2."""
+def run_hydra_app(hydra_main: Callable[[], object], tool: str) -> None:
+    """Run a `@hydra.main` function; Hydra's exit 1 for a config it cannot compose becomes exit 2
+    with a pointer to `--help` (Hydra has printed the error, without a traceback)."""
     try:
         hydra_main()
     except SystemExit as e:
-        if e.code == 1 and not Task.started:
+        if e.code == 1 and not task_started:
             print(
-                f"{tool}: the configuration above cannot be composed; `{tool} --help` lists the groups, "
-                "options and keys.",
+                f"{tool}: the configuration above cannot be composed; `{tool} --help` lists the "
+                "groups, options and keys.",
                 file=sys.stderr,
             )
             sys.exit(2)

@@ -9,7 +9,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from gptlab.cli.app import main_or_exit, resolve_device, run_or_exit
+from gptlab.cli.app import resolve_device, run_hydra_app, run_task
 from gptlab.config.schemas import register_configs
 from gptlab.errors import ConfigError
 
@@ -112,11 +112,11 @@ def evaluate(cfg: DictConfig) -> dict:
 
 @hydra.main(version_base="1.3", config_path="pkg://gptlab.conf", config_name="eval")
 def run_job(cfg: DictConfig) -> dict:  # tests pass it a composed cfg
-    return run_or_exit(evaluate, cfg, log)
+    return run_task(evaluate, cfg, log)
 
 
 def main() -> None:  # the console script gptlab-eval
-    main_or_exit(run_job, "gptlab-eval")
+    run_hydra_app(run_job, "gptlab-eval")
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ from itertools import chain
 import hydra
 from omegaconf import DictConfig
 
-from gptlab.cli.app import main_or_exit, resolve_device, run_or_exit
+from gptlab.cli.app import resolve_device, run_hydra_app, run_task
 from gptlab.errors import ConfigError, check_whole_number
 
 log = logging.getLogger("gptlab.generate")
@@ -36,7 +36,8 @@ def sample_texts(
     seed: int = 0,
     write: Callable[[str], object] = lambda piece: None,
 ) -> list[str]:
-    """`num_samples` continuations of `prompt` from one generator seeded with `seed`; pieces to `write`."""
+    """`num_samples` continuations of `prompt` from one generator seeded with `seed`; pieces to
+    `write`."""
     import torch
 
     prompt_ids = module.tokenizer.encode_prompt(prompt)  # an unknown token fails before any output
@@ -93,7 +94,8 @@ def generate(cfg: DictConfig) -> list[str]:
         cfg.seed,
         write=lambda piece: print(piece, end="", flush=True),
     )
-    seconds, tokens = time.perf_counter() - start, cfg.max_new_tokens * cfg.num_samples
+    seconds = time.perf_counter() - start
+    tokens = cfg.max_new_tokens * cfg.num_samples
     log.info(
         "%d sample(s) from %s on %s: %d new tokens in %.1f s (%.0f tokens/s)",
         cfg.num_samples,
@@ -108,11 +110,11 @@ def generate(cfg: DictConfig) -> list[str]:
 
 @hydra.main(version_base="1.3", config_path="pkg://gptlab.conf", config_name="generate")
 def run_job(cfg: DictConfig) -> None:  # tests pass it a composed cfg
-    run_or_exit(generate, cfg, log)
+    run_task(generate, cfg, log)
 
 
 def main() -> None:  # the console script gptlab-generate
-    main_or_exit(run_job, "gptlab-generate")
+    run_hydra_app(run_job, "gptlab-generate")
 
 
 if __name__ == "__main__":

@@ -1,8 +1,10 @@
 """gptlab-inspect [ckpt_path=<run dir>]: look inside the model the way the seed articles draw it.
-Without ckpt_path: the article's model, random weights. A run dir's figures also go to its TensorBoard."""
+Without ckpt_path: the article's model, random weights. A run dir's figures also go to its
+TensorBoard."""
 
 import logging
 from pathlib import Path
+from typing import NamedTuple
 
 import hydra
 import numpy as np
@@ -11,7 +13,7 @@ from matplotlib import colormaps
 from matplotlib.figure import Figure
 from omegaconf import DictConfig
 
-from gptlab.cli.app import main_or_exit, run_or_exit
+from gptlab.cli.app import run_hydra_app, run_task
 from gptlab.config.schemas import register_configs
 from gptlab.data.tokenizer import Tokenizer
 from gptlab.errors import ConfigError, check_whole_number
@@ -28,25 +30,47 @@ ATTENTION_FIGURES = {
 AXIS_LABEL = str.maketrans({"\n": "\\n", "\t": "\\t", "$": r"\$"})  # `$` would start mathtext
 
 
-def trace_forward(model: GPT, ids: torch.Tensor, block: int = 0) -> tuple[list, dict]:
-    """A hook watches the model's own forward on ids [batch, T] (eval mode, as random_model and load_module
-    leave it): the real shapes. The block's attention is recomputed from its Q, K, V (sdpa fuses it)."""
+class Step(NamedTuple):
+    """One step of the forward pass, as the seed articles draw it."""
+
+    label: str
+    shape: list[int]
+    meaning: str
+
+
+# the shapes the articles write beside the steps
+EMBEDDED = "[batch, context_length, d_model]"
+HEADS = "[batch, num_heads, context_length, head_size]"
+SCORES = "[batch, num_heads, context_length, context_length]"
+
+
+def record_forward(model: GPT, ids: torch.Tensor) -> tuple[dict, dict]:
+    """Run the model's own forward on ids with a hook on every module: each module's first input
+    and its output, by module."""
+    inputs = {}
+    outputs = {}
+
+    def remember(module, args, output):  # removed on leaving the `with`
+        inputs[module] = args[0]
+        outputs[module] = output
+
+    with torch.nn.modules.module.register_module_forward_hook(remember), torch.no_grad():
+        model(ids)
+    return inputs, outputs
+
+
+def trace_forward(model: GPT, ids: torch.Tensor, block: int = 0) -> tuple[list[Step], dict]:
+    """A hook watches the model's own forward on ids [batch, T] (eval mode, as random_model and
+    load_module leave it): the real shapes. The block's attention is recomputed from its Q, K, V
+    (sdpa fuses it)."""
     if not 0 <= block < len(model.blocks):
         raise ConfigError(
             f"block={block}: the model has {len(model.blocks)} block(s); choose 0 to "
             f"{len(model.blocks) - 1}."
         )
-    ins, outs = {}, {}  # by module: its first input, its output
-
-    def remember(
-        module, args, output
-    ):  # the forward hook of every module, removed on leaving the `with`
-        ins[module], outs[module] = args[0], output
-
-    with torch.nn.modules.module.register_module_forward_hook(remember), torch.no_grad():
-        model(ids)
-
-    chosen, attn = model.blocks[block], model.blocks[block].attn
+    ins, outs = record_forward(model, ids)
+    chosen = model.blocks[block]
+    attn = chosen.attn
     q, k, v = outs[attn.qkv].chunk(3, dim=2)  # each [batch, T, d_model]
     qh, kh, vh = (attn.split_heads(t) for t in (q, k, v))  # each [batch, num_heads, T, head_size]
     scores = attn.scores(qh, kh)  # [batch, num_heads, T, T]
@@ -65,58 +89,62 @@ def trace_forward(model: GPT, ids: torch.Tensor, block: int = 0) -> tuple[list, 
         "wo": outs[attn.proj],
     }
 
-    c, b, pre = model.config, f"block {block}:", model.config.norm == "pre"
-    btd, bhtt = (
-        "[batch, context_length, d_model]",
-        "[batch, num_heads, context_length, context_length]",
-    )
-    bhth = "[batch, num_heads, context_length, head_size]"
+    config = model.config
+    pre = config.norm == "pre"
+    in_block = f"block {block}:"
+    positional = "+ positional encoding"
+    if config.positional != "sinusoidal":
+        positional = "+ position embedding"
+    ffn_hidden = "[batch, context_length, ffn_mult * d_model]"
+    logits = "[batch, context_length, vocab_size]"
     rows = [  # (shown, label, tensor, meaning)
         (True, "ids", ids, "token ids: [batch, context_length]"),
-        (True, "token embedding", outs[model.token_embedding], f"{btd}, scaled by sqrt(d_model)"),
         (
             True,
-            "+ positional encoding" if c.positional == "sinusoidal" else "+ position embedding",
-            ins[model.dropout],
-            btd,
+            "token embedding",
+            outs[model.token_embedding],
+            f"{EMBEDDED}, scaled by sqrt(d_model)",
         ),
-        (pre, f"{b} LayerNorm", outs[chosen.ln1], btd),
-        (True, f"{b} Q, K, V (each)", q, f"{btd}: x.Wq, x.Wk, x.Wv"),
-        (True, f"{b} heads (Q; K, V alike)", qh, bhth),
-        (True, f"{b} scores Q.K^T/sqrt(head_size)", scores, bhtt),
-        (True, f"{b} mask (-inf above diagonal)", masked, "the future is hidden"),
-        (True, f"{b} softmax", softmax, "attention weights; each row sums to 1"),
-        (True, f"{b} weighted sum (weights.V)", trace["weighted"], bhth),
-        (True, f"{b} merged heads", ins[attn.proj], btd),
-        (True, f"{b} Wo", outs[attn.proj], f"{btd}: the output projection"),
+        (True, positional, ins[model.dropout], EMBEDDED),
+        (pre, f"{in_block} LayerNorm", outs[chosen.ln1], EMBEDDED),
+        (True, f"{in_block} Q, K, V (each)", q, f"{EMBEDDED}: x.Wq, x.Wk, x.Wv"),
+        (True, f"{in_block} heads (Q; K, V alike)", qh, HEADS),
+        (True, f"{in_block} scores Q.K^T/sqrt(head_size)", scores, SCORES),
+        (True, f"{in_block} mask (-inf above diagonal)", masked, "the future is hidden"),
+        (True, f"{in_block} softmax", softmax, "attention weights; each row sums to 1"),
+        (True, f"{in_block} weighted sum (weights.V)", trace["weighted"], HEADS),
+        (True, f"{in_block} merged heads", ins[attn.proj], EMBEDDED),
+        (True, f"{in_block} Wo", outs[attn.proj], f"{EMBEDDED}: the output projection"),
         (
             not pre,
-            f"{b} residual + LayerNorm",
+            f"{in_block} residual + LayerNorm",
             outs[chosen.ln1],
             "Add & Norm: LayerNorm(x + attention)",
         ),
-        (pre, f"{b} residual", ins[chosen.ln2], "x + attention"),
-        (pre, f"{b} LayerNorm", outs[chosen.ln2], btd),
+        (pre, f"{in_block} residual", ins[chosen.ln2], "x + attention"),
+        (pre, f"{in_block} LayerNorm", outs[chosen.ln2], EMBEDDED),
+        (True, f"{in_block} FFN hidden (ReLU)", outs[chosen.ffn.up], ffn_hidden),
+        (True, f"{in_block} FFN", outs[chosen.ffn], EMBEDDED),
         (
-            True,
-            f"{b} FFN hidden (ReLU)",
-            outs[chosen.ffn.up],
-            "[batch, context_length, ffn_mult * d_model]",
+            not pre,
+            f"{in_block} residual + LayerNorm",
+            outs[chosen.ln2],
+            "Add & Norm: LayerNorm(x + FFN)",
         ),
-        (True, f"{b} FFN", outs[chosen.ffn], btd),
-        (not pre, f"{b} residual + LayerNorm", outs[chosen.ln2], "Add & Norm: LayerNorm(x + FFN)"),
-        (pre, f"{b} residual", outs[chosen], "x + FFN"),
-        (c.num_blocks > 1, f"... x {c.num_blocks} blocks", outs[chosen], btd),
-        (pre, "final LayerNorm", outs[model.ln_f], btd),
-        (True, "logits", outs[model.head], "[batch, context_length, vocab_size]"),
+        (pre, f"{in_block} residual", outs[chosen], "x + FFN"),
+        (config.num_blocks > 1, f"... x {config.num_blocks} blocks", outs[chosen], EMBEDDED),
+        (pre, "final LayerNorm", outs[model.ln_f], EMBEDDED),
+        (True, "logits", outs[model.head], logits),
     ]
-    return [(label, list(t.shape), meaning) for shown, label, t, meaning in rows if shown], trace
+    steps = [Step(label, list(t.shape), meaning) for shown, label, t, meaning in rows if shown]
+    return steps, trace
 
 
 def inspect_model(
     model: GPT, tokenizer: Tokenizer, prompt: str, batch_size: int = 4, block: int = 0
-) -> tuple[list, dict, list[str]]:
-    """trace_forward on `batch_size` windows of the prompt, evenly spread (the articles take random ones)."""
+) -> tuple[list[Step], dict, list[str]]:
+    """trace_forward on `batch_size` windows of the prompt, evenly spread (the articles take
+    random ones)."""
     check_whole_number({"batch_size": batch_size}, "batch_size", 1, "the number of prompt windows")
     prompt_ids = tokenizer.encode_prompt(prompt)
     length = min(model.config.context_length, len(prompt_ids))  # all of a short prompt
@@ -134,7 +162,8 @@ def random_model(
     compact_vocab: bool = True,
     seed: int = 0,
 ) -> tuple[GPT, Tokenizer]:
-    """The articles' model with random weights; compact_vocab: a vocabulary of the prompt's tokens only."""
+    """The articles' model with random weights; compact_vocab: a vocabulary of the prompt's
+    tokens only."""
     prompt_ids = Tokenizer(encoding).encode_tiktoken(str(prompt or "\n"))
     tokenizer = Tokenizer.fit(encoding, prompt_ids, compact_vocab)
     try:
@@ -168,14 +197,20 @@ def positional_figure(model: GPT) -> Figure:
 
 
 def attention_figure(trace: dict, tokens: list[str], name: str, block: int) -> Figure:
-    """The first window's `name` step, one panel per head on one colour scale; -inf (masked) is grey."""
+    """The first window's `name` step, one panel per head on one colour scale; -inf (masked) is
+    grey."""
     values = trace[name][0].float().numpy()  # [num_heads, T, T]
     num_heads, _, length = values.shape
-    cols, rows = min(num_heads, 4), -(-num_heads // 4)  # up to 4 heads a row
+    cols = min(num_heads, 4)  # up to 4 heads a row
+    rows = -(-num_heads // 4)
     panel = min(9.0, 2.2 + 0.14 * length)  # inches per head
     fig = Figure(figsize=(cols * panel + 1.2, rows * panel + 0.8), layout="constrained")
     finite = values[np.isfinite(values)]
-    vmin, vmax = (0.0, 1.0) if name == "softmax" else (float(finite.min()), float(finite.max()))
+    vmin = float(finite.min())
+    vmax = float(finite.max())
+    if name == "softmax":  # weights: always on the scale 0 to 1
+        vmin = 0.0
+        vmax = 1.0
     cmap = colormaps["viridis"].with_extremes(bad="lightgrey")  # imshow masks what is not finite
     fontsize = max(5.0, min(9.0, 200 / length))
     axes = [fig.add_subplot(rows, cols, h + 1) for h in range(num_heads)]
@@ -198,7 +233,8 @@ def look_inside(cfg: DictConfig) -> None:
     if cfg.ckpt_path:
         path = find_checkpoint(cfg.ckpt_path)
         module = load_module(path)
-        model, tokenizer = module.model, module.tokenizer
+        model = module.model
+        tokenizer = module.tokenizer
         step = int(load_checkpoint(path).get("global_step", 0))
         log.info("Model from %s (step %d)", path, step)
     else:
@@ -208,13 +244,15 @@ def look_inside(cfg: DictConfig) -> None:
         log.info("A model with random weights (seed %d): no ckpt_path given", cfg.seed)
     steps, trace, tokens = inspect_model(model, tokenizer, cfg.prompt, cfg.batch_size, cfg.block)
 
-    c, (batch, length) = model.config, steps[0][1]  # steps[0]: the ids
+    config = model.config
+    batch, length = steps[0].shape  # steps[0]: the ids
     print(
-        f"GPT: d_model {c.d_model}, {c.num_heads} heads of {c.head_size}, {c.num_blocks} block(s), "
-        f"{c.norm}-LN, vocab {c.vocab_size}; {batch} window(s) of {length} prompt tokens"
+        f"GPT: d_model {config.d_model}, {config.num_heads} heads of {config.head_size}, "
+        f"{config.num_blocks} block(s), {config.norm}-LN, vocab {config.vocab_size}; "
+        f"{batch} window(s) of {length} prompt tokens"
     )
-    for label, shape, meaning in steps:
-        print(f"{label:<38} {str(shape):<18} {meaning}", flush=True)
+    for traced in steps:
+        print(f"{traced.label:<38} {str(traced.shape):<18} {traced.meaning}", flush=True)
 
     figures = {"positional_encoding": positional_figure(model)}
     for name in ATTENTION_FIGURES:
@@ -243,11 +281,11 @@ def look_inside(cfg: DictConfig) -> None:
 
 @hydra.main(version_base="1.3", config_path="pkg://gptlab.conf", config_name="inspect")
 def run_job(cfg: DictConfig) -> None:  # tests pass it a composed cfg
-    run_or_exit(look_inside, cfg, log)
+    run_task(look_inside, cfg, log)
 
 
 def main() -> None:  # the console script gptlab-inspect
-    main_or_exit(run_job, "gptlab-inspect")
+    run_hydra_app(run_job, "gptlab-inspect")
 
 
 if __name__ == "__main__":

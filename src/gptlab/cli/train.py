@@ -16,7 +16,7 @@ from lightning.pytorch.callbacks import LearningRateMonitor
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 
-from gptlab.cli.app import main_or_exit, run_or_exit
+from gptlab.cli.app import run_hydra_app, run_task
 from gptlab.config.schemas import register_configs
 from gptlab.config.trust import build, check_targets
 from gptlab.errors import ConfigError
@@ -133,7 +133,7 @@ def train(cfg: DictConfig) -> float:
 def run_job(cfg: DictConfig) -> float:
     """The Hydra task: bad input ends in one paragraph and exit code 2; in a multirun the failed
     job is recorded in its metrics.json instead and the sweep goes on."""
-    return sweep_job(train, cfg) if in_multirun() else run_or_exit(train, cfg, log)
+    return sweep_job(train, cfg) if in_multirun() else run_task(train, cfg, log)
 
 
 def main() -> None:
@@ -143,7 +143,7 @@ def main() -> None:
     except ConfigError as e:
         print(f"gptlab-train: {e}", file=sys.stderr)
         sys.exit(2)
-    main_or_exit(run_job, "gptlab-train")
+    run_hydra_app(run_job, "gptlab-train")
 
 
 if __name__ == "__main__":

@@ -78,8 +78,9 @@ def mlflow_artifacts(tracking_uri: str) -> str | None:
 
 
 def mlflow_run(tracking_uri: str, experiment_name: str, resume=None) -> str | None:
-    """The id of the MLflow run of this run directory (its tag gptlab.run_dir, from run_info) when the
-    run continues it (resume=, a SLURM requeue): the run goes on instead of a second one starting."""
+    """The id of the MLflow run of this run directory (its tag gptlab.run_dir, from run_info)
+    when the run continues it (resume=, a SLURM requeue): the run goes on instead of a second one
+    starting."""
     dirs = _dirs()
     requeued = int(os.environ.get("SLURM_RESTART_COUNT") or 0) > 0
     if (

@@ -47,7 +47,8 @@ def omegaconf_type(annotation: Any) -> Any:
     """The closest type OmegaConf can check: primitives, Optional primitives, lists of them."""
     if annotation in PRIMITIVES:
         return annotation
-    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
     if origin in (Union, types.UnionType) and type(None) in args:
         rest = [a for a in args if a is not type(None)]
         if len(rest) == 1 and rest[0] in PRIMITIVES:

@@ -1,8 +1,8 @@
 """LightningDataModule: corpus -> token cache -> 90/10 split -> batches of windows.
 
-Train batches are random windows of `context_length + 1` tokens, like the seed articles' `get_batch`;
-each DDP rank draws its own. Validation walks every non-overlapping window of the val split once, in
-order, so the val loss is exact and the same from run to run."""
+Train batches are random windows of `context_length + 1` tokens, like the seed articles'
+`get_batch`; each DDP rank draws its own. Validation walks every non-overlapping window of the val
+split once, in order, so the val loss is exact and the same from run to run."""
 
 import itertools
 import logging
@@ -31,7 +31,8 @@ SALES_TEXTBOOK_SHA256 = "1994f20f5becd3f0b3d7a632e5a68513cc38cf6c9737a9f38243f1b
 
 class Windows(Dataset):
     """Windows of `context_length + 1` tokens. An item is a whole batch, given its start offsets:
-    one gather instead of collating `batch_size` small tensors (it matters at batch 4 x context 16)."""
+    one gather instead of collating `batch_size` small tensors (it matters at batch 4 x context
+    16)."""
 
     def __init__(self, tokens: torch.Tensor, context_length: int):
         self.tokens = tokens
@@ -47,9 +48,9 @@ class Windows(Dataset):
 
 
 class RandomWindowSampler(Sampler[list[int]]):
-    """Endless batches of random start offsets (one epoch that `trainer.max_steps` ends). Batch i is a
-    pure function of (seed, rank, i): a run continued from step n draws the batches the stopped run
-    would have drawn next. With `repeat`, batch i is batch i % repeat."""
+    """Endless batches of random start offsets (one epoch that `trainer.max_steps` ends). Batch i
+    is a pure function of (seed, rank, i): a run continued from step n draws the batches the
+    stopped run would have drawn next. With `repeat`, batch i is batch i % repeat."""
 
     def __init__(
         self,
@@ -61,9 +62,13 @@ class RandomWindowSampler(Sampler[list[int]]):
         start: int = 0,
         repeat: int | None = None,
     ):
-        self.num_starts, self.batch_size, self.seed = num_starts, batch_size, seed
-        self.rank, self.world_size = rank, world_size
-        self.start, self.repeat = start, repeat
+        self.num_starts = num_starts
+        self.batch_size = batch_size
+        self.seed = seed
+        self.rank = rank
+        self.world_size = world_size
+        self.start = start
+        self.repeat = repeat
 
     def __iter__(self):
         for i in itertools.count(self.start):
@@ -106,16 +111,24 @@ class GPTDataModule(L.LightningDataModule):
             raise ConfigError(f"data.num_workers={num_workers}: it must be 0 or more.")
         if repeat_batches is not None and repeat_batches < 1:
             raise ConfigError(f"data.repeat_batches={repeat_batches}: it must be positive or null.")
-        self.url, self.path, self.sha256 = url, path, sha256
-        self.encoding, self.compact_vocab = encoding, compact_vocab
-        self.val_fraction, self.batch_size = val_fraction, batch_size
-        self.context_length, self.num_workers = context_length, num_workers
-        self.data_dir, self.cache_dir = Path(data_dir), Path(cache_dir)
-        self.seed, self.repeat_batches = seed, repeat_batches
+        self.url = url
+        self.path = path
+        self.sha256 = sha256
+        self.encoding = encoding
+        self.compact_vocab = compact_vocab
+        self.val_fraction = val_fraction
+        self.batch_size = batch_size
+        self.context_length = context_length
+        self.num_workers = num_workers
+        self.data_dir = Path(data_dir)
+        self.cache_dir = Path(cache_dir)
+        self.seed = seed
+        self.repeat_batches = repeat_batches
         self._corpus: Path | None = None
         self.given_tokenizer = tokenizer
         self.tokenizer: Tokenizer | None = None
-        self.train_tokens = self.val_tokens = None  # token ids, torch.Tensor each once set up
+        self.train_tokens = None  # token ids, a torch.Tensor each once set up
+        self.val_tokens = None
 
     def corpus_path(self) -> Path:
         if self._corpus is None:
@@ -161,7 +174,8 @@ class GPTDataModule(L.LightningDataModule):
             return None
         try:
             with np.load(cache) as f:
-                ids, vocab = f["ids"], f["vocab"]
+                ids = f["ids"]
+                vocab = f["vocab"]
             if ids.dtype != np.uint32 or len(ids) == 0 or (len(vocab) and ids.max() >= len(vocab)):
                 raise ValueError("inconsistent arrays")
         except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
@@ -187,7 +201,8 @@ class GPTDataModule(L.LightningDataModule):
 
         tokens = torch.from_numpy(ids.astype(np.int64))
         n_train = int(len(tokens) * (1.0 - self.val_fraction))  # token order, like the seeds
-        train_tokens, val_tokens = tokens[:n_train], tokens[n_train:]
+        train_tokens = tokens[:n_train]
+        val_tokens = tokens[n_train:]
         for split, part in (("train", train_tokens), ("val", val_tokens)):
             if len(part) < self.context_length + 1 and (split == "val" or stage == "fit"):
                 raise ConfigError(
@@ -196,7 +211,9 @@ class GPTDataModule(L.LightningDataModule):
                     "data.context_length, change data.val_fraction, or use a longer corpus."
                 )
         # set only once the split is valid: `self.tokenizer` marks setup as done
-        self.train_tokens, self.val_tokens, self.tokenizer = train_tokens, val_tokens, tokenizer
+        self.train_tokens = train_tokens
+        self.val_tokens = val_tokens
+        self.tokenizer = tokenizer
 
     @property
     def vocab_size(self) -> int:

@@ -1,8 +1,9 @@
 """tiktoken encodings, optionally narrowed to a compact vocabulary.
 
 With `compact_vocab`, only the tiktoken ids that occur in the corpus are kept, renumbered 0..V-1:
-3,771 embedding and head rows for the sales textbook under cl100k_base instead of 100,070. Model id i
-is tiktoken id `vocab[i]`; checkpoints store `vocab`, so they alone can encode and decode prompts."""
+3,771 embedding and head rows for the sales textbook under cl100k_base instead of 100,070. Model
+id i is tiktoken id `vocab[i]`; checkpoints store `vocab`, so they alone can encode and decode
+prompts."""
 
 import numpy as np
 import tiktoken

@@ -48,7 +48,9 @@ class MultiHeadAttention(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         batch, context_length, d_model = x.shape  # [batch, context_length, d_model]
         q, k, v = self.qkv(x).split(d_model, dim=2)  # each [batch, context_length, d_model]
-        q, k, v = self.split_heads(q), self.split_heads(k), self.split_heads(v)
+        q = self.split_heads(q)
+        k = self.split_heads(k)
+        v = self.split_heads(v)
 
         if self.attention == "sdpa":
             out = F.scaled_dot_product_attention(

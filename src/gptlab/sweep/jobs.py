@@ -13,7 +13,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from gptlab.cli.app import Task
+from gptlab.cli.app import mark_task_started
 from gptlab.errors import ConfigError
 from gptlab.run.resume import override_key
 
@@ -94,7 +94,7 @@ def record_failure(output_dir: Path, overrides: list[str], error: str | BaseExce
 
 def sweep_job(train: Callable[[DictConfig], float], cfg: DictConfig) -> float:
     """Run `train(cfg)` as a job of a sweep: a failure is recorded and returns +inf, so the sweep goes on."""
-    Task.started = True  # a task runs: its exit codes are its own (gptlab.errors.main_or_exit)
+    mark_task_started()  # a job runs: its exit codes are its own (gptlab.cli.app)
     output_dir, overrides = Path(cfg.paths.output_dir), job_overrides()
     if (
         cfg.get("resume") and (best := finished_result(output_dir, overrides)) is not None

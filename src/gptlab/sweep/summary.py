@@ -2,8 +2,6 @@
 
 import csv
 import logging
-import math
-import statistics
 import sys
 from pathlib import Path
 from typing import Any
@@ -11,8 +9,17 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from gptlab.cli.app import Task
+from gptlab.cli.app import mark_task_started
 from gptlab.sweep.jobs import job_identity, number, read_json
+from gptlab.sweep.stats import (
+    ci_half_width,
+    group_configurations,
+    job_values,
+    mean_std,
+    sort_key,
+    verdict,
+    welch_p,
+)
 
 log = logging.getLogger(__name__)
 PARAMS = {
@@ -25,124 +32,106 @@ PARAMS = {
     "context_length": "data.context_length",
     "max_steps": "trainer.max_steps",
 }  # always in summary.csv
-CONFIDENCE = 0.95  # of the intervals; Welch's test against the best runs at 1 - CONFIDENCE
 
 
-def _order(value: Any) -> tuple:
-    """A sort key: numbers first, by value (2 before 10), then the rest by text."""
-    return (number(value) is None, number(value) or 0.0, str(value))
+def select(cfg: DictConfig, key: str, default: Any = None) -> Any:
+    """The value at `key` (not a config group); `default` where there is none."""
+    value = OmegaConf.select(cfg, key, default=None, throw_on_resolution_failure=False)
+    return default if value is None or OmegaConf.is_config(value) else value
+
+
+def read_job(job: Path) -> tuple[dict, list[str]]:
+    """A job's row of summary.csv (metrics.json, PARAMS, its overrides' values; a missing
+    metrics.json or a non-finite best val loss makes it failed) and its overrides' keys."""
+    cfg = OmegaConf.load(job / ".hydra" / "config.yaml")
+    overrides = job_identity(OmegaConf.load(job / ".hydra" / "overrides.yaml"))
+    metrics = read_json(job / "metrics.json") or {"status": "failed", "reason": "no metrics.json"}
+    row = {
+        "status": "ok",
+        "reason": "",
+        **metrics,
+        "job": job.name,
+        "overrides": " ".join(overrides),
+        **{column: select(cfg, key) for column, key in PARAMS.items()},
+    }
+    keys = []
+    for key, _, text in (o.lstrip("+~").partition("=") for o in overrides):
+        row[key] = select(cfg, key, text)
+        keys.append(key)
+    if row["status"] == "ok" and number(row.get("best_val_loss")) is None:
+        reason = f"diverged: best val loss {row.get('best_val_loss')}"
+        row.update(status="failed", reason=reason)
+    return row, keys
 
 
 def collect(sweep_dir: Path) -> tuple[list[dict], list[str]]:
-    """Every job (metrics.json, PARAMS, its overrides' values), best first, failed last; the swept knobs."""
-
-    def select(
-        cfg: DictConfig, key: str, default: Any = None
-    ) -> Any:  # a value, not a config group
-        value = OmegaConf.select(cfg, key, default=None, throw_on_resolution_failure=False)
-        return default if value is None or OmegaConf.is_config(value) else value
-
-    rows, keys = [], {}
+    """Every job (read_job), best first, failed last; the swept knobs (keys whose value differs)."""
+    rows = []
+    keys = {}  # every override key, in the order first seen
     for path in sweep_dir.glob("**/.hydra/config.yaml"):
-        job, cfg = path.parents[1], OmegaConf.load(path)
-        overrides = job_identity(
-            OmegaConf.load(job / ".hydra" / "overrides.yaml")
-        )  # Hydra writes it beside
-        metrics = read_json(job / "metrics.json") or {
-            "status": "failed",
-            "reason": "no metrics.json",
-        }
-        row = {
-            "status": "ok",
-            "reason": "",
-            **metrics,
-            "job": job.name,
-            "overrides": " ".join(overrides),
-            **{column: select(cfg, key) for column, key in PARAMS.items()},
-        }
-        for key, _, text in (o.lstrip("+~").partition("=") for o in overrides):
-            row[key] = keys[key] = select(cfg, key, text)
-        if row["status"] == "ok" and number(row.get("best_val_loss")) is None:
-            row.update(
-                status="failed", reason=f"diverged: best val loss {row.get('best_val_loss')}"
-            )
+        row, job_keys = read_job(path.parents[1])
         rows.append(row)
-    rows.sort(key=lambda r: (r["status"] != "ok", _order(r.get("best_val_loss")), _order(r["job"])))
+        keys.update(dict.fromkeys(job_keys))
+    rows.sort(
+        key=lambda r: (r["status"] != "ok", sort_key(r.get("best_val_loss")), sort_key(r["job"]))
+    )
     return rows, [key for key in keys if len({repr(row.get(key)) for row in rows}) > 1]
 
 
-def aggregate(rows: list[dict], knobs: list[str]) -> list[dict]:
-    """One row per configuration (jobs that differ only in `seed`) by mean val loss: mean, std and Student-t
-    interval (honest for few seeds) of its ok jobs' best val loss and bpb; Welch's t-test against the best."""
-    from scipy import stats
+def metric_columns(metric: str, values: list[float]) -> dict:
+    """A metric's columns of summary_configs.csv over a configuration's seeds, and "mean ± ci95"
+    for summary.md; `_<metric>` keeps the values for Welch's test (not written)."""
+    mean, std = mean_std(values)
+    half = ci_half_width(values)
+    shown = "" if mean is None else f"{mean:.4f}"
+    if mean is not None and half is not None:
+        shown += f" ± {half:.4f}"
+    return {
+        f"_{metric}": values,
+        f"{metric}_mean": mean,
+        f"{metric}_std": std,
+        f"{metric}_ci95": half,
+        f"{metric} ± ci95": shown,
+    }
 
-    group, members = [k for k in knobs if k != "seed"], {}
-    for row in rows:
-        members.setdefault(
-            " ".join(f"{k}={row.get(k)}" for k in group) or "(every job)", []
-        ).append(row)
-    configs = []
-    for name, jobs in members.items():
-        ok = [r for r in jobs if r["status"] == "ok"]
-        config = {
-            "config": name,
-            **{k: jobs[0].get(k) for k in group},
-            "n_seeds": len(ok),
-            "n_failed": len(jobs) - len(ok),
-            "num_params": ok[0].get("num_params") if ok else None,
-            "seeds": " ".join(sorted((str(r.get("seed")) for r in jobs), key=_order)),
-            "jobs": " ".join(sorted((r["job"] for r in jobs), key=_order)),
-        }
-        for metric in ("val_loss", "val_bpb"):
-            values = [v for v in (number(r.get(f"best_{metric}")) for r in ok) if v is not None]
-            n = len(values)
-            mean = statistics.fmean(values) if n else None
-            std = statistics.stdev(values) if n > 1 else None
-            half = (
-                float(stats.t.ppf(0.5 + CONFIDENCE / 2, n - 1)) * std / math.sqrt(n)
-                if n > 1
-                else None
-            )
-            shown = (
-                "" if mean is None else f"{mean:.4f}" + ("" if half is None else f" ± {half:.4f}")
-            )
-            config.update(
-                {
-                    f"_{metric}": values,
-                    f"{metric}_mean": mean,
-                    f"{metric}_std": std,
-                    f"{metric}_ci95": half,
-                    f"{metric} ± ci95": shown,
-                }
-            )
-        configs.append(config)
-    configs.sort(key=lambda c: _order(c["val_loss_mean"]))
+
+def configuration(name: str, jobs: list[dict], knobs: list[str]) -> dict:
+    """A configuration's row: its knobs, its seeds and jobs, and the statistics of its ok jobs."""
+    group = [key for key in knobs if key != "seed"]
+    ok = [job for job in jobs if job["status"] == "ok"]
+    config = {
+        "config": name,
+        **{key: jobs[0].get(key) for key in group},
+        "n_seeds": len(ok),
+        "n_failed": len(jobs) - len(ok),
+        "num_params": ok[0].get("num_params") if ok else None,
+        "seeds": " ".join(sorted((str(job.get("seed")) for job in jobs), key=sort_key)),
+        "jobs": " ".join(sorted((job["job"] for job in jobs), key=sort_key)),
+    }
+    for metric in ("val_loss", "val_bpb"):
+        config.update(metric_columns(metric, job_values(jobs, metric)))
+    return config
+
+
+def aggregate(rows: list[dict], knobs: list[str]) -> list[dict]:
+    """One row per configuration (jobs that differ only in `seed`), by mean val loss: mean, std
+    and Student-t interval of its ok jobs' best val loss and bpb; Welch's t-test against the
+    best."""
+    groups = group_configurations(rows, knobs)
+    configs = [configuration(name, jobs, knobs) for name, jobs in groups.items()]
+    configs.sort(key=lambda c: sort_key(c["val_loss_mean"]))
     for rank, config in enumerate(configs):
-        a, b, p = config["_val_loss"], configs[0]["_val_loss"], None
-        if rank and len(a) > 1 and len(b) > 1:  # with no spread at all, only equal means are alike
-            same = statistics.pstdev(a) == statistics.pstdev(b) == 0
-            p = (
-                float(a[0] == b[0])
-                if same
-                else float(stats.ttest_ind(a, b, equal_var=False).pvalue)
-            )
-        verdict = (
-            "best"
-            if rank == 0
-            else "untested (fewer than 2 seeds)"
-            if p is None
-            else "not distinguishable"
-            if p >= 1 - CONFIDENCE
-            else "worse"
-        )
-        config.update(p_vs_best=p, vs_best=verdict if config["val_loss_mean"] is not None else "")
+        p = welch_p(config["_val_loss"], configs[0]["_val_loss"]) if rank else None
+        config["p_vs_best"] = p
+        config["vs_best"] = verdict(rank, p) if config["val_loss_mean"] is not None else ""
     return configs
 
 
 def write_table(
     path: Path, cols: list[str], rows: list[dict], shown: list[str] | None = None
 ) -> list[str]:
-    """Write the rows' `cols` as CSV; return their `shown` columns (default: the same) as Markdown."""
+    """Write the rows' `cols` as CSV; return their `shown` columns (default: the same) as
+    Markdown."""
     with path.open("w", newline="") as f:
         writer = csv.DictWriter(f, cols, extrasaction="ignore")
         writer.writeheader()
@@ -159,20 +148,20 @@ def write_table(
 
 
 def write_plot(rows: list[dict], knobs: list[str], configs: list[dict] | None, path: Path) -> None:
-    """Best val loss against the parameter count and each swept knob: ok jobs, configurations' 95% CIs."""
+    """Best val loss against the parameter count and each swept knob: ok jobs, configurations'
+    means with their 95% CIs."""
     from matplotlib.figure import Figure
 
-    ok, means = [r for r in rows if r["status"] == "ok"], [c for c in configs or [] if c["n_seeds"]]
+    ok = [r for r in rows if r["status"] == "ok"]
+    means = [c for c in configs or [] if c["n_seeds"]]
     panels = ["num_params", *[k for k in knobs if k != "seed"]]
     fig = Figure(figsize=(4 * len(panels), 3.6), layout="constrained")
     for ax, panel in zip(fig.subplots(1, len(panels), squeeze=False)[0], panels, strict=True):
         xs = [item.get(panel) for item in ok + means]
-        xs = (
-            xs if all(number(x) is not None for x in xs) else [str(x) for x in xs]
-        )  # else categories
-        ax.scatter(
-            xs[: len(ok)], [r["best_val_loss"] for r in ok], s=12, alpha=0.4 if means else 1.0
-        )
+        if any(number(x) is None for x in xs):  # categories
+            xs = [str(x) for x in xs]
+        losses = [r["best_val_loss"] for r in ok]
+        ax.scatter(xs[: len(ok)], losses, s=12, alpha=0.4 if means else 1.0)
         ax.errorbar(
             xs[len(ok) :],
             [c["val_loss_mean"] for c in means],
@@ -190,11 +179,8 @@ def write_plot(rows: list[dict], knobs: list[str], configs: list[dict] | None, p
     fig.savefig(path, dpi=80)
 
 
-def write_summary(sweep_dir: str | Path) -> tuple[list[dict], list[str]]:
-    """Write summary.csv, .md, .png (and summary_configs.csv with `seed` swept); the jobs, the headline."""
-    sweep_dir = Path(sweep_dir)
-    rows, knobs = collect(sweep_dir)
-    configs = aggregate(rows, knobs) if "seed" in knobs else None
+def headline(rows: list[dict], configs: list[dict] | None, sweep_dir: Path) -> list[str]:
+    """What the sweep found, in a few lines: the counts, the best job, the best configuration."""
     ok = [r for r in rows if r["status"] == "ok"]
     head = [f"Sweep done: {len(rows)} jobs, {len(ok)} ok, {len(rows) - len(ok)} failed."]
     if ok:
@@ -203,45 +189,52 @@ def write_summary(sweep_dir: str | Path) -> tuple[list[dict], list[str]]:
             f"{ok[0]['best_val_loss']:.4f}, {ok[0].get('num_params')} parameters."
         )
     if configs and configs[0]["vs_best"] == "best":
-        best, ties = configs[0], sum(c["vs_best"] == "not distinguishable" for c in configs)
+        best = configs[0]
+        ties = sum(c["vs_best"] == "not distinguishable" for c in configs)
         head.append(
             f"Best configuration: {best['config']}: val loss {best['val_loss ± ci95']} over "
             f"{best['n_seeds']} seeds; {ties} of the other {len(configs) - 1} not distinguishable "
             f"from it by Welch's t-test. See {sweep_dir / 'summary_configs.csv'}."
         )
-    lines = [f"# Sweep {sweep_dir}", "", *(f"- {line}" for line in head), ""]
-    if configs is not None:
-        stats = [
-            f"{metric}_{stat}"
-            for metric in ("val_loss", "val_bpb")
-            for stat in ("mean", "std", "ci95")
-        ]
-        cols = [
-            "config",
-            *[k for k in knobs if k != "seed"],
-            "num_params",
-            "n_seeds",
-            "n_failed",
-            *stats,
-            "p_vs_best",
-            "vs_best",
-            "seeds",
-            "jobs",
-        ]
-        shown = [
-            "config",
-            "n_seeds",
-            "n_failed",
-            "val_loss ± ci95",
-            "val_bpb ± ci95",
-            "vs_best",
-            "p_vs_best",
-            "num_params",
-        ]
-        table = write_table(sweep_dir / "summary_configs.csv", cols, configs, shown)
-        lines += ["## Configurations", "", *table, "", "## Jobs", ""]
+    return head
+
+
+def config_columns(knobs: list[str]) -> list[str]:
+    """The columns of summary_configs.csv."""
+    stats = [
+        f"{metric}_{stat}" for metric in ("val_loss", "val_bpb") for stat in ("mean", "std", "ci95")
+    ]
+    return [
+        "config",
+        *[k for k in knobs if k != "seed"],
+        "num_params",
+        "n_seeds",
+        "n_failed",
+        *stats,
+        "p_vs_best",
+        "vs_best",
+        "seeds",
+        "jobs",
+    ]
+
+
+# the columns of summary.md's configuration table
+CONFIG_SHOWN = [
+    "config",
+    "n_seeds",
+    "n_failed",
+    "val_loss ± ci95",
+    "val_bpb ± ci95",
+    "vs_best",
+    "p_vs_best",
+    "num_params",
+]
+
+
+def job_columns(rows: list[dict], knobs: list[str]) -> list[str]:
+    """The columns of summary.csv; best_val_bpb where a job recorded it (older runs did not)."""
     bpb = ["best_val_bpb"] if any(number(r.get("best_val_bpb")) is not None for r in rows) else []
-    cols = [
+    return [
         "job",
         "status",
         "best_val_loss",
@@ -255,33 +248,45 @@ def write_summary(sweep_dir: str | Path) -> tuple[list[dict], list[str]]:
         "overrides",
         "reason",
     ]
-    lines += write_table(sweep_dir / "summary.csv", cols, rows)
+
+
+def write_summary(sweep_dir: str | Path) -> tuple[list[dict], list[str]]:
+    """Write summary.csv, .md, .png (and summary_configs.csv with `seed` swept); return the jobs
+    and the headline."""
+    sweep_dir = Path(sweep_dir)
+    rows, knobs = collect(sweep_dir)
+    configs = aggregate(rows, knobs) if "seed" in knobs else None
+    head = headline(rows, configs, sweep_dir)
+    lines = [f"# Sweep {sweep_dir}", "", *(f"- {line}" for line in head), ""]
+    if configs is not None:
+        path = sweep_dir / "summary_configs.csv"
+        table = write_table(path, config_columns(knobs), configs, CONFIG_SHOWN)
+        lines += ["## Configurations", "", *table, "", "## Jobs", ""]
+    lines += write_table(sweep_dir / "summary.csv", job_columns(rows, knobs), rows)
     (sweep_dir / "summary.md").write_text("\n".join(lines) + "\n")
     write_plot(rows, knobs, configs, sweep_dir / "summary.png")
     return rows, head
 
 
 class SweepSummary(Callback):
-    """At a multirun's end, the summary; exit 1 if a job failed (a callback's exception is only a warning)."""
+    """At a multirun's end, the summary; exit 1 if a job failed (a callback's exception would
+    only be a warning)."""
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        Task.started = (
-            True  # the jobs ran: an exit from here is the sweep's verdict (errors.main_or_exit)
-        )
+        mark_task_started()  # the jobs ran: an exit from here is the sweep's verdict
         sweep_dir = Path(config.hydra.sweep.dir)
-        if (
-            not sweep_dir.is_dir() or "trainer" not in config
-        ):  # not gptlab-train (e.g. gptlab-eval -m)
+        if not sweep_dir.is_dir() or "trainer" not in config:  # not gptlab-train (gptlab-eval -m)
             return
         rows, head = write_summary(sweep_dir)
         print(*head, f"Summary: {sweep_dir / 'summary.md'} (also .csv, .png)", sep="\n", flush=True)
-        if failed := [r for r in rows if r["status"] != "ok"]:
+        failed = [r for r in rows if r["status"] != "ok"]
+        if failed:
             jobs = "; ".join(
                 f"job {r['job']} ({r['overrides']}): {r['reason'].rstrip('.')}" for r in failed
             )
             print(
-                f"Sweep failed: {len(failed)} of {len(rows)} jobs failed: {jobs}. The other jobs finished; "
-                f"see {sweep_dir / 'summary.md'}.",
+                f"Sweep failed: {len(failed)} of {len(rows)} jobs failed: {jobs}. "
+                f"The other jobs finished; see {sweep_dir / 'summary.md'}.",
                 file=sys.stderr,
                 flush=True,
             )

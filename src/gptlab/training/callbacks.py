@@ -71,7 +71,8 @@ class FinalValidation(L.Callback):
 class GracefulStop(L.Callback):
     """A first Ctrl-C becomes a SIGTERM (finish the step, save last.ckpt, stop); a second aborts."""
 
-    signal_name, _previous = "SIGTERM", None
+    signal_name = "SIGTERM"
+    _previous = None
 
     def on_fit_start(self, trainer, pl_module) -> None:
         if threading.current_thread() is threading.main_thread():
@@ -125,7 +126,8 @@ class DivergenceGuard(L.Callback):
     def _check(self, trainer, pl_module) -> None:
         if self._loss is None or bool(torch.isfinite(self._loss)):
             return
-        value, self._loss = float(self._loss), None
+        value = float(self._loss)
+        self._loss = None
         raise ConfigError(
             f"Training diverged at step {trainer.global_step}: train/loss is {value}. The last "
             f"good checkpoint is kept. Lower optim.lr (now {pl_module.optim.lr}), add warmup "
@@ -135,15 +137,20 @@ class DivergenceGuard(L.Callback):
 
 class RunStats(L.Callback):
     """Seconds of training (validation left out) and in all, over the run's whole life (resumes
-    included); logs tokens/s and model FLOPs utilisation (where Lightning knows the device's peak)."""
+    included); logs tokens/s and model FLOPs utilisation (where Lightning knows the device's
+    peak)."""
 
     def __init__(self):
-        self.train_seconds = self.wall_seconds = 0.0
+        self.train_seconds = 0.0
+        self.wall_seconds = 0.0
         self.tokens_per_step = 0
         self.peak_flops: float | None = None
-        self._fit_start = self._wall_before = 0.0  # _wall_before: of the runs this one continues
+        self._fit_start = 0.0
+        self._wall_before = 0.0  # of the runs this one continues
         self._clock: float | None = None  # when the stretch of training being timed began
-        self._steps, self._seconds = 0, 0.0  # since the last logged rate
+        # since the last logged rate
+        self._steps = 0
+        self._seconds = 0.0
 
     def on_fit_start(self, trainer, pl_module) -> None:
         self._fit_start = time.perf_counter()
@@ -163,7 +170,8 @@ class RunStats(L.Callback):
             pl_module.log("train/tokens_per_sec", rate)
             if self.peak_flops:
                 pl_module.log("train/mfu", self.mfu(rate, pl_module, trainer.world_size))
-            self._steps, self._seconds = 0, 0.0
+            self._steps = 0
+            self._seconds = 0.0
 
     def on_validation_start(self, trainer, pl_module) -> None:
         self.pause()
@@ -206,8 +214,10 @@ class TextSample(L.Callback):
         temperature: float = 0.8,
         top_k: int | None = 50,
     ):
-        self.prompt, self.max_new_tokens = prompt, max_new_tokens
-        self.temperature, self.top_k = temperature, top_k
+        self.prompt = prompt
+        self.max_new_tokens = max_new_tokens
+        self.temperature = temperature
+        self.top_k = top_k
 
     def on_validation_end(self, trainer, pl_module) -> None:
         if trainer.sanity_checking or not trainer.is_global_zero:

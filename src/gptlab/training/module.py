@@ -66,7 +66,8 @@ def lr_factor(step: int, optim: OptimConfig, total_steps: int) -> float:
 def flops_per_token(config: GPTConfig) -> int:
     """Training FLOPs per token: 6 per weight of the blocks and the head (forward 2, backward 4)
     plus attention's scores and weighted sum, 12 * num_blocks * context_length * d_model."""
-    d, blocks = config.d_model, config.num_blocks
+    d = config.d_model
+    blocks = config.num_blocks
     weights = blocks * (4 + 2 * config.ffn_mult) * d * d + d * config.vocab_size
     return 6 * weights + 12 * blocks * config.context_length * d
 
@@ -122,7 +123,9 @@ class GPTModule(L.LightningModule):
             self._token_bytes = torch.as_tensor(self.tokenizer.token_bytes())
         self._token_bytes = self._token_bytes.to(self.device)
         zero = torch.zeros((), device=self.device, dtype=torch.float64)
-        self._val_sum, self._val_count, self._val_bytes = zero.clone(), zero.clone(), zero.clone()
+        self._val_sum = zero.clone()
+        self._val_count = zero.clone()
+        self._val_bytes = zero.clone()
 
     def validation_step(self, batch, batch_idx: int) -> None:
         targets = batch[1]  # [batch, context_length]
@@ -153,9 +156,10 @@ class GPTModule(L.LightningModule):
         self.best_val_loss = checkpoint.get("best_val_loss", math.inf)
 
     def build_optimizer(self, mixed_precision: bool = False) -> torch.optim.AdamW:
-        """AdamW with weight decay on matrices only, fused (one pass over all parameters: about 4x faster a
-        step on CPU at 13M parameters) but not under mixed precision, where it would unscale fp16 gradients
-        after clipping, so Lightning's MixedPrecision plugin refuses to clip for it (bf16 too)."""
+        """AdamW with weight decay on matrices only, fused (one pass over all parameters: about 4x
+        faster a step on CPU at 13M parameters) but not under mixed precision, where it would
+        unscale fp16 gradients after clipping, so Lightning's MixedPrecision plugin refuses to clip
+        for it (bf16 too)."""
         decay = [p for p in self.parameters() if p.requires_grad and p.dim() >= 2]
         no_decay = [p for p in self.parameters() if p.requires_grad and p.dim() < 2]
         groups = [

@@ -1,0 +1,80 @@
+"""Statistics over a sweep's seeds, one small function each: the jobs grouped into configurations,
+mean and standard deviation, the Student-t interval (honest for few seeds), Welch's t-test
+against the best configuration and its verdict."""
+
+import math
+import statistics
+from typing import Any
+
+from gptlab.sweep.jobs import number
+
+CONFIDENCE = 0.95  # of the intervals; Welch's test against the best runs at 1 - CONFIDENCE
+
+
+def sort_key(value: Any) -> tuple:
+    """A sort key: numbers first, by value (2 before 10), then the rest by text."""
+    return (number(value) is None, number(value) or 0.0, str(value))
+
+
+def group_configurations(rows: list[dict], knobs: list[str]) -> dict[str, list[dict]]:
+    """The jobs by configuration: jobs alike in every knob but `seed` share one, named
+    "key=value ..." ("(every job)" when only the seed is swept); in the order first seen."""
+    group = [key for key in knobs if key != "seed"]
+    members = {}
+    for row in rows:
+        name = " ".join(f"{key}={row.get(key)}" for key in group) or "(every job)"
+        members.setdefault(name, []).append(row)
+    return members
+
+
+def job_values(jobs: list[dict], metric: str) -> list[float]:
+    """The finite `best_<metric>` of each ok job: failed jobs and missing values are left out."""
+    values = []
+    for job in jobs:
+        value = number(job.get(f"best_{metric}"))
+        if job["status"] == "ok" and value is not None:
+            values.append(value)
+    return values
+
+
+def mean_std(values: list[float]) -> tuple[float | None, float | None]:
+    """The mean and the sample standard deviation (n - 1); None where there are too few values."""
+    mean = statistics.fmean(values) if values else None
+    std = statistics.stdev(values) if len(values) > 1 else None
+    return mean, std
+
+
+def ci_half_width(values: list[float], confidence: float = CONFIDENCE) -> float | None:
+    """Half the width of the Student-t interval of the mean, t(1/2 + confidence/2, n - 1) * s /
+    sqrt(n); None below two values."""
+    from scipy import stats
+
+    n = len(values)
+    if n < 2:
+        return None
+    t = float(stats.t.ppf(0.5 + confidence / 2, n - 1))
+    return t * statistics.stdev(values) / math.sqrt(n)
+
+
+def welch_p(a: list[float], b: list[float]) -> float | None:
+    """Two-sided p-value of Welch's t-test (unequal variances) that a and b have equal means;
+    None when either has fewer than two values. With no spread at all in either, only equal
+    means are alike: 1.0, else 0.0 (the t statistic would divide by zero)."""
+    from scipy import stats
+
+    if len(a) < 2 or len(b) < 2:
+        return None
+    if statistics.pstdev(a) == statistics.pstdev(b) == 0:
+        return float(a[0] == b[0])
+    return float(stats.ttest_ind(a, b, equal_var=False).pvalue)
+
+
+def verdict(rank: int, p: float | None, confidence: float = CONFIDENCE) -> str:
+    """A configuration against the best (rank 0, by mean val loss), from Welch's p-value."""
+    if rank == 0:
+        return "best"
+    if p is None:
+        return "untested (fewer than 2 seeds)"
+    if p >= 1 - confidence:
+        return "not distinguishable"
+    return "worse"
