@@ -12,11 +12,13 @@ import torch
 from helpers import check, read_metrics, run_cli
 from hydra import compose, initialize_config_module
 
-import gptlab.cli.train  # noqa: F401 - registers the config schemas and resolvers
+from gptlab.config.schemas import register_configs
 from gptlab.data.tokenizer import Tokenizer
 from gptlab.model.gpt import GPTConfig
 from gptlab.run.checkpoints import load_module
 from gptlab.training.module import GPTModule, OptimConfig
+
+register_configs()  # the config schemas and resolvers that composing conf/train.yaml needs
 
 FAST_TOKENS = 30 * 8 * 32  # debug=fast: steps x batch x context, per rank
 CONF = Path(gptlab.conf.__file__).parent

@@ -3,22 +3,47 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
+import gptlab.conf
 import pytest
 import torch
 import yaml
 from helpers import check, read_metrics, run_cli, scalars
 from hydra import compose, initialize_config_module
+from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
 
-import gptlab.cli.train  # noqa: F401 - registers the config schemas and resolvers
-from gptlab.config.resolvers import unique_dir
+from gptlab.config.schemas import register_configs
+from gptlab.run.checkpoints import load_module
+
+register_configs()  # the config schemas and resolvers that composing conf/train.yaml needs
+CONF = Path(gptlab.conf.__file__).parent
 
 
 def composed(*overrides: str):
     with initialize_config_module("gptlab.conf", version_base="1.3"):
         return compose("train", overrides=list(overrides))
+
+
+def option_values(group: str, option: str) -> dict:
+    """The plain values conf/<group>/<option>.yaml sets, by their key in the composed config
+    (interpolations, mandatory values and the defaults list left out), as OmegaConf reads them."""
+    path = CONF / group / f"{option}.yaml"
+    package = "" if "# @package _global_" in path.read_text() else f"{group}."
+    values = {}
+    pending = [(package, OmegaConf.to_container(OmegaConf.load(path)))]
+    while pending:
+        prefix, node = pending.pop()
+        for key, value in node.items():
+            if key == "defaults":
+                continue
+            if isinstance(value, dict):
+                pending.append((f"{prefix}{key}.", value))
+            elif not (isinstance(value, str) and ("${" in value or value == "???")):
+                values[f"{prefix}{key}"] = value
+    return values
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +123,10 @@ def test_metrics_json_is_sane(fast_run):
     assert m["tokens_seen"] == 30 * 8 * 32  # steps x batch x context (debug=fast)
     assert 0 < m["best_val_loss"] <= m["final_val_loss"] + 1e-6 < math.log(5000)
     assert m["best_val_perplexity"] == pytest.approx(math.exp(m["best_val_loss"]), rel=1e-6)
-    assert m["num_params"] > 0 and m["wall_seconds"] > 0 and m["tokens_per_sec"] > 0
+    model = load_module(run_dir / "checkpoints" / "last.ckpt").model  # the trained model, rebuilt
+    assert m["num_params"] == sum(p.numel() for p in model.parameters())
+    # training time (tokens / rate) is part of the wall time
+    assert 0 < m["tokens_seen"] / m["tokens_per_sec"] <= m["wall_seconds"] * 1.01
     assert m["device"].startswith("cpu") and m["status"] == "ok" and m["slurm_job_id"] is None
     # bits per byte: the same val text, so bpb / loss is the constant tokens / (bytes * ln 2)
     assert 0 < m["best_val_bpb"] < m["best_val_loss"]
@@ -201,8 +229,19 @@ def test_experiment_reference_is_the_reference_setting():
     ],
 )
 def test_every_group_option_composes(group):
-    cfg = composed(group)
-    assert cfg.model.d_model > 0
+    """The option is the one chosen, and every value its YAML file sets is in the composed
+    config."""
+    name, option = group.split("=")
+    with initialize_config_module("gptlab.conf", version_base="1.3"):
+        cfg = compose("train", overrides=[group], return_hydra_config=True)
+    assert cfg.hydra.runtime.choices[name] == option
+    values = option_values(name, option)
+    for key, value in values.items():
+        assert OmegaConf.select(cfg, key) == value, key
+    if name != "callbacks":  # callbacks=none sets nothing: no callbacks at all
+        assert values or name == "logger", f"{group} sets no value to check"
+    else:
+        assert cfg.callbacks == {}
 
 
 def test_help_lists_resume_and_hides_the_schemas(tmp_path):
@@ -251,15 +290,6 @@ def test_bad_model_config_fails_before_any_data_work(tmp_path):
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "cache").exists()  # nothing tokenized
     assert not (tmp_path / "run" / "checkpoints").exists()
-
-
-def test_unique_dir_gives_each_run_its_own_directory(tmp_path):
-    base = str(tmp_path / "outputs" / "12-00-00")
-    first = unique_dir(base)
-    second = unique_dir(base)
-    third = unique_dir(base)
-    assert len({first, second, third}) == 3
-    assert all((tmp_path / "outputs" / p).is_dir() for p in (first, second, third))
 
 
 def test_debug_overfit_drives_the_train_loss_towards_zero(tmp_path):

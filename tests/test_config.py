@@ -1,0 +1,200 @@
+"""gptlab.config: the typed schemas (built from the real classes, enforced by Hydra's compose API)
+and the resolvers (a unique run directory, DDP's start method, the run names outside Hydra)."""
+
+import dataclasses
+import inspect
+from typing import Any, Optional
+
+import lightning as L
+import pytest
+from hydra import compose, initialize_config_module
+from hydra.errors import ConfigCompositionException
+from omegaconf import MISSING, OmegaConf
+
+from gptlab.config import resolvers
+from gptlab.config.schemas import (
+    TRAINER_EXCLUDED,
+    TrainSchema,
+    omegaconf_type,
+    register_configs,
+    schema_for,
+)
+from gptlab.data.datamodule import GPTDataModule
+from gptlab.model.gpt import GPTConfig
+from gptlab.training.module import OptimConfig
+
+register_configs()  # what composing conf/train.yaml needs
+
+
+def composed(*overrides: str):
+    with initialize_config_module("gptlab.conf", version_base="1.3"):
+        return compose("train", overrides=list(overrides))
+
+
+def fields_of(schema: type) -> dict[str, dataclasses.Field]:
+    return {field.name: field for field in dataclasses.fields(schema)}
+
+
+def default_of(field: dataclasses.Field) -> Any:
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return field.default
+
+
+# ---------------------------------------------------------------------------------------------
+# schemas
+
+
+@pytest.mark.parametrize(
+    ("annotation", "expected"),
+    [
+        (int, int),
+        (float, float),
+        (bool, bool),
+        (str, str),
+        (int | None, Optional[int]),  # noqa: UP045 - OmegaConf's spelling
+        (Optional[str], Optional[str]),  # noqa: UP045
+        (list[int], list[int]),
+        (list[str] | None, Any),  # an optional list: not checked
+        (int | str, Any),  # a union OmegaConf cannot check
+        (dict[str, int], Any),
+        (list[dict], Any),
+        (GPTConfig, Any),
+    ],
+)
+def test_omegaconf_type_keeps_what_omegaconf_can_check(annotation, expected):
+    assert omegaconf_type(annotation) == expected
+
+
+def test_the_model_schema_has_every_field_of_gptconfig_with_its_default():
+    schema = fields_of(schema_for(GPTConfig))
+    config_fields = dataclasses.fields(GPTConfig)
+    assert list(schema) == ["_target_", *(field.name for field in config_fields)]
+    assert schema["_target_"].default == "gptlab.model.gpt.GPTConfig"
+    defaults = GPTConfig()
+    for field in config_fields:
+        assert default_of(schema[field.name]) == getattr(defaults, field.name), field.name
+    assert schema["d_model"].type is int
+    assert schema["dropout"].type is float
+    assert schema["vocab_size"].type == Optional[int]  # noqa: UP045
+
+
+def test_the_optim_schema_has_the_optimizer_defaults():
+    schema = fields_of(schema_for(OptimConfig))
+    defaults = OptimConfig()
+    assert schema["_target_"].default == "gptlab.training.module.OptimConfig"
+    for field in dataclasses.fields(OptimConfig):
+        assert default_of(schema[field.name]) == getattr(defaults, field.name), field.name
+    assert schema["betas"].type == list[float]
+
+
+def test_a_class_schema_follows_its_constructor_and_leaves_out_what_gptlab_passes():
+    trainer = fields_of(schema_for(L.Trainer, TRAINER_EXCLUDED))
+    parameters = inspect.signature(L.Trainer.__init__).parameters
+    named = [name for name, p in parameters.items() if p.kind == p.KEYWORD_ONLY]
+    assert set(trainer) == {"_target_", *named} - TRAINER_EXCLUDED
+    assert "callbacks" not in trainer and "logger" not in trainer
+    assert trainer["max_steps"].type is int and trainer["max_steps"].default == -1
+    assert trainer["_target_"].default == "lightning.pytorch.trainer.trainer.Trainer"
+
+    data = fields_of(schema_for(GPTDataModule))
+    assert data["batch_size"].type is int and data["batch_size"].default == 16
+    assert data["path"].type == Optional[str]  # noqa: UP045
+    assert data["tokenizer"].type is Any
+
+
+def test_a_constructor_argument_without_default_is_mandatory():
+    class Needs:
+        def __init__(self, size: int, name: str = "x", *args, **kwargs):
+            pass
+
+    schema = fields_of(schema_for(Needs))
+    assert list(schema) == ["_target_", "size", "name"]  # *args, **kwargs left out
+    assert schema["size"].default is MISSING
+    assert OmegaConf.is_missing(OmegaConf.structured(schema_for(Needs)), "size")
+
+
+def test_the_top_level_schema_types_the_keys_of_train_yaml():
+    top = fields_of(TrainSchema)
+    assert top["seed"].type is int and top["seed"].default == composed().seed
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("model.num_head=4", "Could not override 'model.num_head'"),
+        ("optim.lrr=1", "Could not override 'optim.lrr'"),
+        ("trainer.max_epoch=3", "Could not override 'trainer.max_epoch'"),
+        ("trainer.max_steps=abc", "Error merging override trainer.max_steps=abc"),
+        ("data.batch_size=big", "Error merging override data.batch_size=big"),
+        ("seed=abc", "Error merging override seed=abc"),
+    ],
+)
+def test_a_mistyped_key_or_a_wrong_type_fails_at_composition(override, message):
+    with pytest.raises(ConfigCompositionException, match=message):
+        composed(override)
+
+
+def test_a_mistyped_key_in_a_yaml_option_fails_at_composition(tmp_path):
+    """A user's own model option extends the schema as conf/model/default.yaml does: a key the
+    schema does not have fails when Hydra composes it, and the correct key composes."""
+    (tmp_path / "model").mkdir()
+    option = "defaults:\n  - /model_schema@_here_\n  - _self_\n\n"
+    (tmp_path / "model" / "mine.yaml").write_text(option + "num_head: 8\n")
+    (tmp_path / "model" / "right.yaml").write_text(option + "num_heads: 8\n")
+    searchpath = f"hydra.searchpath=[file://{tmp_path}]"
+    with pytest.raises(ConfigCompositionException) as info:
+        composed(searchpath, "model=mine")
+    assert "Key 'num_head' not in 'GPTConfigSchema'" in str(info.value)
+    assert composed(searchpath, "model=right").model.num_heads == 8
+
+
+def test_register_configs_twice_keeps_one_set_of_resolvers():
+    register_configs()
+    for name in ("unique_dir", "gptlab.run_name", "gptlab.sweep_name", "gptlab.mlflow_run"):
+        assert OmegaConf.has_resolver(name)
+    assert composed("model=tiny").model.d_model == 64
+
+
+# ---------------------------------------------------------------------------------------------
+# resolvers
+
+
+def test_unique_dir_gives_each_run_its_own_directory(tmp_path):
+    base = tmp_path / "outputs" / "12-00-00"
+    first = resolvers.unique_dir(str(base))
+    second = resolvers.unique_dir(str(base))
+    third = resolvers.unique_dir(str(base))
+    assert [first, second, third] == [str(base), f"{base}_1", f"{base}_2"]
+    assert all((tmp_path / "outputs" / p).is_dir() for p in (first, second, third))
+
+
+def test_unique_dir_skips_a_directory_that_exists(tmp_path):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run_1").mkdir()
+    assert resolvers.unique_dir(str(tmp_path / "run")) == str(tmp_path / "run_2")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run", "run_1", "run_2"]
+
+
+def test_the_run_names_outside_a_hydra_run_are_empty():
+    """--cfg job, a test or a notebook: no run directory, so no names and no MLflow run."""
+    assert resolvers.run_name() is None
+    assert resolvers.sweep_name() is None
+    assert resolvers.sweep_name("default") == "default"
+    assert resolvers.run_info("gptlab.") == {}
+    assert resolvers.run_id() is None
+    assert resolvers.mlflow_run("sqlite:///nowhere.db", "gptlab", resume="x") is None
+
+
+def test_mlflow_artifacts_live_beside_a_local_store(tmp_path):
+    store = f"sqlite:///{tmp_path}/outputs/mlflow.db"
+    assert resolvers.mlflow_artifacts(store) == f"{tmp_path}/outputs/mlartifacts"
+    assert resolvers.mlflow_artifacts("http://localhost:5000") is None
+
+
+def test_ddp_start_method_spawns_unless_a_launcher_started_the_ranks(monkeypatch):
+    for name in ("SLURM_NTASKS", "SLURM_JOB_NAME", "TORCHELASTIC_RUN_ID"):
+        monkeypatch.delenv(name, raising=False)
+    assert resolvers.ddp_start_method() == "spawn"
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "run-1")  # what torchrun sets in every rank
+    assert resolvers.ddp_start_method() == "popen"
