@@ -12,7 +12,7 @@ from helpers import check, run_cli
 from hydra import compose, initialize_config_module
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from gptlab.cli.inspect_model import inspect_model, random_model, run_job
+from gptlab.cli.inspect_model import Step, inspect_model, random_model, run_job
 from gptlab.errors import ConfigError
 from gptlab.model.gpt import GPTConfig
 from gptlab.training.module import GPTModule, OptimConfig
@@ -150,6 +150,18 @@ def test_traced_softmax_rows_sum_to_one_and_hide_the_future():
     v = trace["v"].view(4, 16, 4, 16).transpose(1, 2)
     torch.testing.assert_close(trace["weighted"], weights @ v)
     assert tokens[0] == "Building" and len(tokens) == 16
+
+
+def test_each_step_is_a_named_record_with_the_real_shape():
+    model, tokenizer = random_model(ARTICLE, PROMPT)
+    steps, trace, _ = inspect_model(model, tokenizer, PROMPT, batch_size=2, block=0)
+    assert all(isinstance(step, Step) for step in steps)
+    assert steps[0] == Step("ids", [2, 16], "token ids: [batch, context_length]")
+    assert steps[-1].label == "logits"
+    assert steps[-1].shape == [2, 16, tokenizer.vocab_size]
+    shapes = {step.label: step.shape for step in steps}
+    assert shapes["block 0: softmax"] == list(trace["softmax"].shape) == [2, 4, 16, 16]
+    assert shapes["block 0: Wo"] == list(trace["wo"].shape) == [2, 16, 64]
 
 
 def test_sdpa_models_are_traced_through_their_own_forward():
