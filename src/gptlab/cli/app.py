@@ -1,5 +1,12 @@
-"""What every command-line tool shares: a Hydra task whose bad input ends in one paragraph and
-exit code 2, and the device it runs on."""
+"""What every command-line tool shares: the exit-code protocol, and the device it runs on.
+
+Bad input ends in one paragraph and exit code 2. Hydra ends a command line it cannot compose
+(unknown key or option, wrong type) with exit code 1, before any task starts; `run_hydra_app`
+turns that 1 into 2, but only while no task has started. Once Hydra has handed a composed config
+to a task, every exit code is the task's own (1: a sweep's job failed, 130/143: stopped), so
+whatever starts a task calls `mark_task_started()`, the flag's only writer: `run_task` (each
+tool's task), `gptlab.sweep.jobs.sweep_job` (a job of a multirun) and
+`gptlab.sweep.summary.SweepSummary` (a sweep's verdict)."""
 
 import logging
 import sys
@@ -10,13 +17,7 @@ from omegaconf import DictConfig
 
 from gptlab.errors import ConfigError
 
-# The exit-code protocol. Hydra ends a command line it cannot compose (unknown key or option,
-# wrong type) with exit code 1, before any task starts; gptlab reports bad input with exit code 2.
-# So `run_hydra_app` turns Hydra's exit 1 into 2, but only while no task has started: once Hydra
-# has handed a composed config to a task (run_task, a sweep's job, the sweep summary), every exit
-# code is the task's own (1: a sweep's job failed, 130/143: stopped). mark_task_started() is the
-# only writer of the flag.
-task_started = False
+task_started = False  # see above; set by mark_task_started() only
 
 
 def mark_task_started() -> None:
