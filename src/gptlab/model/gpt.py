@@ -20,8 +20,8 @@ from gptlab.model.attention import MultiHeadAttention
 
 @dataclass
 class GPTConfig:
-    """Every architecture knob with gptlab's defaults (conf/model/ overrides them), checked on creation,
-    before any data is touched. `vocab_size` and `context_length` are filled in from the data."""
+    """Every architecture knob with gptlab's defaults (conf/model/ overrides them), checked on
+    creation, before any data is touched. `vocab_size` and `context_length` come from the data."""
 
     vocab_size: int | None = None
     context_length: int = 64
@@ -95,7 +95,8 @@ class GPTConfig:
 
 
 def sinusoidal_encoding(context_length: int, d_model: int) -> torch.Tensor:
-    """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model))."""
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)),
+    PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model))."""
     position = torch.arange(context_length, dtype=torch.float32).unsqueeze(1)  # [T, 1]
     two_i = torch.arange(0, d_model, 2, dtype=torch.float32)  # [d_model / 2]
     angle = position / torch.pow(10000.0, two_i / d_model)  # [T, d_model / 2]
@@ -216,7 +217,8 @@ class GPT(nn.Module):
             nn.init.zeros_(module.bias)
 
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
-        """Token embedding (scaled by sqrt(d_model), as in "Attention Is All You Need") + position."""
+        """Token embedding (scaled by sqrt(d_model), as in "Attention Is All You Need")
+        + position (none with RoPE: attention rotates queries and keys instead)."""
         context_length = ids.shape[1]
         x = self.token_embedding(ids) * math.sqrt(self.config.d_model)  # [batch, T, d_model]
         if self.config.positional == "sinusoidal":
