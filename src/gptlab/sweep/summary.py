@@ -13,6 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from gptlab.cli.app import Task
 from gptlab.sweep.jobs import job_identity, number, read_json
+from gptlab.sweep.search import search_summary
 
 log = logging.getLogger(__name__)
 PARAMS = {
@@ -196,7 +197,12 @@ def write_summary(sweep_dir: str | Path) -> tuple[list[dict], list[str]]:
     rows, knobs = collect(sweep_dir)
     configs = aggregate(rows, knobs) if "seed" in knobs else None
     ok = [r for r in rows if r["status"] == "ok"]
-    head = [f"Sweep done: {len(rows)} jobs, {len(ok)} ok, {len(rows) - len(ok)} failed."]
+    pruned = sum(r["status"] == "pruned" for r in rows)  # by an Optuna search's pruner
+    head = [
+        f"Sweep done: {len(rows)} jobs, {len(ok)} ok, "
+        + (f"{pruned} pruned, " if pruned else "")
+        + f"{len(rows) - len(ok) - pruned} failed."
+    ]
     if ok:
         head.append(
             f"Best: job {ok[0]['job']} ({ok[0]['overrides'] or 'no overrides'}): val loss "
@@ -256,8 +262,9 @@ def write_summary(sweep_dir: str | Path) -> tuple[list[dict], list[str]]:
         "reason",
     ]
     lines += write_table(sweep_dir / "summary.csv", cols, rows)
-    (sweep_dir / "summary.md").write_text("\n".join(lines) + "\n")
     write_plot(rows, knobs, configs, sweep_dir / "summary.png")
+    lines += search_summary(sweep_dir)  # an Optuna search's study; its plots join summary.png
+    (sweep_dir / "summary.md").write_text("\n".join(lines) + "\n")
     return rows, head
 
 
@@ -275,7 +282,7 @@ class SweepSummary(Callback):
             return
         rows, head = write_summary(sweep_dir)
         print(*head, f"Summary: {sweep_dir / 'summary.md'} (also .csv, .png)", sep="\n", flush=True)
-        if failed := [r for r in rows if r["status"] != "ok"]:
+        if failed := [r for r in rows if r["status"] not in ("ok", "pruned")]:
             jobs = "; ".join(
                 f"job {r['job']} ({r['overrides']}): {r['reason'].rstrip('.')}" for r in failed
             )
