@@ -17,6 +17,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+import yaml
 from helpers import BIN, check, read_metrics, run_cli
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState
@@ -40,14 +41,14 @@ def states(study: optuna.Study) -> list[str]:
 
 @pytest.fixture(scope="module")
 def search(tmp_path_factory):
-    """One pruned search of 8 trials, two at a time in two joblib processes, shared below."""
+    """One pruned search of 6 trials, two at a time in two joblib processes, shared below."""
     cwd = tmp_path_factory.mktemp("search")
     sweep = cwd / "sweep"
     result = check(
         run_cli(
             *SEARCH,
-            "trainer.max_steps=60",
-            "hydra.sweeper.n_trials=8",
+            "trainer.max_steps=40",
+            "hydra.sweeper.n_trials=6",
             "hydra.sweeper.n_jobs=2",
             "hydra.sweeper.pruner=median",
             "hydra/launcher=joblib",
@@ -64,7 +65,7 @@ def search(tmp_path_factory):
 def test_the_study_holds_every_trial_finished_some_pruned(search):
     sweep, result = search
     study = study_of(sweep)
-    assert len(study.trials) == 8 and "RUNNING" not in states(study), states(study)
+    assert len(study.trials) == 6 and "RUNNING" not in states(study), states(study)
     assert "PRUNED" in states(study) and "COMPLETE" in states(study), states(study)
     for trial in study.trials:
         metrics = read_metrics(sweep / trial.user_attrs["job"])
@@ -73,11 +74,25 @@ def test_the_study_holds_every_trial_finished_some_pruned(search):
         assert trial.intermediate_values == {step: loss for step, _, loss in curve}
         assert [step for step, _, _ in curve] == list(range(10, metrics["steps"] + 1, 10))
         if trial.state == TrialState.PRUNED:
-            assert metrics["status"] == "pruned" and metrics["steps"] < 60, metrics
+            assert metrics["status"] == "pruned" and metrics["steps"] < 40, metrics
             assert (sweep / trial.user_attrs["job"] / "checkpoints" / "last.ckpt").is_file()
         else:
-            assert metrics["status"] == "ok" and metrics["steps"] == 60, metrics
+            assert metrics["status"] == "ok" and metrics["steps"] == 40, metrics
             assert trial.value == pytest.approx(metrics["best_val_loss"])
+
+
+def test_the_best_trial_is_printed_and_saved(search):
+    sweep, result = search
+    study = study_of(sweep)
+    best = yaml.safe_load((sweep / "optimization_results.yaml").read_text())
+    complete = [t.value for t in study.trials if t.state == TrialState.COMPLETE]
+    assert best["best_value"] == pytest.approx(min(complete))
+    assert set(best["best_params"]) == {
+        "optim.lr",
+        "model.num_heads",
+        "model.dropout",
+    }  # model.d_model and model.num_blocks are fixed by TINY: out of the search space
+    assert f"Best parameters: {best['best_params']}" in result.stdout + result.stderr
 
 
 def test_the_summary_counts_pruned_trials_and_draws_the_study(search):
@@ -88,7 +103,7 @@ def test_the_summary_counts_pruned_trials_and_draws_the_study(search):
     n = {state: states(study).count(state) for state in ("COMPLETE", "PRUNED")}
     md = (sweep / "summary.md").read_text()
     assert f"Trials: {n['COMPLETE']} complete, {n['PRUNED']} pruned, 0 failed." in md
-    assert f"Sweep done: 8 jobs, {n['COMPLETE']} ok, {n['PRUNED']} pruned, 0 failed." in (
+    assert f"Sweep done: 6 jobs, {n['COMPLETE']} ok, {n['PRUNED']} pruned, 0 failed." in (
         result.stdout
     )
     assert f"Best trial: {study.best_trial.number} " in md
@@ -134,7 +149,7 @@ def test_the_dashboard_serves_the_study(search):
         while True:
             try:
                 with urllib.request.urlopen(url, timeout=5) as response:
-                    studies = json.load(response)["studies"]
+                    studies = json.load(response)["study_summaries"]
                 break
             except OSError:
                 assert dashboard.poll() is None, dashboard.stderr.read().decode()
@@ -196,7 +211,7 @@ def completed(db: Path) -> int:
 
 def test_a_killed_search_resumes_to_n_trials_without_rerunning_finished_ones(tmp_path):
     sweep = tmp_path / "sweep"
-    args = [*SEARCH, "trainer.max_steps=40", "hydra.sweeper.n_trials=6", f"hydra.sweep.dir={sweep}"]
+    args = [*SEARCH, "trainer.max_steps=30", "hydra.sweeper.n_trials=6", f"hydra.sweep.dir={sweep}"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
     search = subprocess.Popen(
         [str(BIN / "gptlab-train"), *args],
@@ -241,9 +256,9 @@ def test_two_objectives_give_a_pareto_front(tmp_path):
     check(
         run_cli(
             *SEARCH,
-            "trainer.max_steps=20",
-            "hydra.sweeper.n_trials=3",
-            "hydra.sweeper.n_jobs=3",
+            "trainer.max_steps=10",
+            "hydra.sweeper.n_trials=2",
+            "hydra.sweeper.n_jobs=2",
             "hydra.sweeper.objectives=[best_val_loss,num_params]",
             "hydra.sweeper.direction=[minimize,minimize]",
             "model.num_blocks=choice(1,2)",
@@ -292,3 +307,38 @@ def test_a_pruned_search_runs_on_the_slurm_cluster(slurm_cluster, tmp_path):
         metrics = read_metrics(sweep / trial.user_attrs["job"])
         assert metrics["slurm_job_id"], metrics  # the job ran as a SLURM job
         assert metrics["status"] == {"PRUNED": "pruned", "COMPLETE": "ok"}[trial.state.name]
+
+
+def test_under_ddp_rank_0_asks_the_study_and_both_ranks_stop(tmp_path):
+    """One run of two CPU DDP ranks as trial 1 of a study whose finished trial 0 had a far lower
+    val loss at every step: the median pruner stops it at its first validation (a rank that
+    did not stop would hang the other)."""
+    url = f"sqlite:///{tmp_path / 'optuna.db'}"
+    study = optuna.create_study(study_name="gptlab", storage=url)
+    study.set_user_attr("gptlab_pruner", {"name": "median", "n_startup_trials": 1})
+    study.set_user_attr("gptlab_objectives", ["best_val_loss"])
+    done = study.ask()
+    for step in (10, 20, 30):
+        done.report(0.1, step)
+    study.tell(done, 0.1)
+    trial = study.ask()
+    env = {
+        "GPTLAB_OPTUNA_STORAGE": url,
+        "GPTLAB_OPTUNA_STUDY": "gptlab",
+        "GPTLAB_OPTUNA_TRIAL": str(trial.number),
+    }
+    check(
+        run_cli(
+            "hparams_search=optuna",
+            "trainer=ddp_cpu",
+            *TINY,
+            "hydra.run.dir=run",
+            cwd=tmp_path,
+            env=env,
+        )
+    )
+    metrics = read_metrics(tmp_path / "run")
+    assert metrics["status"] == "pruned" and metrics["steps"] == 10, metrics
+    assert metrics["device"] == "cpu x2"
+    reported = optuna.load_study(study_name="gptlab", storage=url).trials[trial.number]
+    assert list(reported.intermediate_values) == [10]  # rank 0 alone reported, once

@@ -5,6 +5,7 @@ processes and SLURM's nodes alike), and reports to it through the storage (train
 
 import functools
 import logging
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +61,10 @@ class GptlabOptunaSweeper(Sweeper):
     """Hydra's Sweeper API on Optuna; the config is `hydra/sweeper=gptlab_optuna` (config.py)."""
 
     def __init__(self, **settings: Any) -> None:
-        self.settings = settings
+        self.settings = {
+            k: OmegaConf.to_container(v) if OmegaConf.is_config(v) else v
+            for k, v in settings.items()
+        }
         self.config: DictConfig | None = None
         self.launcher = None
         self.job_idx = 0
@@ -94,7 +98,8 @@ class GptlabOptunaSweeper(Sweeper):
             return sampler(grid(space))
         return sampler()
 
-    def sweep(self, arguments: list[str]) -> None:
+    def prepare(self, arguments: list[str]) -> tuple[Any, dict, list[str], dict[str, Any]]:
+        """The study (created or continued), the search space, the fixed overrides, the settings."""
         from hydra_plugins.gptlab_optuna_sweeper import _study as studies
         from hydra_plugins.gptlab_optuna_sweeper._space import search_space
 
@@ -103,17 +108,31 @@ class GptlabOptunaSweeper(Sweeper):
         settings = check(self.resumed_settings(sweep_dir) if resume else self.settings)
         params = [f"{k}={v}" for k, v in (settings.get("params") or {}).items()]
         space, fixed = search_space([*params, *arguments])
+        sampler = self.sampler(space)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
-        url = studies.storage_url(settings["storage"], sweep_dir)
-        study = studies.open_study(settings, url, self.sampler(space))
+        settings["url"] = studies.storage_url(settings["storage"], sweep_dir)
+        study = studies.open_study(settings, settings["url"], sampler)
         if resume:
             studies.rerun_killed(study)
-        log.info("Study %s in %s: %d trials to finish", study.study_name, url, settings["n_trials"])
-        while (left := settings["n_trials"] - studies.done(study)) > 0:
+        return study, space, fixed, settings
+
+    def sweep(self, arguments: list[str]) -> None:
+        """Trials in batches of n_jobs until the study holds n_trials finished ones. Bad settings
+        end the search before any trial: one paragraph, exit code 2."""
+        from hydra_plugins.gptlab_optuna_sweeper import _study as studies
+
+        try:
+            study, space, fixed, settings = self.prepare(arguments)
+        except ConfigError as e:
+            print(f"gptlab-train: {e}", file=sys.stderr, flush=True)
+            sys.exit(2)
+        n_trials = settings["n_trials"]
+        log.info("Study %s in %s: %d trials to finish", study.study_name, settings["url"], n_trials)
+        while (left := n_trials - studies.done(study)) > 0:
             trials = [study.ask(space) for _ in range(min(settings["n_jobs"], left))]
-            self.run_batch(study, trials, fixed, url, settings["max_failure_rate"])
-        self.report(study, sweep_dir)
+            self.run_batch(study, trials, fixed, settings["url"], settings["max_failure_rate"])
+        self.report(study, Path(self.config.hydra.sweep.dir))
 
     def job_overrides(self, trial: Any, fixed: list[str], url: str, study_name: str) -> list[str]:
         """The trial's parameters, the fixed overrides, its job directory and how it finds its
