@@ -18,11 +18,11 @@ def study_of(sweep_dir: Path) -> Any:
     """The sweep's Optuna study, from the storage its multirun.yaml names; None for other sweeps."""
     try:
         sweeper = OmegaConf.to_container(OmegaConf.load(sweep_dir / "multirun.yaml").hydra.sweeper)
-        import optuna
-    except (OSError, AttributeError, ImportError):
+    except (OSError, AttributeError):
         return None
-    if sweeper.get("_target_") != SWEEPER:
+    if sweeper.get("_target_") != SWEEPER:  # another sweeper: optuna is not even imported
         return None
+    import optuna
     storage = sweeper.get("storage") or f"sqlite:///{sweep_dir.resolve() / 'optuna.db'}"
     try:
         return optuna.load_study(study_name=sweeper.get("study_name"), storage=storage)
