@@ -23,6 +23,7 @@ def study_of(sweep_dir: Path) -> Any:
     if sweeper.get("_target_") != SWEEPER:  # another sweeper: optuna is not even imported
         return None
     import optuna
+
     storage = sweeper.get("storage") or f"sqlite:///{sweep_dir.resolve() / 'optuna.db'}"
     try:
         return optuna.load_study(study_name=sweeper.get("study_name"), storage=storage)
