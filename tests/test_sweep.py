@@ -175,33 +175,6 @@ def test_an_invalid_job_is_recorded_the_others_finish_and_the_sweep_exits_non_ze
     assert f"{threads} torch thread(s) for this job" in (sweep / "0" / "train.log").read_text()
 
 
-def test_optuna_search_finds_and_prints_the_best_trial(tmp_path):
-    sweep = tmp_path / "optuna"
-    result = check(
-        run_cli(
-            "-m",
-            "hparams_search=optuna",
-            *FAST,
-            "hydra.sweeper.n_trials=3",
-            f"hydra.sweep.dir={sweep}",
-            cwd=tmp_path,
-        )
-    )
-    best = yaml.safe_load((sweep / "optimization_results.yaml").read_text())
-    losses = [read_metrics(j)["best_val_loss"] for j in job_dirs(sweep)]
-    assert len(losses) == 3
-    assert best["best_value"] == pytest.approx(min(losses))
-    assert set(best["best_params"]) == {
-        "optim.lr",
-        "model.d_model",
-        "model.num_blocks",
-        "model.num_heads",
-        "model.dropout",
-    }
-    assert "Best parameters: {" in result.stdout + result.stderr  # the Optuna sweeper's own report
-    assert len(summary_rows(sweep)) == 3
-
-
 def test_submitit_local_runs_two_jobs_and_reports(tmp_path):
     sweep = tmp_path / "sweep"
     result = check(

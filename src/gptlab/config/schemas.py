@@ -18,6 +18,7 @@ from gptlab.config import resolvers as r
 from gptlab.data.datamodule import GPTDataModule
 from gptlab.model.gpt import GPTConfig
 from gptlab.training.module import OptimConfig
+from hydra_plugins.gptlab_optuna_sweeper import register as register_optuna_sweeper
 
 PRIMITIVES = (int, float, bool, str)
 # Passed to the Trainer by gptlab itself, from the callbacks/ and logger/ groups.
@@ -79,7 +80,9 @@ def schema_for(target: type, exclude: set[str] = frozenset()) -> type:
 
 
 def register_configs() -> None:
-    """Make the schemas and resolvers known to Hydra; safe to call more than once."""
+    """Make the schemas, resolvers and gptlab's Optuna sweeper known to Hydra; safe to call more
+    than once."""
+    register_optuna_sweeper()  # an editable install hides it from Hydra's plugin scan
     cs = ConfigStore.instance()
     cs.store(name="train_schema", node=TrainSchema)
     cs.store(name="data_schema", node=schema_for(GPTDataModule))

@@ -20,6 +20,7 @@ from torch.utils.tensorboard import SummaryWriter
 from gptlab.errors import ConfigError
 from gptlab.model.gpt import GPT
 from gptlab.training.callbacks import RunStats
+from gptlab.training.pruning import pruning_result
 
 log = logging.getLogger("gptlab.train")
 GROUPS = ("data", "model", "optim", "trainer", "callbacks", "logger", "paths")
@@ -188,6 +189,7 @@ class RunReport(L.Callback):
             "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
             "overrides": self.overrides,  # what a continued sweep recognises its finished jobs by
             "status": "ok",
+            **pruning_result(trainer),  # an Optuna trial's val curve; "status": "pruned"
         }
 
     def report(self, trainer, pl_module, m: dict) -> list[str]:

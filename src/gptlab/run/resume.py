@@ -56,17 +56,10 @@ def newest_overrides(run_dir: Path) -> list[str]:
 
 
 def sweep_overrides(sweep_dir: Path) -> list[str]:
-    """The task overrides a sweep was launched with; Optuna searches continue from their storage."""
+    """The task overrides a sweep was launched with. An Optuna search takes its own settings (and
+    study) from the directory when it starts again (hydra_plugins/gptlab_optuna_sweeper)."""
     saved = yaml.safe_load((sweep_dir / "multirun.yaml").read_text()) or {}
-    hydra = saved.get("hydra", {})
-    if "optuna" in str(hydra.get("sweeper", {}).get("_target_", "")):
-        raise ConfigError(
-            f"resume: '{sweep_dir}' is an Optuna search. It continues from its study's "
-            "storage: run the same command again with hydra.sweeper.storage=sqlite:///<file> "
-            "(as the first run had); it adds hydra.sweeper.n_trials new trials in a new sweep "
-            "directory."
-        )
-    return list(hydra.get("overrides", {}).get("task", []))
+    return list(saved.get("hydra", {}).get("overrides", {}).get("task", []))
 
 
 def trusted(overrides: list[str], source: Path) -> list[str]:

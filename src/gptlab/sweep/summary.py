@@ -11,6 +11,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from gptlab.cli.app import mark_task_started
 from gptlab.sweep.jobs import job_identity, number, read_json
+from gptlab.sweep.search import search_summary
 from gptlab.sweep.stats import (
     ci_half_width,
     group_configurations,
@@ -182,7 +183,12 @@ def write_plot(rows: list[dict], knobs: list[str], configs: list[dict] | None, p
 def headline(rows: list[dict], configs: list[dict] | None, sweep_dir: Path) -> list[str]:
     """What the sweep found, in a few lines: the counts, the best job, the best configuration."""
     ok = [r for r in rows if r["status"] == "ok"]
-    head = [f"Sweep done: {len(rows)} jobs, {len(ok)} ok, {len(rows) - len(ok)} failed."]
+    pruned = sum(r["status"] == "pruned" for r in rows)  # by an Optuna search's pruner
+    head = [
+        f"Sweep done: {len(rows)} jobs, {len(ok)} ok, "
+        + (f"{pruned} pruned, " if pruned else "")
+        + f"{len(rows) - len(ok) - pruned} failed."
+    ]
     if ok:
         head.append(
             f"Best: job {ok[0]['job']} ({ok[0]['overrides'] or 'no overrides'}): val loss "
@@ -263,8 +269,9 @@ def write_summary(sweep_dir: str | Path) -> tuple[list[dict], list[str]]:
         table = write_table(path, config_columns(knobs), configs, CONFIG_SHOWN)
         lines += ["## Configurations", "", *table, "", "## Jobs", ""]
     lines += write_table(sweep_dir / "summary.csv", job_columns(rows, knobs), rows)
-    (sweep_dir / "summary.md").write_text("\n".join(lines) + "\n")
     write_plot(rows, knobs, configs, sweep_dir / "summary.png")
+    lines += search_summary(sweep_dir)  # an Optuna search's study; its plots join summary.png
+    (sweep_dir / "summary.md").write_text("\n".join(lines) + "\n")
     return rows, head
 
 
@@ -279,7 +286,7 @@ class SweepSummary(Callback):
             return
         rows, head = write_summary(sweep_dir)
         print(*head, f"Summary: {sweep_dir / 'summary.md'} (also .csv, .png)", sep="\n", flush=True)
-        failed = [r for r in rows if r["status"] != "ok"]
+        failed = [r for r in rows if r["status"] not in ("ok", "pruned")]
         if failed:
             jobs = "; ".join(
                 f"job {r['job']} ({r['overrides']}): {r['reason'].rstrip('.')}" for r in failed

@@ -1,0 +1,149 @@
+"""The summary of an Optuna search (hparams_search=optuna): the study's trials counted by how they
+ended, the best trial or the Pareto front, the parameter importances and the optimisation history,
+drawn with Optuna's own matplotlib plots. SweepSummary adds them to summary.md and summary.png."""
+
+import io
+import logging
+import warnings
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+log = logging.getLogger(__name__)
+SWEEPER = "hydra_plugins.gptlab_optuna_sweeper.sweeper.GptlabOptunaSweeper"
+
+
+def study_of(sweep_dir: Path) -> Any:
+    """The sweep's Optuna study, from the storage its multirun.yaml names; None for other sweeps."""
+    try:
+        sweeper = OmegaConf.to_container(OmegaConf.load(sweep_dir / "multirun.yaml").hydra.sweeper)
+    except (OSError, AttributeError):
+        return None
+    if sweeper.get("_target_") != SWEEPER:  # another sweeper: optuna is not even imported
+        return None
+    import optuna
+
+    storage = sweeper.get("storage") or f"sqlite:///{sweep_dir.resolve() / 'optuna.db'}"
+    try:
+        return optuna.load_study(study_name=sweeper.get("study_name"), storage=storage)
+    except KeyError:  # no such study in the storage
+        return None
+
+
+def counts(study: Any) -> dict[str, int]:
+    """Trials by state: complete, pruned, failed, interrupted (a killed search's, run again by
+    resume=) and unfinished (running or waiting: a search under way)."""
+    trials = study.get_trials(deepcopy=False)
+    rerun = {t.user_attrs.get("rerun_of") for t in trials}
+    states = ["rerun" if t.number in rerun else t.state.name.lower() for t in trials]
+    found = {state: states.count(state) for state in ("complete", "pruned", "fail", "rerun")}
+    return {**found, "unfinished": len(states) - sum(found.values())}
+
+
+def objectives(study: Any) -> list[str]:
+    return list(study.user_attrs.get("gptlab_objectives") or ["objective"])
+
+
+def first_objective(study: Any) -> Any:
+    """Optuna's `target` for the plots and importances: none for one objective, else the first."""
+    return None if len(study.directions) == 1 else (lambda t: t.values[0])
+
+
+def best_lines(study: Any) -> list[str]:
+    """The best trial; with several objectives, the Pareto front (study.best_trials) as a table."""
+    names = objectives(study)
+    if len(study.directions) == 1:
+        best = study.best_trial
+        return [
+            f"- Best trial: {best.number} (job {best.user_attrs.get('job')}): {names[0]} "
+            f"{best.value:.4f}, parameters {best.params}."
+        ]
+    lines = [
+        "",
+        f"### Pareto front ({', '.join(names)})",
+        "",
+        "| trial | job | " + " | ".join(names) + " | parameters |",
+        "| --- " * (len(names) + 3) + "|",
+    ]
+    for trial in sorted(study.best_trials, key=lambda t: t.values):
+        values = " | ".join(f"{v:.5g}" for v in trial.values)
+        lines.append(
+            f"| {trial.number} | {trial.user_attrs.get('job')} | {values} | {trial.params} |"
+        )
+    return lines
+
+
+def importances(study: Any) -> dict[str, float]:
+    """fANOVA importance of each parameter for the first objective; empty when too few trials."""
+    import optuna
+
+    try:
+        return optuna.importance.get_param_importances(study, target=first_objective(study))
+    except (ValueError, RuntimeError) as e:  # fewer than two complete trials, nothing varied
+        log.info("No parameter importances: %s", e)
+        return {}
+
+
+def png_of(ax: Any) -> Any:
+    """An Optuna plot (its own pyplot figure) as an image array."""
+    import matplotlib.image
+    import matplotlib.pyplot as plt
+
+    buffer = io.BytesIO()
+    ax.figure.set_size_inches(8, 3.6)
+    ax.figure.savefig(buffer, format="png", dpi=80, bbox_inches="tight")
+    plt.close(ax.figure)
+    buffer.seek(0)
+    return matplotlib.image.imread(buffer, format="png")
+
+
+def add_plots(study: Any, png: Path, with_importances: bool) -> None:
+    """Append the optimisation history and the parameter importances below summary.png's plot."""
+    import matplotlib.image
+    import optuna
+    import optuna.visualization.matplotlib as plots
+    from matplotlib.figure import Figure
+
+    target, name = first_objective(study), objectives(study)[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        images = [plots.plot_optimization_history(study, target=target, target_name=name)]
+        if with_importances:
+            images.append(plots.plot_param_importances(study, target=target, target_name=name))
+    images = [matplotlib.image.imread(png), *map(png_of, images)]
+    heights = [image.shape[0] for image in images]
+    width = max(image.shape[1] for image in images)
+    fig = Figure(figsize=(width / 80, sum(heights) / 80))
+    for ax, image in zip(fig.subplots(len(images), 1, height_ratios=heights), images, strict=True):
+        ax.imshow(image)
+        ax.set_axis_off()
+    fig.subplots_adjust(left=0, right=1, top=1, bottom=0, hspace=0)
+    fig.savefig(png, dpi=80)
+
+
+def search_summary(sweep_dir: Path) -> list[str]:
+    """The Optuna section of summary.md (and the plots added to summary.png); none for a sweep
+    that is not an Optuna search."""
+    study = study_of(sweep_dir)
+    if study is None:
+        return []
+    n = counts(study)
+    lines = [
+        "",
+        f"## Optuna study '{study.study_name}'",
+        "",
+        f"- Trials: {n['complete']} complete, {n['pruned']} pruned, {n['fail']} failed"
+        + (f", {n['rerun']} interrupted and run again" if n["rerun"] else "")
+        + (f", {n['unfinished']} running or waiting" if n["unfinished"] else "")
+        + ".",
+    ]
+    if not n["complete"]:
+        return lines
+    lines += best_lines(study)
+    found = importances(study)
+    if found:
+        lines += ["", "| parameter | importance |", "| --- | --- |"]
+        lines += [f"| {name} | {value:.3f} |" for name, value in found.items()]
+    add_plots(study, sweep_dir / "summary.png", with_importances=bool(found))
+    return lines

@@ -1,0 +1,183 @@
+"""The sweeper: asks the study for `n_jobs` trials at a time, hands them to the launcher as jobs,
+and tells the study how each ended, until it holds `n_trials` finished trials. Each job learns its
+trial through three environment variables (set by `hydra.job.env_set`, so they reach joblib's
+processes and SLURM's nodes alike), and reports to it through the storage (training/pruning.py)."""
+
+import functools
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from hydra.core.plugins import Plugins
+from hydra.plugins.sweeper import Sweeper
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig, OmegaConf
+
+from gptlab.errors import ConfigError
+from gptlab.run.resume import override_key
+
+log = logging.getLogger(__name__)
+PRUNERS = ("none", "median", "hyperband")
+# what a continued search takes from its first start (multirun.yaml), unless given again
+RESUMED = ("n_trials", "n_jobs", "direction", "objectives", "storage", "study_name", "pruner")
+RESUMED += ("pruners", "max_failure_rate")
+
+
+def quoted(text: str) -> str:
+    """A value as a quoted string of Hydra's override grammar."""
+    return "'" + str(text).replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def as_override(key: str, value: Any) -> str:
+    if isinstance(value, bool) or value is None:
+        return f"{key}={'null' if value is None else str(value).lower()}"
+    return f"{key}={quoted(value) if isinstance(value, str) else value}"
+
+
+def check(settings: dict[str, Any]) -> dict[str, Any]:
+    """Refuse settings that cannot make a search, before any job runs; add the derived ones."""
+    for key in ("n_trials", "n_jobs"):
+        if not isinstance(settings[key], int) or settings[key] < 1:
+            raise ConfigError(f"hydra.sweeper.{key}={settings[key]!r}: give a whole number >= 1.")
+    if settings["pruner"] not in PRUNERS:
+        raise ConfigError(
+            f"hydra.sweeper.pruner={settings['pruner']!r}: choose one of {', '.join(PRUNERS)}."
+        )
+    objectives = [str(o) for o in settings["objectives"]]
+    direction = settings["direction"]
+    directions = [str(d) for d in (direction if isinstance(direction, list) else [direction])]
+    if len(directions) != len(objectives) or not set(directions) <= {"minimize", "maximize"}:
+        raise ConfigError(
+            f"hydra.sweeper.direction={directions}: give minimize or maximize once per objective "
+            f"(hydra.sweeper.objectives={objectives}), e.g. direction=[minimize,minimize]."
+        )
+    pruner = settings["pruner"]
+    spec = {"name": pruner, **dict(settings["pruners"].get(pruner) or {})}
+    return {**settings, "objectives": objectives, "directions": directions, "pruner_spec": spec}
+
+
+class GptlabOptunaSweeper(Sweeper):
+    """Hydra's Sweeper API on Optuna; the config is `hydra/sweeper=gptlab_optuna` (config.py)."""
+
+    def __init__(self, **settings: Any) -> None:
+        self.settings = {
+            k: OmegaConf.to_container(v) if OmegaConf.is_config(v) else v
+            for k, v in settings.items()
+        }
+        self.config: DictConfig | None = None
+        self.launcher = None
+        self.job_idx = 0
+
+    def setup(
+        self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
+    ) -> None:
+        self.config = config
+        self.launcher = Plugins.instance().instantiate_launcher(
+            hydra_context=hydra_context, task_function=task_function, config=config
+        )
+
+    def resumed_settings(self, sweep_dir: Path) -> dict[str, Any]:
+        """The settings of the search `resume=` continues; a key given again on the command line
+        wins. Only plain values are read from the directory (it is input, like a run's)."""
+        saved = OmegaConf.to_container(OmegaConf.load(sweep_dir / "multirun.yaml"))
+        saved = saved.get("hydra", {}).get("sweeper", {})
+        given = [override_key(o) for o in self.config.hydra.overrides.hydra]
+        given = {k.split(".")[2] for k in given if k.startswith("hydra.sweeper.")}
+        kept = {k: saved[k] for k in RESUMED if k in saved and k not in given}
+        return {**self.settings, **kept}
+
+    def sampler(self, space: dict) -> Any:
+        """The configured sampler; a grid sampler gets the search space as its grid."""
+        from hydra_plugins.gptlab_optuna_sweeper._space import grid
+
+        sampler = self.settings["sampler"]
+        if not isinstance(sampler, functools.partial):
+            return sampler
+        if sampler.func.__name__ == "GridSampler":
+            return sampler(grid(space))
+        return sampler()
+
+    def prepare(self, arguments: list[str]) -> tuple[Any, dict, list[str], dict[str, Any]]:
+        """The study (created or continued), the search space, the fixed overrides, the settings."""
+        from hydra_plugins.gptlab_optuna_sweeper import _study as studies
+        from hydra_plugins.gptlab_optuna_sweeper._space import search_space
+
+        sweep_dir = Path(self.config.hydra.sweep.dir)
+        resume = self.config.get("resume")
+        settings = check(self.resumed_settings(sweep_dir) if resume else self.settings)
+        params = [f"{k}={v}" for k, v in (settings.get("params") or {}).items()]
+        space, fixed = search_space([*params, *arguments])
+        sampler = self.sampler(space)
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+        settings["url"] = studies.storage_url(settings["storage"], sweep_dir)
+        study = studies.open_study(settings, settings["url"], sampler)
+        if resume:
+            studies.rerun_killed(study)
+        return study, space, fixed, settings
+
+    def sweep(self, arguments: list[str]) -> None:
+        """Trials in batches of n_jobs until the study holds n_trials finished ones. Bad settings
+        end the search before any trial: one paragraph, exit code 2."""
+        from hydra_plugins.gptlab_optuna_sweeper import _study as studies
+
+        try:
+            study, space, fixed, settings = self.prepare(arguments)
+        except ConfigError as e:
+            print(f"gptlab-train: {e}", file=sys.stderr, flush=True)
+            sys.exit(2)
+        n_trials = settings["n_trials"]
+        log.info("Study %s in %s: %d trials to finish", study.study_name, settings["url"], n_trials)
+        while (left := n_trials - studies.done(study)) > 0:
+            trials = [study.ask(space) for _ in range(min(settings["n_jobs"], left))]
+            self.run_batch(study, trials, fixed, settings["url"], settings["max_failure_rate"])
+        self.report(study, Path(self.config.hydra.sweep.dir))
+
+    def job_overrides(self, trial: Any, fixed: list[str], url: str, study_name: str) -> list[str]:
+        """The trial's parameters, the fixed overrides, its job directory and how it finds its
+        trial: a continued trial runs in its first job's directory."""
+        job = trial.user_attrs.get("job", str(trial.number))
+        trial.set_user_attr("job", job)
+        env = {"STORAGE": url, "STUDY": study_name, "TRIAL": str(trial.number)}
+        return [
+            *(as_override(k, v) for k, v in trial.params.items()),
+            *fixed,
+            f"hydra.sweep.subdir={quoted(job)}",
+            *(f"++hydra.job.env_set.GPTLAB_OPTUNA_{k}={quoted(v)}" for k, v in env.items()),
+        ]
+
+    def run_batch(self, study, trials: list, fixed: list[str], url: str, max_failure_rate) -> None:
+        """Launch the trials' jobs together; tell the study each result; a job that raised (a stop)
+        ends the search once the study knows, if more raised than max_failure_rate allows."""
+        from hydra_plugins.gptlab_optuna_sweeper import _study as studies
+
+        batch = [self.job_overrides(t, fixed, url, study.study_name) for t in trials]
+        log.info("Launching trials %s", ", ".join(str(t.number) for t in trials))
+        returns = self.launcher.launch(batch, initial_job_idx=self.job_idx)
+        self.job_idx += len(returns)
+        sweep_dir = Path(self.config.hydra.sweep.dir)
+        for trial, ret in zip(trials, returns, strict=True):
+            frozen = studies.tell(study, trial, sweep_dir / trial.user_attrs["job"], ret)
+            log.info("Trial %d: %s %s", frozen.number, frozen.state.name, frozen.values or "")
+        raised = [r for r in returns if r.status.name != "COMPLETED"]
+        if raised and len(raised) / len(returns) > max_failure_rate:
+            raised[0].return_value  # noqa: B018 - raises the job's own exception
+
+    def report(self, study, sweep_dir: Path) -> None:
+        """The best trial (or the Pareto front) in the log and in optimization_results.yaml."""
+        from optuna.trial import TrialState
+
+        if not study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+            log.warning("No trial completed: no best trial.")
+            return
+        if len(study.directions) == 1:
+            best = study.best_trial
+            results = {"name": "optuna", "best_params": best.params, "best_value": best.value}
+            log.info("Best parameters: %s", best.params)
+            log.info("Best value: %s", best.value)
+        else:
+            front = [{"params": t.params, "values": t.values} for t in study.best_trials]
+            results = {"name": "optuna", "solutions": front}
+            log.info("Pareto front: %d trials", len(front))
+        OmegaConf.save(OmegaConf.create(results), sweep_dir / "optimization_results.yaml")
