@@ -1,15 +1,16 @@
 """A plain PyTorch training loop written the way the seed articles' reference script is written.
 
-This is gptlab's own re-implementation of that style, kept only as the baseline for
-scripts/benchmark.py: one `Head` module per attention head (its own key/query/value Linear),
-the heads looped in Python and concatenated, the sinusoidal table rebuilt inside every forward,
-the full cl100k_base vocabulary (max id + 1 rows), random `get_batch` windows, AdamW at a
-constant 1e-3, and `estimate_loss` (20 random batches of the train and of the val split, every
-`eval_interval` steps), as the reference script prints train/val loss every 20 steps.
+This is gptlab's own re-implementation of that style, kept only as the baseline of the
+benchmark (scripts/benchmark/): the text tokenized with tiktoken's cl100k_base, one `Head` module
+per attention head (its own key/query/value Linear), the heads looped in Python and concatenated,
+the sinusoidal table rebuilt inside every forward, the full cl100k_base vocabulary (max id + 1
+rows), random `get_batch` windows, AdamW at a constant 1e-3, and `estimate_loss` (20 random
+batches of the train and of the val split, every `eval_interval` steps), as the reference script
+prints train/val loss every 20 steps.
 
-scripts/benchmark.py runs it in a process of its own, as a user runs the reference script:
+The benchmark runs it in a process of its own, as a user runs the reference script:
 
-    python scripts/reference_loop.py TOKENS.pt --steps 400 --threads 2 --out result.json
+    python scripts/reference_loop.py sales_textbook.txt --steps 400 --threads 2 --out result.json
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import math
 import time
 from dataclasses import asdict, dataclass, field
 
+import tiktoken
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -143,6 +145,35 @@ class LoopResult:
     losses: list[tuple[int, float, float]] = field(default_factory=list)  # (step, train, val)
 
 
+def get_batch(data: torch.Tensor, s: ReferenceSettings, device: str):
+    """Random windows of the split, as the reference script's get_batch."""
+    idxs = torch.randint(low=0, high=len(data) - s.context_length, size=(s.batch_size,))
+    x = torch.stack([data[i : i + s.context_length] for i in idxs]).to(device)
+    y = torch.stack([data[i + 1 : i + s.context_length + 1] for i in idxs]).to(device)
+    return x, y
+
+
+@torch.no_grad()
+def estimate_loss(model, splits: dict, s: ReferenceSettings, device: str) -> dict:
+    """The mean loss of `eval_iters` random batches of each split, as the reference script's."""
+    out = {}
+    model.eval()
+    for split_name, data in splits.items():
+        losses = torch.zeros(s.eval_iters)
+        for k in range(s.eval_iters):
+            x_batch, y_batch = get_batch(data, s, device)
+            _, loss = model(x_batch, y_batch)
+            losses[k] = loss.item()
+        out[split_name] = losses.mean().item()
+    model.train()
+    return out
+
+
+def sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
 def run_reference_loop(
     tokens: torch.Tensor,
     steps: int,
@@ -155,53 +186,26 @@ def run_reference_loop(
     torch.manual_seed(s.seed)
     vocab_size = int(tokens.max()) + 1
     split = int(len(tokens) * 0.9)
-    train_data, val_data = tokens[:split], tokens[split:]
-
-    def get_batch(split_name: str):
-        data = train_data if split_name == "train" else val_data
-        idxs = torch.randint(low=0, high=len(data) - s.context_length, size=(s.batch_size,))
-        x = torch.stack([data[i : i + s.context_length] for i in idxs]).to(device)
-        y = torch.stack([data[i + 1 : i + s.context_length + 1] for i in idxs]).to(device)
-        return x, y
-
+    splits = {"train": tokens[:split], "valid": tokens[split:]}
     model = TransformerLanguageModel(s, vocab_size).to(device)
-
-    @torch.no_grad()
-    def estimate_loss():
-        out = {}
-        model.eval()
-        for split_name in ("train", "valid"):
-            losses = torch.zeros(s.eval_iters)
-            for k in range(s.eval_iters):
-                x_batch, y_batch = get_batch(split_name)
-                _, loss = model(x_batch, y_batch)
-                losses[k] = loss.item()
-            out[split_name] = losses.mean().item()
-        model.train()
-        return out
-
-    def sync():
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
-
     optimizer = torch.optim.AdamW(model.parameters(), lr=s.learning_rate)
     result = LoopResult(steps, 0.0, 0.0, 0.0, None)
     start = time.perf_counter()
     for step in range(steps):
         if evaluate and (step % s.eval_interval == 0 or step == steps - 1):
-            sync()
+            sync(device)
             t = time.perf_counter()
-            losses = estimate_loss()
+            losses = estimate_loss(model, splits, s, device)
             result.eval_seconds += time.perf_counter() - t
             result.losses.append((step, losses["train"], losses["valid"]))
             result.final_val_estimate = losses["valid"]
         t = time.perf_counter()
-        xb, yb = get_batch("train")
+        xb, yb = get_batch(splits["train"], s, device)
         _, loss = model(xb, yb)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
-        sync()
+        sync(device)
         result.train_seconds += time.perf_counter() - t
     result.wall_seconds = time.perf_counter() - start
     return result
@@ -211,7 +215,7 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(
         description="Train the reference-style model; write LoopResult as JSON."
     )
-    p.add_argument("tokens", help="a torch.save'd 1-D tensor of full cl100k_base ids")
+    p.add_argument("corpus", help="the text file to train on (sales_textbook.txt)")
     p.add_argument("--steps", type=int, required=True)
     p.add_argument("--eval-iters", type=int, default=ReferenceSettings.eval_iters)
     p.add_argument("--no-eval", action="store_true", help="leave estimate_loss out")
@@ -221,16 +225,20 @@ def main(argv=None) -> None:
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    tokens = torch.load(args.tokens, weights_only=True)
+    with open(args.corpus, encoding="utf-8") as f:
+        text = f.read()
+    tokens = torch.tensor(tiktoken.get_encoding("cl100k_base").encode(text), dtype=torch.long)
+    vocab_size = int(tokens.max()) + 1
+    settings = ReferenceSettings(eval_iters=args.eval_iters)
     result = run_reference_loop(
         tokens,
         args.steps,
-        ReferenceSettings(eval_iters=args.eval_iters),
+        settings,
         evaluate=not args.no_eval,
         device=args.device,
     )
     with open(args.out, "w") as f:
-        json.dump({**asdict(result), "vocab_size": int(tokens.max()) + 1}, f)
+        json.dump({**asdict(result), "settings": asdict(settings), "vocab_size": vocab_size}, f)
 
 
 if __name__ == "__main__":

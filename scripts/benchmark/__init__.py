@@ -1,0 +1,32 @@
+"""Side-by-side performance of gptlab on this machine, printed as a table and written as JSON.
+
+Run from the repository root:
+
+    python -m scripts.benchmark                 # the full run (about 25 min on 2 quiet CPU cores)
+    python -m scripts.benchmark --repeats 3     # ... each throughput side 3 times
+    python -m scripts.benchmark --quick         # every row, few steps: a smoke run (about 2 min)
+    python -m scripts.benchmark --device cuda   # on a GPU
+
+gptlab is measured as a user runs it: every measured side is a process of its own (real
+`gptlab-train` processes with overrides, the reference script's loop, a bare PyTorch loop), read
+through what it writes anyway (metrics.json, TensorBoard event files, its JSON) and its
+/proc/<pid>/status. Nothing in gptlab is imported by this process, nothing is patched.
+
+The rows (training steps/s always over training steps only; validation is timed apart):
+
+1. speed-up at the reference setting: scripts/reference_loop.py (the seed article's script) against
+   `gptlab-train experiment=reference`, the same steps;
+2. precision: experiment=reference and the default run again with bf16-mixed: steps/s and the
+   final val loss after the same steps, fp32 against bf16;
+3. Lightning's overhead: gptlab's GPT, AdamW and batches in a bare PyTorch loop
+   (bare_loop.py, the model a gptlab-train run trained) against that run's steps/s;
+4. start-up: spawn of `gptlab-train debug=fast` to its first train/loss TensorBoard record;
+5. the default run: its peak resident memory, and the time it takes to reach the final val loss
+   of experiment=reference against the reference run's wall time;
+6. a busy machine: the default run as shipped, quiet, then beside one CPU-bound process.
+
+Module by module: cli (options, the order of the stages, the JSON), stages (each row's runs),
+runs (a gptlab-train process and what it wrote), processes (a child, its peak memory, the
+competitor), reference (the reference loop's process), bare_loop (the overhead row's bare side,
+a script of its own), machine (the CPU and its bf16 flags), table (targets, verdicts, the table).
+"""
