@@ -22,7 +22,7 @@ def corpus_text(corpus_path: Path) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# a real two-node SLURM cluster on this host (tests/slurm_cluster.py), for tests/test_slurm.py
+# a real two-node SLURM cluster on this host (tests/slurm_cluster.py): tests/test_slurm.py
 
 
 def pytest_configure(config) -> None:
@@ -30,30 +30,3 @@ def pytest_configure(config) -> None:
         "markers",
         "slurm: runs jobs on a real two-node SLURM cluster on this host (root, slurm-wlm, munge)",
     )
-
-
-@pytest.fixture(scope="session")
-def slurm_cluster():
-    """Bring up the two-node SLURM cluster (nodes n1, n2; partition debug) for the session.
-
-    Yields the environment variables a SLURM client needs (SLURM_CONF); they are also set in
-    os.environ, so every process the tests start (and every job, through sbatch/srun's
-    --export=ALL) finds the cluster. Skips, with the reason, without root or without SLURM.
-    A cluster this fixture started is stopped at the end; one already up is left up."""
-    import slurm_cluster as cluster
-
-    reason = cluster.unavailable()
-    if reason:
-        pytest.skip(reason)
-    started = cluster.up()
-    env = cluster.client_env()
-    previous = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    yield env
-    for key, value in previous.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
-    if started:
-        cluster.down()

@@ -1,9 +1,12 @@
 """Scale-out for real: sweeps, multi-node DDP and requeue on a two-node SLURM cluster on this host.
 
 The cluster (tests/slurm_cluster.py: nodes n1 and n2, one CPU and 8000 MB each, partition
-`debug`) comes from the session fixture `slurm_cluster`; without root or without slurm-wlm and
-munge every test here is skipped with the reason. Accounting is off, so nothing here uses
-`sacct`: jobs are followed with `squeue` / `scontrol show job` and checked through their files.
+`debug`) comes from the session fixture `slurm_cluster`: a cluster of this session's own, in a
+private temporary directory, on free ports, with its own munged, always stopped at the end, so
+that other clusters on the host (another checkout's tests, a user's) do not matter. Without root
+or without slurm-wlm and munge every test here is skipped with the reason. Accounting is off, so
+nothing here uses `sacct`: jobs are followed with `squeue` / `scontrol show job` and checked
+through their files.
 Every gptlab-train is a debug=fast run (seconds).
 """
 
@@ -11,14 +14,17 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 from pathlib import Path
 
 import pytest
 from helpers import BIN, check, read_metrics, run_cli
+from slurm_cluster import Cluster, unavailable
 
 pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_cluster")]
 
@@ -43,8 +49,32 @@ TWO_NODE_DDP = (
 )
 
 
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    """Bring up a two-node SLURM cluster (nodes n1, n2; partition debug) for the session.
+
+    Its SLURM_CONF is set in os.environ, so every process the tests start (and every job,
+    through sbatch/srun's --export=ALL) finds it. Its directory (mkdtemp: short enough for the
+    unix sockets of munged and slurmd) is removed, its daemons stopped, whatever happens."""
+    reason = unavailable()
+    if reason:
+        pytest.skip(reason)
+    directory = Path(tempfile.mkdtemp(prefix="gptlab-slurm-"))
+    cluster = Cluster(directory)
+    try:
+        cluster.up(stop_at_exit=True)
+        with pytest.MonkeyPatch.context() as env:
+            for key, value in cluster.client_env().items():
+                env.setenv(key, value)
+            yield cluster
+    finally:
+        cluster.down()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 def slurm(*args: str, timeout: float = 30) -> str:
-    """Run a SLURM client command; jobs it submits get this environment with gptlab-train on PATH."""
+    """Run a SLURM client command; the jobs it submits get this environment, gptlab-train on
+    PATH."""
     env = {
         **os.environ,
         "PYTHONUNBUFFERED": "1",
@@ -313,7 +343,7 @@ def test_sbatch_requeue_continues_from_last_checkpoint(tmp_path):
     last = run_dir / "checkpoints" / "last.ckpt"
     wait_for(last.is_file, 120, f"{last} (job {job_id}: {job_fields(job_id).get('JobState')})")
     slurm("scontrol", "requeue", job_id)  # what a preemption with PreemptMode=REQUEUE does
-    # SIGTERM: gptlab saves last.ckpt and exits; the job waits cred_expire (10 s here) and starts again
+    # SIGTERM: gptlab saves last.ckpt and exits; the job waits cred_expire (10 s here), starts again
     final = wait_for(lambda: ended(job_id), 180, f"job {job_id} to end")
     output = Path(str(log).replace("%j", job_id)).read_text()
     assert final["JobState"] == "COMPLETED" and final["Restarts"] == "1", (final, output[-3000:])
