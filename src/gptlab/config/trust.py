@@ -75,9 +75,10 @@ def check_target(target: Any, where: str) -> None:
     check_class(target, where, TRUSTED_PACKAGES, BUILDABLE, TASK_KINDS)
 
 
-def check_targets(node: Any, where: str = "", rule=check_target) -> None:
+def check_targets(node: Any, where: str = "", rule=check_target, built: bool = False) -> None:
     """`rule` on every `_target_` in a plain (resolved) container: nested nodes and `_args_`
-    included. `_partial_` is refused: it would hand over a factory instead of an object."""
+    included. `_partial_` is refused: it would hand over a factory instead of an object. `built`:
+    inside a node that is built, where instantiate would resolve a `${` a second time."""
     if isinstance(node, dict):
         here = where or "<root>"
         if "_target_" in node:
@@ -89,10 +90,16 @@ def check_targets(node: Any, where: str = "", rule=check_target) -> None:
                 "_partial_ and give the arguments instead."
             )
         for key, value in node.items():
-            check_targets(value, f"{where}.{key}" if where else str(key), rule)
+            inner = f"{where}.{key}" if where else str(key)
+            check_targets(value, inner, rule, built or "_target_" in node)
     elif isinstance(node, list):
         for i, value in enumerate(node):
-            check_targets(value, f"{where}[{i}]", rule)
+            check_targets(value, f"{where}[{i}]", rule, built)
+    elif built and isinstance(node, str) and "${" in node:
+        raise ConfigError(
+            f"{where}={node!r}: after resolving, the value still holds `${{`, which Hydra would "
+            "resolve a second time when it builds the object, unchecked. Remove the `${`."
+        )
 
 
 def resolve(node: DictConfig | ListConfig, where: str) -> Any:
