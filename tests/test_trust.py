@@ -138,6 +138,15 @@ def test_hydra_callbacks_allow_gptlab_and_hydra_callbacks_only():
         assert needle in str(err.value)
 
 
+def test_a_sweeps_launcher_and_sweeper_are_resolved_and_checked():
+    check_hydra_node(compose_train("hparams_search=optuna"), multirun=True)  # Optuna's sampler
+    check_hydra_node(compose_train("hydra/launcher=slurm"), multirun=True)
+    decoded = "'${oc.decode:\"{_target_: builtins.open, file: x}\"}'"
+    planted = f"+hydra.launcher.additional_parameters.x={decoded}"
+    with pytest.raises(ConfigError, match=r"launcher\.additional_parameters\.x\._target_="):
+        check_hydra_node(compose_train("hydra/launcher=slurm", planted), multirun=True)
+
+
 # ------------------------------------------------------------------ the real console scripts
 def test_the_oc_decode_attack_runs_no_code(tmp_path):
     payload, marker = plant_pickle(tmp_path)
@@ -165,6 +174,20 @@ def test_a_hydra_callback_from_the_command_line_is_refused_before_hydra_builds_i
         assert "Traceback" not in result.stderr
         assert not marker.exists()  # builtins.open(marker, "w") never ran
         assert [p for p in tmp_path.rglob("*") if p.is_file()] == []  # nothing written
+
+
+def test_a_hydra_callback_from_a_config_dir_is_refused_too(tmp_path):
+    """--config-dir adds a folder of configs: what Hydra composes from it is what is checked."""
+    marker = tmp_path / "PWNED"
+    evil = {"x": {"_target_": "builtins.open", "file": str(marker), "mode": "w"}}
+    (tmp_path / "configs" / "experiment").mkdir(parents=True)
+    text = "# @package _global_\n" + OmegaConf.to_yaml({"hydra": {"callbacks": evil}})
+    (tmp_path / "configs" / "experiment" / "evil.yaml").write_text(text)
+    args = ["--config-dir", str(tmp_path / "configs"), "experiment=evil", "hydra.run.dir=run"]
+    result = run_cli(*args, cwd=tmp_path, timeout=120)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "hydra.callbacks.x._target_='builtins.open'" in result.stderr
+    assert not marker.exists() and not (tmp_path / "run").exists()
 
 
 def test_partial_on_a_callback_is_a_clear_error(tmp_path):
