@@ -261,6 +261,7 @@ def test_srun_two_node_ddp(tmp_path):
         "PYTHONUNBUFFERED": "1",
         "OMP_NUM_THREADS": "1",
         "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        "MASTER_PORT": str(free_port()),  # not Lightning's from the job id (see free_port)
     }
     result = subprocess.run(
         [
@@ -285,6 +286,8 @@ def test_srun_two_node_ddp(tmp_path):
 
 
 def free_port() -> int:
+    """A port for DDP's rendezvous. Under SLURM, Lightning derives it from the job id, which is
+    the same in another cluster on this host (both count from 1): give it MASTER_PORT instead."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -369,6 +372,7 @@ def test_submitit_sweep_of_two_node_ddp_jobs(tmp_path):
                 f"hydra.sweep.dir={sweep}",
                 cwd=tmp_path,
                 timeout=240,
+                env={"MASTER_PORT": str(free_port())},  # sbatch passes it on to the job
             )
         )
     assert re.search(r"Sweep done: 1 jobs?, 1 ok, 0 failed\.", result.stdout), result.stdout
