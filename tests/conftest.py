@@ -1,6 +1,8 @@
 """Shared test fixtures. The corpus lives in GPTLAB_DATA_DIR (a read-only shared mount)."""
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -22,7 +24,7 @@ def corpus_text(corpus_path: Path) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# a real two-node SLURM cluster on this host (tests/slurm_cluster.py): tests/test_slurm.py
+# a real two-node SLURM cluster on this host (tests/slurm_cluster.py), for tests/test_slurm.py
 
 
 def pytest_configure(config) -> None:
@@ -30,3 +32,30 @@ def pytest_configure(config) -> None:
         "markers",
         "slurm: runs jobs on a real two-node SLURM cluster on this host (root, slurm-wlm, munge)",
     )
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    """A two-node SLURM cluster (nodes n1, n2; partition debug) of this session's own.
+
+    Its SLURM_CONF is set in os.environ, so every process the tests start (and every job,
+    through sbatch/srun's --export=ALL) finds it. It lives in a private directory (mkdtemp: short
+    enough for the unix sockets of munged and slurmd), on free ports, with its own munged; it is
+    stopped and its directory removed whatever happens. Skips, with the reason, without root or
+    without SLURM."""
+    from slurm_cluster import Cluster, unavailable
+
+    reason = unavailable()
+    if reason:
+        pytest.skip(reason)
+    directory = Path(tempfile.mkdtemp(prefix="gptlab-slurm-"))
+    cluster = Cluster(directory)
+    try:
+        cluster.up(stop_at_exit=True)
+        with pytest.MonkeyPatch.context() as env:
+            for key, value in cluster.client_env().items():
+                env.setenv(key, value)
+            yield cluster
+    finally:
+        cluster.down()
+        shutil.rmtree(directory, ignore_errors=True)

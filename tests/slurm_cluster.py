@@ -1,21 +1,19 @@
 """A real two-node SLURM cluster on this host, for the tests and for trying SLURM by hand.
 
 Two slurmd daemons (nodes `n1` and `n2`, one CPU and 8000 MB each, both on 127.0.0.1) in one
-partition `debug`, a slurmctld, and a munged of its own for authentication. Everything a cluster
-writes (config, munge key and socket, state, spool, logs, pid files) lives in its directory, and
-its ports are free ones chosen when it starts, so several clusters run side by side on one host
-(the tests of two checkouts at once, beside a user's). Clients find a cluster through $SLURM_CONF
-(`Cluster.client_env()`). Accounting is off, so `sacct` does not work: check jobs with
-`squeue`/`scontrol show job` and their files instead.
+partition `debug`, a slurmctld, and a munged of its own. Everything a cluster writes (config,
+munge key and socket, state, spool, logs, pid files) lives in its directory, and its ports are
+free ones chosen at start, so several clusters run side by side on one host (two checkouts'
+tests, a user's). Clients find a cluster through $SLURM_CONF (`Cluster.client_env()`).
+Accounting is off: check jobs with `squeue`/`scontrol show job` and their files, not `sacct`.
 
-The tests' cluster lives in a private temporary directory and is always stopped (the fixture's
-finalizer, atexit, and any failure while it starts). By hand, as root:
+The tests' cluster (tests/conftest.py) lives in a private temporary directory and is always
+stopped. By hand, as root (in /tmp/gptlab-slurm, or $GPTLAB_SLURM_DIR; `up` is idempotent):
 
-    python tests/slurm_cluster.py up|down|status    # in /tmp/gptlab-slurm, or $GPTLAB_SLURM_DIR
+    python tests/slurm_cluster.py up|down|status
 
-`up` is idempotent (a cluster already up in that directory is left alone) and takes a few
-seconds. It needs root (the daemons run as root) and the Debian packages `slurm-wlm` and
-`munge`; `unavailable()` says why a cluster cannot run here, or None.
+It needs root (the daemons run as root) and the Debian packages `slurm-wlm` and `munge`;
+`unavailable()` says why a cluster cannot run here, or None.
 """
 
 from __future__ import annotations
@@ -87,6 +85,11 @@ def stop_process(pid_file: Path, timeout: float = 10) -> None:
         os.kill(pid, signal.SIGKILL)
 
 
+def start_daemon(*cmd: str) -> None:
+    """Run a daemon's command; it forks into the background and returns."""
+    subprocess.run(cmd, check=True, capture_output=True, timeout=20)
+
+
 def wait(predicate, timeout: float, message: str) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -124,7 +127,7 @@ class Cluster:
             for name, port in zip(NODES, node_ports, strict=True)
         )
         return f"""\
-# Written by gptlab's tests/slurm_cluster.py: two nodes on one host, ports chosen free at start.
+# Written by gptlab's tests/slurm_cluster.py: two nodes on one host, ports free at start.
 ClusterName=gptlab
 SlurmctldHost={host}(127.0.0.1)
 SlurmctldPort={ctld_port}
@@ -190,19 +193,14 @@ PartitionName={PARTITION} Nodes={",".join(NODES)} Default=YES MaxTime=INFINITE S
             key.touch(mode=0o600)
             key.write_bytes(os.urandom(1024))
         # --force: the tests' folders are private (0700), which munged only warns about then
-        subprocess.run(
-            [
-                "munged",
-                "--force",
-                f"--socket={self.munge_socket}",
-                f"--key-file={key}",
-                f"--pid-file={folder / 'munged.pid'}",
-                f"--log-file={folder / 'munged.log'}",
-                f"--seed-file={folder / 'munged.seed'}",
-            ],
-            check=True,
-            capture_output=True,
-            timeout=10,
+        start_daemon(
+            "munged",
+            "--force",
+            f"--socket={self.munge_socket}",
+            f"--key-file={key}",
+            f"--pid-file={folder / 'munged.pid'}",
+            f"--log-file={folder / 'munged.log'}",
+            f"--seed-file={folder / 'munged.seed'}",
         )
         wait(self.munge_works, 10, f"munged did not answer; see {folder / 'munged.log'}")
 
@@ -243,16 +241,15 @@ PartitionName={PARTITION} Nodes={",".join(NODES)} Default=YES MaxTime=INFINITE S
             return False
         if stop_at_exit:
             atexit.register(self.down)
-        for attempt in range(1, START_ATTEMPTS + 1):
+        for _ in range(START_ATTEMPTS):
             self.down()  # whatever half of it runs
             try:
                 self.start(timeout)
                 return True
             except (RuntimeError, subprocess.SubprocessError) as e:
-                if attempt == START_ATTEMPTS:
-                    self.down()
-                    raise RuntimeError(f"{e}; logs in {self.dir / 'log'}") from e
-        return True
+                error = e
+        self.down()
+        raise RuntimeError(f"{error}; logs in {self.dir / 'log'}") from error
 
     def start(self, timeout: float) -> None:
         ctld_port, *node_ports = free_ports(1 + len(NODES))
@@ -262,14 +259,10 @@ PartitionName={PARTITION} Nodes={",".join(NODES)} Default=YES MaxTime=INFINITE S
         self.start_munge()
         # -c: start with no saved jobs; -i: ignore state files that do not match
         conf = str(self.conf)
-        subprocess.run(
-            ["slurmctld", "-c", "-i", "-f", conf], check=True, capture_output=True, timeout=20
-        )
+        start_daemon("slurmctld", "-c", "-i", "-f", conf)
         wait(lambda: "is UP" in self.run("scontrol", "ping", timeout=5).stdout, 20, "no slurmctld")
         for name in NODES:
-            subprocess.run(
-                ["slurmd", "-f", conf, "-N", name], check=True, capture_output=True, timeout=20
-            )
+            start_daemon("slurmd", "-f", conf, "-N", name)
         try:
             wait(self.is_up, timeout, f"nodes {', '.join(NODES)} did not come up")
         except RuntimeError:

@@ -14,17 +14,14 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import socket
 import subprocess
-import tempfile
 import threading
 import time
 from pathlib import Path
 
 import pytest
 from helpers import BIN, check, read_metrics, run_cli
-from slurm_cluster import Cluster, unavailable
 
 pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_cluster")]
 
@@ -47,29 +44,6 @@ TWO_NODE_DDP = (
     "trainer.num_nodes=2",
     "debug=fast",
 )
-
-
-@pytest.fixture(scope="session")
-def slurm_cluster():
-    """Bring up a two-node SLURM cluster (nodes n1, n2; partition debug) for the session.
-
-    Its SLURM_CONF is set in os.environ, so every process the tests start (and every job,
-    through sbatch/srun's --export=ALL) finds it. Its directory (mkdtemp: short enough for the
-    unix sockets of munged and slurmd) is removed, its daemons stopped, whatever happens."""
-    reason = unavailable()
-    if reason:
-        pytest.skip(reason)
-    directory = Path(tempfile.mkdtemp(prefix="gptlab-slurm-"))
-    cluster = Cluster(directory)
-    try:
-        cluster.up(stop_at_exit=True)
-        with pytest.MonkeyPatch.context() as env:
-            for key, value in cluster.client_env().items():
-                env.setenv(key, value)
-            yield cluster
-    finally:
-        cluster.down()
-        shutil.rmtree(directory, ignore_errors=True)
 
 
 def slurm(*args: str, timeout: float = 30) -> str:

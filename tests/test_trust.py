@@ -1,9 +1,5 @@
-"""What a config may build, and the inputs that could make gptlab run or fetch what it should not.
-
-The check runs on the config as `instantiate` sees it (resolved), covers what Hydra builds itself
-(hydra.callbacks, before any task), and every attack here plants a marker its payload would
-create: each test asserts the marker is absent, not only the exit code.
-"""
+"""What a config may build, and inputs that could make gptlab run or fetch what it should not.
+Each attack plants a marker its payload would create, and each test asserts it is absent."""
 
 from __future__ import annotations
 

@@ -53,7 +53,7 @@ def compose_as_hydra(tool: str, args: argparse.Namespace):
     overrides = list(args.overrides)
     if args.config_dir:
         overrides.append(f"hydra.searchpath=[file://{Path(args.config_dir).resolve()}]")
-    name = args.config_name or tool.removeprefix("gptlab-")
+    name = args.config_name or tool.removeprefix("gptlab-")  # gptlab-eval: conf/eval.yaml
     with initialize_config_module("gptlab.conf", version_base="1.3"):
         loader = GlobalHydra.instance().config_loader()
         modes = [RunMode.MULTIRUN] if args.multirun else [RunMode.RUN, RunMode.MULTIRUN]
