@@ -1,6 +1,8 @@
 """Shared test fixtures. The corpus lives in GPTLAB_DATA_DIR (a read-only shared mount)."""
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -34,26 +36,26 @@ def pytest_configure(config) -> None:
 
 @pytest.fixture(scope="session")
 def slurm_cluster():
-    """Bring up the two-node SLURM cluster (nodes n1, n2; partition debug) for the session.
+    """A two-node SLURM cluster (nodes n1, n2; partition debug) of this session's own.
 
-    Yields the environment variables a SLURM client needs (SLURM_CONF); they are also set in
-    os.environ, so every process the tests start (and every job, through sbatch/srun's
-    --export=ALL) finds the cluster. Skips, with the reason, without root or without SLURM.
-    A cluster this fixture started is stopped at the end; one already up is left up."""
-    import slurm_cluster as cluster
+    Its SLURM_CONF is set in os.environ, so every process the tests start (and every job,
+    through sbatch/srun's --export=ALL) finds it. It lives in a private directory (mkdtemp: short
+    enough for the unix sockets of munged and slurmd), on free ports, with its own munged; it is
+    stopped and its directory removed whatever happens. Skips, with the reason, without root or
+    without SLURM."""
+    from slurm_cluster import Cluster, unavailable
 
-    reason = cluster.unavailable()
+    reason = unavailable()
     if reason:
         pytest.skip(reason)
-    started = cluster.up()
-    env = cluster.client_env()
-    previous = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    yield env
-    for key, value in previous.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
-    if started:
+    directory = Path(tempfile.mkdtemp(prefix="gptlab-slurm-"))
+    cluster = Cluster(directory)
+    try:
+        cluster.up(stop_at_exit=True)
+        with pytest.MonkeyPatch.context() as env:
+            for key, value in cluster.client_env().items():
+                env.setenv(key, value)
+            yield cluster
+    finally:
         cluster.down()
+        shutil.rmtree(directory, ignore_errors=True)

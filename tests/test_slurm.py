@@ -1,9 +1,12 @@
 """Scale-out for real: sweeps, multi-node DDP and requeue on a two-node SLURM cluster on this host.
 
 The cluster (tests/slurm_cluster.py: nodes n1 and n2, one CPU and 8000 MB each, partition
-`debug`) comes from the session fixture `slurm_cluster`; without root or without slurm-wlm and
-munge every test here is skipped with the reason. Accounting is off, so nothing here uses
-`sacct`: jobs are followed with `squeue` / `scontrol show job` and checked through their files.
+`debug`) comes from the session fixture `slurm_cluster`: a cluster of this session's own, in a
+private temporary directory, on free ports, with its own munged, always stopped at the end, so
+that other clusters on the host (another checkout's tests, a user's) do not matter. Without root
+or without slurm-wlm and munge every test here is skipped with the reason. Accounting is off, so
+nothing here uses `sacct`: jobs are followed with `squeue` / `scontrol show job` and checked
+through their files.
 Every gptlab-train is a debug=fast run (seconds).
 """
 
@@ -44,7 +47,8 @@ TWO_NODE_DDP = (
 
 
 def slurm(*args: str, timeout: float = 30) -> str:
-    """Run a SLURM client command; jobs it submits get this environment with gptlab-train on PATH."""
+    """Run a SLURM client command; the jobs it submits get this environment, gptlab-train on
+    PATH."""
     env = {
         **os.environ,
         "PYTHONUNBUFFERED": "1",
@@ -231,6 +235,7 @@ def test_srun_two_node_ddp(tmp_path):
         "PYTHONUNBUFFERED": "1",
         "OMP_NUM_THREADS": "1",
         "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        "MASTER_PORT": str(free_port()),  # not Lightning's from the job id (see free_port)
     }
     result = subprocess.run(
         [
@@ -255,6 +260,8 @@ def test_srun_two_node_ddp(tmp_path):
 
 
 def free_port() -> int:
+    """A port for DDP's rendezvous. Under SLURM, Lightning derives it from the job id, which is
+    the same in another cluster on this host (both count from 1): give it MASTER_PORT instead."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -313,7 +320,7 @@ def test_sbatch_requeue_continues_from_last_checkpoint(tmp_path):
     last = run_dir / "checkpoints" / "last.ckpt"
     wait_for(last.is_file, 120, f"{last} (job {job_id}: {job_fields(job_id).get('JobState')})")
     slurm("scontrol", "requeue", job_id)  # what a preemption with PreemptMode=REQUEUE does
-    # SIGTERM: gptlab saves last.ckpt and exits; the job waits cred_expire (10 s here) and starts again
+    # SIGTERM: gptlab saves last.ckpt and exits; the job waits cred_expire (10 s here), starts again
     final = wait_for(lambda: ended(job_id), 180, f"job {job_id} to end")
     output = Path(str(log).replace("%j", job_id)).read_text()
     assert final["JobState"] == "COMPLETED" and final["Restarts"] == "1", (final, output[-3000:])
@@ -339,6 +346,7 @@ def test_submitit_sweep_of_two_node_ddp_jobs(tmp_path):
                 f"hydra.sweep.dir={sweep}",
                 cwd=tmp_path,
                 timeout=240,
+                env={"MASTER_PORT": str(free_port())},  # sbatch passes it on to the job
             )
         )
     assert re.search(r"Sweep done: 1 jobs?, 1 ok, 0 failed\.", result.stdout), result.stdout

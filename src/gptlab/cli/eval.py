@@ -17,6 +17,37 @@ log = logging.getLogger("gptlab.eval")
 register_configs()  # the unique_dir resolver of the output directory
 
 
+def read_results(path: Path) -> dict:
+    """The results gptlab-eval saved in `path` before ({} if none). A file that is not such a
+    record is refused, not overwritten: it may hold results of its own."""
+    if not path.is_file():
+        return {}
+    try:
+        saved = json.loads(path.read_text())
+    except ValueError as e:
+        saved = e
+    if not isinstance(saved, dict):
+        raise ConfigError(
+            f"'{path}' is not gptlab-eval's JSON record of results ({saved}), so the new result "
+            "cannot be added to it. Move it away (or delete it) and run gptlab-eval again."
+        )
+    return saved
+
+
+def save_and_print(lines: list[str], places: list[Path], label: str, result: dict) -> None:
+    """Add `result` to eval.json in the first of `places` that takes it (beside the run; this
+    tool's own output dir when the run's is read-only), then print `lines` and where it went."""
+    for out in places:
+        try:
+            saved = read_results(out / "eval.json")
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "eval.json").write_text(json.dumps({**saved, label: result}, indent=2) + "\n")
+            break
+        except OSError as e:
+            lines.append(f"Could not write {out / 'eval.json'} ({e.strerror}).")
+    print("\n".join([*lines, f"Written: {out / 'eval.json'}"]), flush=True)
+
+
 def evaluate(cfg: DictConfig) -> dict:
     """Validate the checkpoint as its run did; print and write the result; return it."""
     device = resolve_device(cfg.device)
@@ -48,6 +79,8 @@ def evaluate(cfg: DictConfig) -> dict:
             f"ckpt_path: '{checkpoint}' lies in no run directory, so there is no run data to "
             "evaluate on. Give a text: data.path=/some/file.txt (or data.url=https://...)."
         )
+    places = ([run_dir] if run_dir is not None else []) + [Path(cfg.output_dir)]
+    read_results(places[0] / "eval.json")  # a corrupt one is refused before the long part
     module = load_module(checkpoint)
     most = module.config.context_length  # windows of the model's length unless the run or cfg says
     settings = {"context_length": most, **data, **other, "tokenizer": module.tokenizer_state}
@@ -96,17 +129,7 @@ def evaluate(cfg: DictConfig) -> dict:
     if key in metrics and (key == "best_val_loss" or result["step"] == metrics.get("steps")):
         lines.append(f"The run logged {key} = {metrics[key]:.6f} for these weights.")
     label = f"{checkpoint.name} on {result['corpus']} (val_fraction {datamodule.val_fraction})"
-    for out in ([run_dir] if run_dir is not None else []) + [Path(cfg.output_dir)]:
-        try:  # beside the run; in this tool's own output dir when the run's is read-only
-            saved = (
-                json.loads((out / "eval.json").read_text()) if (out / "eval.json").is_file() else {}
-            )
-            out.mkdir(parents=True, exist_ok=True)
-            (out / "eval.json").write_text(json.dumps({**saved, label: result}, indent=2) + "\n")
-            break
-        except OSError as e:
-            lines.append(f"Could not write {out / 'eval.json'} ({e.strerror}).")
-    print("\n".join([*lines, f"Written: {out / 'eval.json'}"]), flush=True)
+    save_and_print(lines, places, label, result)
     return result
 
 

@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from gptlab.cli.app import run_hydra_app, run_task
 from gptlab.config.schemas import register_configs
-from gptlab.config.trust import build, check_targets
+from gptlab.config.trust import build, checked
 from gptlab.errors import ConfigError
 from gptlab.run.checkpoints import load_checkpoint
 from gptlab.run.report import RunReport, print_first_screen
@@ -55,7 +55,7 @@ def route_lightning_logs() -> None:
 
 
 def build_loggers(cfg: DictConfig, resume_step: int | None) -> list:
-    """The logger group's loggers; a resumed TensorBoard log drops the steps after its checkpoint."""
+    """The logger group's loggers; a resumed TensorBoard log drops steps after the checkpoint."""
     loggers = []
     for name, node in cfg.logger.items():
         if "_target_" in node:  # an experiment may tune a logger that logger=none removed
@@ -69,7 +69,7 @@ def build_loggers(cfg: DictConfig, resume_step: int | None) -> list:
 def train(cfg: DictConfig) -> float:
     """Train one model as `cfg` says; return its best validation loss."""
     route_lightning_logs()
-    check_targets(cfg)
+    cfg = checked(cfg)  # resolved once and checked: what is built below
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
     # everything a config can get wrong is built first: cheap, and it must not wait for a download

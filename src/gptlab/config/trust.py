@@ -1,17 +1,23 @@
 """What a config may build. A `_target_` is code that runs, so only the kinds of class gptlab needs
-are built (`check_target`), and `build` turns a class's refusal into a ConfigError."""
+are built. The check runs on the config as `instantiate` will see it (every interpolation resolved
+once: `oc.decode` can build a `_target_` that no override spells), and `build` builds from that
+same checked copy. Hydra builds `hydra.callbacks` (and a sweep's launcher and sweeper) itself,
+before a task runs: `check_hydra_node` checks them first (see cli/app.py)."""
 
+import re
 from typing import Any
 
 import lightning as L
 from hydra.errors import InstantiationException
-from hydra.utils import get_class, instantiate
+from hydra.experimental.callback import Callback as HydraCallback
+from hydra.utils import get_object, instantiate
 from lightning.pytorch.accelerators import Accelerator
 from lightning.pytorch.loggers import Logger
 from lightning.pytorch.plugins import CheckpointIO, ClusterEnvironment, Precision
 from lightning.pytorch.profilers import Profiler
 from lightning.pytorch.strategies import Strategy
-from omegaconf import DictConfig, ListConfig
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from gptlab.data.datamodule import GPTDataModule
 from gptlab.errors import ConfigError
@@ -34,42 +40,138 @@ BUILDABLE = (
     GPTConfig,
     OptimConfig,
 )
+TASK_KINDS = (
+    "the Trainer, Lightning callbacks, loggers, profilers, strategies, accelerators and plugins, "
+    "and gptlab's own classes"
+)
+# hydra.callbacks: Hydra's callback kind, from gptlab (SweepSummary) or Hydra itself.
+HYDRA_CALLBACK_PACKAGES = ("gptlab", "hydra")
+# Inside a sweep's launcher or sweeper: only Optuna's samplers (hparams_search=optuna).
+PLUGIN_PART_PACKAGES = ("optuna",)
+INTERPOLATION = re.compile(r"(\\*)\$\{")
 
 
-def check_target(target: str, where: str) -> None:
-    """Refuse a `_target_` that is not a class of a kind gptlab builds, defined in a trusted package
-    (a function such as torch.load is refused). The name is checked before anything is imported."""
+def check_class(target: Any, where: str, packages: tuple, kinds: tuple, what: str) -> None:
+    """Refuse a `_target_` that is not a class of `kinds` defined in `packages` (a function such as
+    torch.load is refused). The package is checked by name before anything is imported."""
     refusal = (
-        f"{where}._target_={target!r}: gptlab only builds the Trainer, Lightning callbacks, loggers, "
-        "profilers, strategies, accelerators and plugins, and gptlab's own classes, from the packages "
-        f"{', '.join(TRUSTED_PACKAGES)}. Use one of those"
+        f"{where}._target_={target!r}: gptlab only builds {what} here, from the packages "
+        f"{', '.join(packages)}. Use one of those"
     )
-    if str(target).split(".")[0] not in TRUSTED_PACKAGES:
+    if not isinstance(target, str) or target.split(".")[0] not in packages:
         raise ConfigError(f"{refusal}.")
     try:
-        cls = get_class(str(target))
+        cls = get_object(target)
     except (ImportError, AttributeError, ValueError) as e:
         raise ConfigError(f"{refusal} ({e}).") from None
-    if cls.__module__.split(".")[0] not in TRUSTED_PACKAGES or not issubclass(cls, BUILDABLE):
+    if not isinstance(cls, type):
+        raise ConfigError(f"{refusal}; {target} is a {type(cls).__name__}, not a class.")
+    if cls.__module__.split(".")[0] not in packages or not issubclass(cls, kinds):
         raise ConfigError(f"{refusal}; {target} is a {cls.__module__} class of another kind.")
 
 
-def check_targets(node: Any, where: str = "") -> None:
-    """check_target on every `_target_` in `node`, before anything is built."""
-    if isinstance(node, DictConfig):
-        target = node.get("_target_")
-        if target is not None:
-            check_target(target, where or "<root>")
-        for key, value in node.items_ex(resolve=False):
-            check_targets(value, f"{where}.{key}" if where else str(key))
-    elif isinstance(node, ListConfig):
+def check_target(target: Any, where: str) -> None:
+    """The rule for what a task builds: TRUSTED_PACKAGES, BUILDABLE kinds."""
+    check_class(target, where, TRUSTED_PACKAGES, BUILDABLE, TASK_KINDS)
+
+
+def check_targets(node: Any, where: str = "", rule=check_target, built: bool = False) -> None:
+    """`rule` on every `_target_` in a plain (resolved) container: nested nodes and `_args_`
+    included. `_partial_` is refused: it would hand over a factory instead of an object. `built`:
+    inside a node that is built, where instantiate would resolve a `${` a second time."""
+    if isinstance(node, dict):
+        here = where or "<root>"
+        if "_target_" in node:
+            rule(node["_target_"], here)
+        if node.get("_partial_"):
+            raise ConfigError(
+                f"{here}._partial_: _partial_ is not supported here: gptlab builds each "
+                f"{node.get('_target_')} itself and needs the object, not a factory. Remove "
+                "_partial_ and give the arguments instead."
+            )
+        for key, value in node.items():
+            inner = f"{where}.{key}" if where else str(key)
+            check_targets(value, inner, rule, built or "_target_" in node)
+    elif isinstance(node, list):
         for i, value in enumerate(node):
-            check_targets(value, f"{where}[{i}]")
+            check_targets(value, f"{where}[{i}]", rule, built)
+    elif built and isinstance(node, str) and "${" in node:
+        raise ConfigError(
+            f"{where}={node!r}: after resolving, the value still holds `${{`, which Hydra would "
+            "resolve a second time when it builds the object, unchecked. Remove the `${`."
+        )
+
+
+def resolve(node: DictConfig | ListConfig, where: str) -> Any:
+    """`node` as a plain container with every interpolation resolved, or a ConfigError."""
+    try:
+        return OmegaConf.to_container(node, resolve=True)
+    except OmegaConfBaseException as e:
+        key = f"{where}.{e.full_key}" if getattr(e, "full_key", None) else where
+        reason = " ".join(str(e).split("\n")[0].split())
+        raise ConfigError(
+            f"{key}: cannot be resolved ({reason}). Fix or remove the override that sets it."
+        ) from None
+
+
+def escape(node: Any) -> Any:
+    """A resolved string may hold `${`: escape it, so that nothing resolves it a second time."""
+    if isinstance(node, dict):
+        return {key: escape(value) for key, value in node.items()}
+    if isinstance(node, list):
+        return [escape(value) for value in node]
+    if isinstance(node, str):
+        return INTERPOLATION.sub(lambda m: m.group(1) * 2 + "\\${", node)
+    return node
+
+
+def checked(cfg: DictConfig) -> DictConfig:
+    """The task config resolved once, every `_target_` checked: build from this, not from `cfg`,
+    so that what was checked is what is built."""
+    plain = resolve(cfg, "config")
+    check_targets(plain)
+    resolved = OmegaConf.create(escape(plain))
+    OmegaConf.set_struct(resolved, True)
+    return resolved
+
+
+def check_hydra_callback(plain: Any, where: str) -> None:
+    """A Hydra callback is built by Hydra from the config as it is: literal values only (nothing
+    may resolve into a target), a Hydra callback class, nested targets by the task's rule."""
+    text = str(plain) if isinstance(plain, dict | list) else repr(plain)
+    if "${" in text or not isinstance(plain, dict):
+        raise ConfigError(
+            f"{where}: Hydra builds its callbacks from their literal settings, and this one is "
+            f"{text}. Give it as `{where}._target_=<class>` with plain values (no interpolation)."
+        )
+    what = "Hydra callbacks"
+    check_class(plain.get("_target_"), where, HYDRA_CALLBACK_PACKAGES, (HydraCallback,), what)
+    check_targets({k: v for k, v in plain.items() if k != "_target_"}, where)
+
+
+def check_plugin_part(target: Any, where: str) -> None:
+    check_class(target, where, PLUGIN_PART_PACKAGES, (object,), "Optuna's classes (its samplers)")
+
+
+def check_hydra_node(cfg: DictConfig, multirun: bool) -> None:
+    """What Hydra itself builds before any task runs: hydra.callbacks, and in a multirun the nested
+    `_target_`s of the launcher and sweeper (resolved first; their own `_target_` is a Hydra
+    plugin, which Hydra checks itself)."""
+    callbacks = OmegaConf.to_container(cfg.hydra, resolve=False).get("callbacks") or {}
+    if not isinstance(callbacks, dict):
+        check_hydra_callback(callbacks, "hydra.callbacks")
+    for name, plain in callbacks.items():
+        check_hydra_callback(plain, f"hydra.callbacks.{name}")
+    for part in ("launcher", "sweeper") if multirun else ():
+        plain = resolve(cfg.hydra[part], f"hydra.{part}") if part in cfg.hydra else {}
+        nested = {k: v for k, v in plain.items() if k != "_target_"}
+        check_targets(nested, f"hydra.{part}", check_plugin_part)
 
 
 def build(node: DictConfig, where: str, **kwargs) -> Any:
-    """Instantiate a node whose targets passed check_targets. Any error while building is bad input
-    (e.g. trainer.precision=17): a ConfigError from the class as it is, else one naming the group."""
+    """Instantiate a node of the config `checked` returned. Any error while building is bad input
+    (e.g. trainer.precision=17): a ConfigError from the class as it is, else one naming the
+    group."""
     try:
         return instantiate(node, _convert_="all", **kwargs)
     except InstantiationException as e:

@@ -9,16 +9,18 @@ import hashlib
 import logging
 import os
 from pathlib import Path
-from urllib.parse import unquote, urljoin, urlparse
+from urllib.parse import unquote, urljoin
 
 import requests
 from tqdm.auto import tqdm
+from urllib3.util import parse_url
 
 from gptlab.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
+LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "[::1]"}  # as urllib3 writes hosts
+MAX_REDIRECTS = 10
 CHUNK = 1 << 16
 
 
@@ -54,7 +56,8 @@ def resolve_corpus(
     if not url:
         raise ConfigError("data.url and data.path are both empty: set one of them.")
 
-    target = Path(data_dir).expanduser() / (Path(unquote(urlparse(url).path)).name or "corpus.txt")
+    name = Path(unquote(parse_url(prepared_url(url)).path or "")).name
+    target = Path(data_dir).expanduser() / (name or "corpus.txt")
     remove_stale_parts(target)
     if target.is_file():
         if sha256 is None or sha256_of(target) == sha256:
@@ -65,23 +68,50 @@ def resolve_corpus(
     return target
 
 
-def check_url(url: str, redirected_from: str | None = None) -> None:
-    """Only HTTPS, or plain HTTP to this machine itself (local mirrors and tests)."""
-    parsed = urlparse(url)
-    if parsed.scheme == "https" or (parsed.scheme == "http" and parsed.hostname in LOOPBACK_HOSTS):
-        return
+def prepared_url(url: str) -> str:
+    """`url` as requests sends it: prepared with urllib3's parser. The check looks at this very
+    string and the download fetches it, so the two cannot read the URL differently."""
+    request = requests.models.PreparedRequest()
+    try:
+        request.prepare_url(url, None)
+    except requests.RequestException as e:
+        raise ConfigError(
+            f"data.url: '{url}' is not a valid URL ({e}). Fix it, or set data.path to a local file."
+        ) from None
+    return request.url
+
+
+def check_url(url: str, redirected_from: str | None = None) -> str:
+    """Only HTTPS, or plain HTTP to this machine itself (local mirrors and tests). Returns the
+    prepared URL: what to fetch."""
+    prepared = prepared_url(url)
+    parsed = parse_url(prepared)
+    if parsed.scheme == "https" or (parsed.scheme == "http" and parsed.host in LOOPBACK_HOSTS):
+        return prepared
     via = f" (a redirect from '{redirected_from}')" if redirected_from else ""
+    sent = f", sent as '{prepared}' to host {parsed.host}," if prepared != url else ""
     raise ConfigError(
-        f"data.url: '{url}'{via} is not an https:// address. Downloads go over HTTPS only "
+        f"data.url: '{url}'{via}{sent} is not an https:// address. Downloads go over HTTPS only "
         "(plain http is allowed to 127.0.0.1/localhost); fix the URL or set data.path to a "
         "local file."
     )
 
 
-def check_redirect(response: requests.Response, *args, **kwargs) -> None:
-    """A requests hook: every redirect hop is checked like the URL itself, before it is followed."""
-    if response.is_redirect:
-        check_url(urljoin(response.url, response.headers["location"]), redirected_from=response.url)
+def get_checked(url: str, timeout: float) -> requests.Response:
+    """GET `url`, following redirects here rather than in requests: each hop is checked before
+    it is fetched, and the fetched URL is exactly the checked one."""
+    current = check_url(url)
+    for _ in range(MAX_REDIRECTS):
+        response = requests.get(current, stream=True, timeout=timeout, allow_redirects=False)
+        if not response.is_redirect:
+            return response
+        response.close()
+        hop = urljoin(current, response.headers["location"])
+        current = check_url(hop, redirected_from=current)
+    raise ConfigError(
+        f"data.url: '{url}' redirects more than {MAX_REDIRECTS} times. Give the final address, "
+        "or set data.path to a local file."
+    )
 
 
 def remove_stale_parts(target: Path) -> None:
@@ -113,11 +143,7 @@ def download(url: str, target: Path, sha256: str | None, timeout: float = 30.0) 
     tmp = target.with_name(f".{target.name}.{os.getpid()}.part")  # the pid tells a killed download
     digest = hashlib.sha256()
     try:
-        hooks = {"response": check_redirect}
-        with (
-            open(tmp, "wb") as out,
-            requests.get(url, stream=True, timeout=timeout, hooks=hooks) as response,
-        ):
+        with open(tmp, "wb") as out, get_checked(url, timeout) as response:
             response.raise_for_status()
             total = int(response.headers.get("content-length", 0)) or None
             with tqdm(total=total, unit="B", unit_scale=True, desc=target.name) as bar:
