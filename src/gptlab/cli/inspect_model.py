@@ -1,5 +1,6 @@
 """gptlab-inspect [ckpt_path=<run dir>]: look inside the model the way the seed articles draw it.
-Without ckpt_path: the article's model, random weights. A run dir's figures also go to its TensorBoard."""
+Without ckpt_path: the article's model, random weights. A run dir's figures also go to its
+TensorBoard."""
 
 import logging
 from pathlib import Path
@@ -16,6 +17,7 @@ from gptlab.config.schemas import register_configs
 from gptlab.data.tokenizer import Tokenizer
 from gptlab.errors import ConfigError, check_whole_number
 from gptlab.model.gpt import GPT, GPTConfig
+from gptlab.run import directory
 from gptlab.run.checkpoints import find_checkpoint, load_checkpoint, load_module
 
 log = logging.getLogger("gptlab.inspect")
@@ -29,8 +31,9 @@ AXIS_LABEL = str.maketrans({"\n": "\\n", "\t": "\\t", "$": r"\$"})  # `$` would 
 
 
 def trace_forward(model: GPT, ids: torch.Tensor, block: int = 0) -> tuple[list, dict]:
-    """A hook watches the model's own forward on ids [batch, T] (eval mode, as random_model and load_module
-    leave it): the real shapes. The block's attention is recomputed from its Q, K, V (sdpa fuses it)."""
+    """A hook watches the model's own forward on ids [batch, T] (eval mode, as random_model and
+    load_module leave it): the real shapes. The block's attention is recomputed from its Q, K, V
+    (sdpa fuses it)."""
     if not 0 <= block < len(model.blocks):
         raise ConfigError(
             f"block={block}: the model has {len(model.blocks)} block(s); choose 0 to "
@@ -116,7 +119,8 @@ def trace_forward(model: GPT, ids: torch.Tensor, block: int = 0) -> tuple[list, 
 def inspect_model(
     model: GPT, tokenizer: Tokenizer, prompt: str, batch_size: int = 4, block: int = 0
 ) -> tuple[list, dict, list[str]]:
-    """trace_forward on `batch_size` windows of the prompt, evenly spread (the articles take random ones)."""
+    """trace_forward on `batch_size` windows of the prompt, evenly spread (the articles take random
+    ones)."""
     check_whole_number({"batch_size": batch_size}, "batch_size", 1, "the number of prompt windows")
     prompt_ids = tokenizer.encode_prompt(prompt)
     length = min(model.config.context_length, len(prompt_ids))  # all of a short prompt
@@ -134,7 +138,8 @@ def random_model(
     compact_vocab: bool = True,
     seed: int = 0,
 ) -> tuple[GPT, Tokenizer]:
-    """The articles' model with random weights; compact_vocab: a vocabulary of the prompt's tokens only."""
+    """The articles' model with random weights; compact_vocab: a vocabulary of the prompt's tokens
+    only."""
     prompt_ids = Tokenizer(encoding).encode_tiktoken(str(prompt or "\n"))
     tokenizer = Tokenizer.fit(encoding, prompt_ids, compact_vocab)
     try:
@@ -168,7 +173,8 @@ def positional_figure(model: GPT) -> Figure:
 
 
 def attention_figure(trace: dict, tokens: list[str], name: str, block: int) -> Figure:
-    """The first window's `name` step, one panel per head on one colour scale; -inf (masked) is grey."""
+    """The first window's `name` step, one panel per head on one colour scale; -inf (masked) is
+    grey."""
     values = trace[name][0].float().numpy()  # [num_heads, T, T]
     num_heads, _, length = values.shape
     cols, rows = min(num_heads, 4), -(-num_heads // 4)  # up to 4 heads a row
@@ -233,6 +239,7 @@ def look_inside(cfg: DictConfig) -> None:
     ):  # a run dir: with its curves
         from torch.utils.tensorboard import SummaryWriter
 
+        directory.refuse_linked_folders(cfg.ckpt_path)  # writes stay inside the run directory
         with SummaryWriter(log_dir=str(Path(cfg.ckpt_path) / "tensorboard")) as writer:
             for stem, fig in figures.items():
                 writer.add_figure(f"inspect/{stem}", fig, global_step=step)

@@ -9,9 +9,11 @@ from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from gptlab.cli.app import Task
+from gptlab.run import directory
+from gptlab.run.settings import read_yaml, saved_value
 from gptlab.sweep.jobs import job_identity, number, read_json
 
 log = logging.getLogger(__name__)
@@ -34,23 +36,18 @@ def _order(value: Any) -> tuple:
 
 
 def collect(sweep_dir: Path) -> tuple[list[dict], list[str]]:
-    """Every job (metrics.json, PARAMS, its overrides' values), best first, failed last; the swept knobs."""
-
-    def select(
-        cfg: DictConfig, key: str, default: Any = None
-    ) -> Any:  # a value, not a config group
-        value = OmegaConf.select(cfg, key, default=None, throw_on_resolution_failure=False)
-        return default if value is None or OmegaConf.is_config(value) else value
+    """Every job (metrics.json, PARAMS, its overrides' values), best first, failed last; the swept
+    knobs."""
 
     rows, keys = [], {}
-    for path in sweep_dir.glob("**/.hydra/config.yaml"):
-        job, cfg = path.parents[1], OmegaConf.load(path)
+    for path in sweep_dir.glob(f"**/{directory.HYDRA}/{directory.SAVED_CONFIG}"):
+        job, cfg = path.parents[1], read_yaml(path)
         overrides = job_identity(
-            OmegaConf.load(job / ".hydra" / "overrides.yaml")
+            read_yaml(job / directory.HYDRA / directory.SAVED_OVERRIDES) or []
         )  # Hydra writes it beside
-        metrics = read_json(job / "metrics.json") or {
+        metrics = read_json(directory.metrics_file(job)) or {
             "status": "failed",
-            "reason": "no metrics.json",
+            "reason": f"no {directory.METRICS}",
         }
         row = {
             "status": "ok",
@@ -58,10 +55,10 @@ def collect(sweep_dir: Path) -> tuple[list[dict], list[str]]:
             **metrics,
             "job": job.name,
             "overrides": " ".join(overrides),
-            **{column: select(cfg, key) for column, key in PARAMS.items()},
+            **{column: saved_value(cfg, key) for column, key in PARAMS.items()},
         }
         for key, _, text in (o.lstrip("+~").partition("=") for o in overrides):
-            row[key] = keys[key] = select(cfg, key, text)
+            row[key] = keys[key] = saved_value(cfg, key, text)
         if row["status"] == "ok" and number(row.get("best_val_loss")) is None:
             row.update(
                 status="failed", reason=f"diverged: best val loss {row.get('best_val_loss')}"
@@ -72,8 +69,10 @@ def collect(sweep_dir: Path) -> tuple[list[dict], list[str]]:
 
 
 def aggregate(rows: list[dict], knobs: list[str]) -> list[dict]:
-    """One row per configuration (jobs that differ only in `seed`) by mean val loss: mean, std and Student-t
-    interval (honest for few seeds) of its ok jobs' best val loss and bpb; Welch's t-test against the best."""
+    """One row per configuration (jobs that differ only in `seed`) by mean val loss: mean, std and
+    Student-t
+    interval (honest for few seeds) of its ok jobs' best val loss and bpb; Welch's t-test against
+    the best."""
     from scipy import stats
 
     group, members = [k for k in knobs if k != "seed"], {}
@@ -142,7 +141,8 @@ def aggregate(rows: list[dict], knobs: list[str]) -> list[dict]:
 def write_table(
     path: Path, cols: list[str], rows: list[dict], shown: list[str] | None = None
 ) -> list[str]:
-    """Write the rows' `cols` as CSV; return their `shown` columns (default: the same) as Markdown."""
+    """Write the rows' `cols` as CSV; return their `shown` columns (default: the same) as
+    Markdown."""
     with path.open("w", newline="") as f:
         writer = csv.DictWriter(f, cols, extrasaction="ignore")
         writer.writeheader()
@@ -159,7 +159,8 @@ def write_table(
 
 
 def write_plot(rows: list[dict], knobs: list[str], configs: list[dict] | None, path: Path) -> None:
-    """Best val loss against the parameter count and each swept knob: ok jobs, configurations' 95% CIs."""
+    """Best val loss against the parameter count and each swept knob: ok jobs, configurations' 95%
+    CIs."""
     from matplotlib.figure import Figure
 
     ok, means = [r for r in rows if r["status"] == "ok"], [c for c in configs or [] if c["n_seeds"]]
@@ -191,7 +192,8 @@ def write_plot(rows: list[dict], knobs: list[str], configs: list[dict] | None, p
 
 
 def write_summary(sweep_dir: str | Path) -> tuple[list[dict], list[str]]:
-    """Write summary.csv, .md, .png (and summary_configs.csv with `seed` swept); the jobs, the headline."""
+    """Write summary.csv, .md, .png (and summary_configs.csv with `seed` swept); the jobs, the
+    headline."""
     sweep_dir = Path(sweep_dir)
     rows, knobs = collect(sweep_dir)
     configs = aggregate(rows, knobs) if "seed" in knobs else None
@@ -262,7 +264,8 @@ def write_summary(sweep_dir: str | Path) -> tuple[list[dict], list[str]]:
 
 
 class SweepSummary(Callback):
-    """At a multirun's end, the summary; exit 1 if a job failed (a callback's exception is only a warning)."""
+    """At a multirun's end, the summary; exit 1 if a job failed (a callback's exception is only a
+    warning)."""
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         Task.started = (
@@ -280,8 +283,8 @@ class SweepSummary(Callback):
                 f"job {r['job']} ({r['overrides']}): {r['reason'].rstrip('.')}" for r in failed
             )
             print(
-                f"Sweep failed: {len(failed)} of {len(rows)} jobs failed: {jobs}. The other jobs finished; "
-                f"see {sweep_dir / 'summary.md'}.",
+                f"Sweep failed: {len(failed)} of {len(rows)} jobs failed: {jobs}. "
+                f"The other jobs finished; see {sweep_dir / 'summary.md'}.",
                 file=sys.stderr,
                 flush=True,
             )
