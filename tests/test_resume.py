@@ -260,8 +260,8 @@ def test_a_planted_run_directory_runs_nothing(tmp_path, uninterrupted):
     ]
     (run_dir / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(planted))
     result = check(run_cli(f"resume={run_dir}", cwd=tmp_path))
-    [skipped] = [line for line in result.stderr.splitlines() if "not replaying" in line]
-    assert "not replaying 4 override(s)" in skipped and "PWNED-TRAINER" in skipped
+    [skipped] = [line for line in result.stderr.splitlines() if "not re-applying" in line]
+    assert "not re-applying 4 setting(s)" in skipped and "PWNED-TRAINER" in skipped
     rest = (result.stdout + result.stderr).replace(skipped, "")
     assert "PWNED" not in rest  # builtins.print never ran
     assert read_metrics(run_dir)["steps"] == 125
