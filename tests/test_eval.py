@@ -1,4 +1,5 @@
-"""gptlab-eval: a checkpoint's exact val loss, equal to what its run logged; other texts; early stopping.
+"""gptlab-eval: a checkpoint's exact val loss, equal to what its run logged; other texts; early
+stopping.
 
 One real debug-sized run with early stopping serves every test: a constant, high learning rate
 and patience 1 stop it at its first validation without improvement, so its best.ckpt and its

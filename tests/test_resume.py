@@ -147,8 +147,8 @@ def test_sigkill_while_a_checkpoint_is_written_keeps_the_previous_one(tmp_path):
     script = textwrap.dedent(f"""
         import torch
         from gptlab.training.callbacks import AtomicCheckpointIO
-        AtomicCheckpointIO().save_checkpoint({{"step": 2, "w": torch.ones(400_000_000, dtype=torch.uint8)}},
-                                              {str(target)!r})
+        big = {{"step": 2, "w": torch.ones(400_000_000, dtype=torch.uint8)}}
+        AtomicCheckpointIO().save_checkpoint(big, {str(target)!r})
     """)
     proc = subprocess.Popen([sys.executable, "-c", script], env=ENV)
     tmp = tmp_path / ".last.ckpt.tmp"
