@@ -126,6 +126,7 @@ def test_secure_removes_stale_files_replaces_linked_files_refuses_linked_folders
     [
         "experiment=../../../../tmp/x/evil",
         "experiment=no_such_option",
+        "logger=[tensorboard,../../x]",
         "paths.output_dir=/elsewhere",
         "trainer.default_root_dir=/elsewhere",
         "data.url=http://127.0.0.1:1/${oc.env:SECRET}/book.txt",
@@ -155,6 +156,7 @@ def test_a_recorded_setting_that_is_not_data_is_dropped(override):
         ("data.path='/data/my file.txt'", "/data/my file.txt"),
         ('sample_prompt="It\'s a deal"', "It's a deal"),
         ("debug=fast", "fast"),
+        ("logger=[tensorboard,csv]", ["tensorboard", "csv"]),
     ],
 )
 def test_a_literal_is_re_emitted_so_that_hydra_reads_the_same_value(override, value):

@@ -75,8 +75,10 @@ def checked(override, sweep: bool = False) -> tuple[str | None, str | None]:
         return None, override
     if key == "paths" or key.startswith("paths."):
         return None, override
-    if "." not in key and installed_options(key):  # a group: one of its installed options
-        return (f"{key}={raw}", None) if raw in installed_options(key) else (None, override)
+    if "." not in key and installed_options(key):  # a group: installed options, e.g. `[a,b]`
+        choices = raw[1:-1].split(",") if raw.startswith("[") and raw.endswith("]") else [raw]
+        known = all(c in installed_options(key) for c in choices)
+        return (f"{key}={raw}", None) if known else (None, override)
     value = sweep_literal(raw) if sweep else literal(raw)
     return (None, override) if value is None else (f"{key}={value}", None)
 
