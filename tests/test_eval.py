@@ -1,4 +1,5 @@
-"""gptlab-eval: a checkpoint's exact val loss, equal to what its run logged; other texts; early stopping.
+"""gptlab-eval: a checkpoint's exact val loss, equal to what its run logged; other texts; early
+stopping.
 
 One real debug-sized run with early stopping serves every test: a constant, high learning rate
 and patience 1 stop it at its first validation without improvement, so its best.ckpt and its
@@ -123,6 +124,7 @@ def test_a_run_dir_that_cannot_be_written_leaves_the_result_in_the_output_dir(ru
     result = check(run_cli(f"ckpt_path={copy}", cwd=tmp_path, tool="gptlab-eval"))
     written = Path(result.stdout.split("Written: ")[1].strip())
     assert written.parent.parent.parent.name == "eval" and json.loads(written.read_text())
+    assert not list(copy.glob(".*.tmp"))  # the failed write left nothing in the run
 
 
 def test_bad_input_is_one_paragraph_and_exit_code_2(run_dir, tmp_path):

@@ -147,8 +147,8 @@ def test_sigkill_while_a_checkpoint_is_written_keeps_the_previous_one(tmp_path):
     script = textwrap.dedent(f"""
         import torch
         from gptlab.training.callbacks import AtomicCheckpointIO
-        AtomicCheckpointIO().save_checkpoint({{"step": 2, "w": torch.ones(400_000_000, dtype=torch.uint8)}},
-                                              {str(target)!r})
+        big = {{"step": 2, "w": torch.ones(400_000_000, dtype=torch.uint8)}}
+        AtomicCheckpointIO().save_checkpoint(big, {str(target)!r})
     """)
     proc = subprocess.Popen([sys.executable, "-c", script], env=ENV)
     tmp = tmp_path / ".last.ckpt.tmp"
@@ -260,8 +260,8 @@ def test_a_planted_run_directory_runs_nothing(tmp_path, uninterrupted):
     ]
     (run_dir / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(planted))
     result = check(run_cli(f"resume={run_dir}", cwd=tmp_path))
-    [skipped] = [line for line in result.stderr.splitlines() if "not replaying" in line]
-    assert "not replaying 4 override(s)" in skipped and "PWNED-TRAINER" in skipped
+    [skipped] = [line for line in result.stderr.splitlines() if "not re-applying" in line]
+    assert "not re-applying 4 setting(s)" in skipped and "PWNED-TRAINER" in skipped
     rest = (result.stdout + result.stderr).replace(skipped, "")
     assert "PWNED" not in rest  # builtins.print never ran
     assert read_metrics(run_dir)["steps"] == 125

@@ -469,7 +469,7 @@ def wait_until(condition, proc: subprocess.Popen, what: str, timeout: float = 12
 
 
 def test_a_sweep_stopped_by_sigterm_continues_with_resume_and_keeps_finished_jobs(tmp_path):
-    """3 jobs; SIGTERM once the first has finished and the second trains; `resume=<sweep dir>`
+    """3 jobs; Ctrl-C once the first has finished and the second trains; `resume=<sweep dir>`
     then finishes the sweep: 3 jobs ok, the first one kept as it was."""
     sweep_dir = tmp_path / "sweep"
     args = [
@@ -497,9 +497,11 @@ def test_a_sweep_stopped_by_sigterm_continues_with_resume_and_keeps_finished_job
         wait_until(
             lambda: (sweep_dir / "1" / "checkpoints" / "best.ckpt").is_file(), proc, "job 1 trained"
         )
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(signal.SIGINT)  # Ctrl-C
         proc.wait(timeout=120)
     assert proc.returncode != 0
+    # the command that continues the whole sweep, not its one job
+    assert f"gptlab-train resume={sweep_dir}\n" in (tmp_path / "first.log").read_text()
     assert not (sweep_dir / "2").exists()
     assert (
         read_metrics(sweep_dir / "1")["status"] == "failed"

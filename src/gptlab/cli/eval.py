@@ -7,11 +7,14 @@ import math
 from pathlib import Path
 
 import hydra
+import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from gptlab.cli.app import resolve_device, run_hydra_app, run_task
 from gptlab.config.schemas import register_configs
 from gptlab.errors import ConfigError
+from gptlab.run import directory
+from gptlab.run.settings import WHERE, literal_node
 
 log = logging.getLogger("gptlab.eval")
 register_configs()  # the unique_dir resolver of the output directory
@@ -20,7 +23,7 @@ register_configs()  # the unique_dir resolver of the output directory
 def read_results(path: Path) -> dict:
     """The results gptlab-eval saved in `path` before ({} if none). A file that is not such a
     record is refused, not overwritten: it may hold results of its own."""
-    if not path.is_file():
+    if not path.is_file() or path.is_symlink():  # never read through a link
         return {}
     try:
         saved = json.loads(path.read_text())
@@ -34,20 +37,6 @@ def read_results(path: Path) -> dict:
     return saved
 
 
-def save_and_print(lines: list[str], places: list[Path], label: str, result: dict) -> None:
-    """Add `result` to eval.json in the first of `places` that takes it (beside the run; this
-    tool's own output dir when the run's is read-only), then print `lines` and where it went."""
-    for out in places:
-        try:
-            saved = read_results(out / "eval.json")
-            out.mkdir(parents=True, exist_ok=True)
-            (out / "eval.json").write_text(json.dumps({**saved, label: result}, indent=2) + "\n")
-            break
-        except OSError as e:
-            lines.append(f"Could not write {out / 'eval.json'} ({e.strerror}).")
-    print("\n".join([*lines, f"Written: {out / 'eval.json'}"]), flush=True)
-
-
 def evaluate(cfg: DictConfig) -> dict:
     """Validate the checkpoint as its run did; print and write the result; return it."""
     device = resolve_device(cfg.device)
@@ -57,20 +46,12 @@ def evaluate(cfg: DictConfig) -> dict:
     from gptlab.run.checkpoints import find_checkpoint, load_checkpoint, load_module
 
     checkpoint = find_checkpoint(cfg.ckpt_path).resolve()
-    run_dir = checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else None
-    data, trainer_cfg = {}, {}
-    if (
-        run_dir is not None and (run_dir / ".hydra" / "config.yaml").is_file()
-    ):  # resolved as the run did
-        run = OmegaConf.load(run_dir / ".hydra" / "config.yaml")
-        run.paths.root_dir = OmegaConf.load(run_dir / ".hydra" / "hydra.yaml").hydra.runtime.cwd
-        run.paths.output_dir = str(run_dir)
-        run.data.pop("_target_", None)
-        data, trainer_cfg = (
-            OmegaConf.to_container(run[key], resolve=True) for key in ("data", "trainer")
-        )
+    run_dir = checkpoint.parent.parent if checkpoint.parent.name == directory.CHECKPOINTS else None
+    data, trainer_cfg = run_settings(run_dir)
     other = {
-        k: v for k, v in OmegaConf.to_container(cfg.data, resolve=True).items() if v is not None
+        k: v
+        for k, v in OmegaConf.to_container(cfg.data, resolve=True).items()
+        if v is not None and k not in WHERE
     }
     if "path" in other or "url" in other:  # another text: none of the run's corpus, all of the text
         data.update(url=None, path=None, sha256=None, val_fraction=1.0)
@@ -79,8 +60,9 @@ def evaluate(cfg: DictConfig) -> dict:
             f"ckpt_path: '{checkpoint}' lies in no run directory, so there is no run data to "
             "evaluate on. Give a text: data.path=/some/file.txt (or data.url=https://...)."
         )
+    data.update(data_dir=cfg.data.data_dir, cache_dir=cfg.data.cache_dir)  # eval's, not the run's
     places = ([run_dir] if run_dir is not None else []) + [Path(cfg.output_dir)]
-    read_results(places[0] / "eval.json")  # a corrupt one is refused before the long part
+    read_results(places[0] / directory.EVAL)  # a corrupt one is refused before the long part
     module = load_module(checkpoint)
     most = module.config.context_length  # windows of the model's length unless the run or cfg says
     settings = {"context_length": most, **data, **other, "tokenizer": module.tokenizer_state}
@@ -121,16 +103,57 @@ def evaluate(cfg: DictConfig) -> dict:
         f"perplexity: {math.exp(loss):.4f}",
         f"bpb:        {bpb:.6f} bits per byte",
     ]
-    metrics_file = run_dir / "metrics.json" if own else None
+    metrics_file = directory.metrics_file(run_dir) if own else None
     metrics = (
         json.loads(metrics_file.read_text()) if metrics_file and metrics_file.is_file() else {}
     )
-    key = "best_val_loss" if checkpoint.name == "best.ckpt" else "final_val_loss"
+    best = checkpoint == directory.best_checkpoint(run_dir) if run_dir else False
+    key = "best_val_loss" if best else "final_val_loss"
     if key in metrics and (key == "best_val_loss" or result["step"] == metrics.get("steps")):
         lines.append(f"The run logged {key} = {metrics[key]:.6f} for these weights.")
     label = f"{checkpoint.name} on {result['corpus']} (val_fraction {datamodule.val_fraction})"
-    save_and_print(lines, places, label, result)
+    lines += write_result(places, label, result)
+    print("\n".join(lines), flush=True)
     return result
+
+
+def write_result(outs: list[Path], label: str, result: dict) -> list[str]:
+    """Add the result to eval.json beside the run, else (read-only) in this tool's output dir."""
+    notes = []
+    for out in outs:
+        eval_file = out / directory.EVAL
+        try:
+            saved = read_results(eval_file)
+            directory.write_text(eval_file, json.dumps({**saved, label: result}, indent=2) + "\n")
+            return [*notes, f"Written: {eval_file}"]
+        except OSError as e:
+            notes.append(f"Could not write {eval_file} ({e.strerror}).")
+    return notes
+
+
+def run_settings(run_dir: Path | None) -> tuple[dict, dict]:
+    """The run's data and trainer settings from its saved config, read as data: literal values
+    only, never resolved; where a download or cache goes is eval's own (data.data_dir)."""
+    path = directory.saved_config(run_dir) if run_dir is not None else None
+    if path is None or not path.is_file():
+        return {}, {}
+    try:
+        saved = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise ConfigError(f"ckpt_path: cannot read the run's config '{path}' ({e}).") from None
+    saved = saved if isinstance(saved, dict) else {}
+    data, dropped = literal_node(saved.get("data"), "data")
+    trainer, _ = literal_node(saved.get("trainer"), "trainer")
+    dropped = [d for d in dropped if d.split(".")[-1] not in (*WHERE, "seed", "_target_")]
+    if dropped:
+        raise ConfigError(
+            f"ckpt_path: the run's config '{path}' sets {', '.join(dropped)} to something other "
+            "than a literal value (an interpolation or a node); gptlab-eval reads a run's "
+            "settings as data and resolves nothing. Give the text to evaluate instead: "
+            "data.path=/some/file.txt (or data.url=https://...)."
+        )
+    data = {k: v for k, v in data.items() if k not in (*WHERE, "seed", "_target_")}
+    return data, trainer
 
 
 @hydra.main(version_base="1.3", config_path="pkg://gptlab.conf", config_name="eval")

@@ -18,6 +18,7 @@ from gptlab.config.schemas import register_configs
 from gptlab.data.tokenizer import Tokenizer
 from gptlab.errors import ConfigError, check_whole_number
 from gptlab.model.gpt import GPT, GPTConfig, sinusoidal_encoding
+from gptlab.run import directory
 from gptlab.run.checkpoints import find_checkpoint, load_checkpoint, load_module
 
 log = logging.getLogger("gptlab.inspect")
@@ -272,6 +273,7 @@ def look_inside(cfg: DictConfig) -> None:
     ):  # a run dir: with its curves
         from torch.utils.tensorboard import SummaryWriter
 
+        directory.refuse_linked_folders(cfg.ckpt_path)  # writes stay inside the run directory
         with SummaryWriter(log_dir=str(Path(cfg.ckpt_path) / "tensorboard")) as writer:
             for stem, fig in figures.items():
                 writer.add_figure(f"inspect/{stem}", fig, global_step=step)

@@ -5,7 +5,6 @@ run with one paragraph naming the key or file, and exit code 2."""
 
 import logging
 import sys
-import warnings
 from pathlib import Path
 
 import hydra
@@ -20,10 +19,11 @@ from gptlab.cli.app import run_hydra_app, run_task
 from gptlab.config.schemas import register_configs
 from gptlab.config.trust import build, checked
 from gptlab.errors import ConfigError
+from gptlab.run import directory
 from gptlab.run.checkpoints import load_checkpoint
-from gptlab.run.report import RunReport, print_first_screen
+from gptlab.run.report import RunReport, print_first_screen, route_lightning_logs
 from gptlab.run.resume import check_architecture, checkpoint_to_continue, resume_argv
-from gptlab.sweep.jobs import in_multirun, job_overrides, sweep_job
+from gptlab.sweep.jobs import in_multirun, job_overrides, sweep_dir, sweep_job
 from gptlab.training.callbacks import (
     AtomicCheckpointIO,
     DivergenceGuard,
@@ -31,27 +31,12 @@ from gptlab.training.callbacks import (
     GracefulStop,
     RngState,
     RunStats,
+    into_run_dir,
 )
 from gptlab.training.module import GPTModule
 
 log = logging.getLogger("gptlab.train")
 register_configs()
-
-
-def route_lightning_logs() -> None:
-    """Lightning installs its own stderr handlers when imported before Hydra sets up logging;
-    send its messages through Hydra's handlers instead, so they also reach the run's log file."""
-    for name in ("lightning", "lightning.pytorch", "lightning.fabric"):
-        logger = logging.getLogger(name)
-        logger.handlers.clear()
-        logger.propagate = True
-    if rank_zero_only.rank > 0:  # a DDP rank other than 0: only warnings reach the shared log
-        for handler in logging.getLogger().handlers:
-            handler.setLevel(logging.WARNING)
-    rank_zero = logging.getLogger("lightning.pytorch.utilities.rank_zero")
-    rank_zero.addFilter(lambda record: "litlogger" not in record.getMessage())  # an advert
-    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
-    warnings.filterwarnings("ignore", message=r"The `srun` command is available")  # a local run
 
 
 def build_loggers(cfg: DictConfig, resume_step: int | None) -> list:
@@ -73,8 +58,11 @@ def train(cfg: DictConfig) -> float:
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
     # everything a config can get wrong is built first: cheap, and it must not wait for a download
-    model_config, optim_config = build(cfg.model, "model"), build(cfg.optim, "optim")
+    model_config = build(cfg.model, "model")
+    optim_config = build(cfg.optim, "optim")
     output_dir = Path(cfg.paths.output_dir)
+    if rank_zero_only.rank == 0:  # a resume or requeue writes into a directory handed over
+        directory.secure(output_dir)
     ckpt_path = checkpoint_to_continue(cfg, output_dir)
     checkpoint = load_checkpoint(ckpt_path) if ckpt_path else None
     datamodule = build(cfg.data, "data")
@@ -85,6 +73,7 @@ def train(cfg: DictConfig) -> float:
     ]
     if not loggers:  # nothing to log the learning rate to (logger=none)
         callbacks = [c for c in callbacks if not isinstance(c, LearningRateMonitor)]
+    into_run_dir(callbacks, output_dir)
     stats = RunStats()
     resolved = OmegaConf.to_container(cfg, resolve=True)  # plain: it travels to spawned DDP ranks
     callbacks += [
@@ -119,14 +108,15 @@ def train(cfg: DictConfig) -> float:
         stop = next(c for c in callbacks if isinstance(c, GracefulStop))
         if trainer.is_global_zero:
             log.warning(
-                "Stopped by %s after step %d; saved checkpoints/last.ckpt. Continue this run with:\n"
+                "Stopped by %s after step %d; saved its last checkpoint. Continue with:\n"
                 "  gptlab-train resume=%s",
                 stop.signal_name,
                 trainer.global_step,
-                output_dir,
+                sweep_dir() or output_dir,  # a sweep's job continues with its sweep
             )
         sys.exit(130 if stop.signal_name == "Ctrl-C" else 143)
-    return float(trainer.callback_metrics.get("val/best_loss", float("nan")))
+    best = trainer.callback_metrics.get("val/best_loss")  # none when resumed after the last step
+    return float(module.best_val_loss if best is None else best)
 
 
 @hydra.main(version_base="1.3", config_path="pkg://gptlab.conf", config_name="train")

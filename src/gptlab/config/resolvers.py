@@ -3,13 +3,14 @@ that tie the loggers' runs to the run directory."""
 
 import hashlib
 import itertools
-import os
 from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from lightning.fabric.utilities.rank_zero import rank_zero_only
 from lightning.pytorch.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
+
+from gptlab.run import directory
 
 
 def unique_dir(path: str) -> str:
@@ -82,12 +83,7 @@ def mlflow_run(tracking_uri: str, experiment_name: str, resume=None) -> str | No
     when the run continues it (resume=, a SLURM requeue): the run goes on instead of a second one
     starting."""
     dirs = _dirs()
-    requeued = int(os.environ.get("SLURM_RESTART_COUNT") or 0) > 0
-    if (
-        dirs is None
-        or not (resume or requeued)
-        or not (dirs[0] / "checkpoints" / "last.ckpt").is_file()
-    ):
+    if dirs is None or not directory.continues(dirs[0], resume):
         return None
     from mlflow.tracking import MlflowClient
 

@@ -7,12 +7,11 @@ its arguments and finds its checkpoint in a fraction of a second. Bad input is a
 from pathlib import Path
 
 from gptlab.errors import ConfigError
-
-RUN_DIR_CHECKPOINTS = ("checkpoints/best.ckpt", "checkpoints/last.ckpt")  # a run dir's, best first
+from gptlab.run import directory
 
 
 def find_checkpoint(path: str | Path | None) -> Path:
-    """A checkpoint file as given, or a run directory's checkpoints/best.ckpt, else last.ckpt."""
+    """A checkpoint file as given, or a run directory's best checkpoint, else its last."""
     if path is None or str(path).strip() == "":
         raise ConfigError(
             "ckpt_path is not set. Give a checkpoint file or a run directory, "
@@ -26,12 +25,13 @@ def find_checkpoint(path: str | Path | None) -> Path:
             f"ckpt_path: '{given}' does not exist. Give a .ckpt file or a run directory "
             "(e.g. outputs/<date>/<time>)."
         )
-    for name in RUN_DIR_CHECKPOINTS:
-        if (given / name).is_file():
-            return given / name
+    candidates = (directory.best_checkpoint(given), directory.last_checkpoint(given))
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate
     raise ConfigError(
         f"ckpt_path: the directory '{given}' holds no checkpoint (looked for "
-        f"{' and '.join(RUN_DIR_CHECKPOINTS)}). Give a .ckpt file or the directory of a "
+        f"{' and '.join(str(c) for c in candidates)}). Give a .ckpt file or the directory of a "
         "run that saved one."
     )
 
@@ -51,7 +51,7 @@ def load_checkpoint(path: str | Path) -> dict:
     except Exception as e:  # zip, unpickling and EOF errors all mean the same thing here
         raise ConfigError(
             f"ckpt_path: '{path}' is truncated or not a checkpoint; torch could not read it "
-            f"({first_line(e)}). Use another, e.g. the run's checkpoints/last.ckpt."
+            f"({first_line(e)}). Use another, e.g. the run's last checkpoint."
         ) from None
     if not isinstance(checkpoint, dict):
         raise ConfigError(

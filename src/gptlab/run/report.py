@@ -1,16 +1,19 @@
 """What a run tells its user: the first screen, then at the end of `fit` (in the process that
 trains rank 0, whatever the launch path) metrics.json, the loggers' results and a report."""
 
+import io
 import json
 import logging
 import math
 import os
 import shutil
 import sys
+import warnings
 from pathlib import Path
 
 import lightning as L
 import torch
+from lightning.fabric.utilities.rank_zero import rank_zero_only
 from lightning.pytorch.loggers import MLFlowLogger, TensorBoardLogger, WandbLogger
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
@@ -19,6 +22,7 @@ from torch.utils.tensorboard import SummaryWriter
 
 from gptlab.errors import ConfigError
 from gptlab.model.gpt import GPT
+from gptlab.run import directory
 from gptlab.training.callbacks import RunStats
 from gptlab.training.pruning import pruning_result
 
@@ -26,8 +30,25 @@ log = logging.getLogger("gptlab.train")
 GROUPS = ("data", "model", "optim", "trainer", "callbacks", "logger", "paths")
 
 
+def route_lightning_logs() -> None:
+    """Lightning installs its own stderr handlers when imported before Hydra sets up logging;
+    send its messages through Hydra's handlers instead, so they also reach the run's log file."""
+    for name in ("lightning", "lightning.pytorch", "lightning.fabric"):
+        logger = logging.getLogger(name)
+        logger.handlers.clear()
+        logger.propagate = True
+    if rank_zero_only.rank > 0:  # a DDP rank other than 0: only warnings reach the shared log
+        for handler in logging.getLogger().handlers:
+            handler.setLevel(logging.WARNING)
+    rank_zero = logging.getLogger("lightning.pytorch.utilities.rank_zero")
+    rank_zero.addFilter(lambda record: "litlogger" not in record.getMessage())  # an advert
+    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
+    warnings.filterwarnings("ignore", message=r"The `srun` command is available")  # a local run
+
+
 def config_tree(cfg: DictConfig) -> Tree:
-    """The composed config, a branch per group, as lightning-hydra-template prints it (unset keys hidden)."""
+    """The composed config, a branch per group, as lightning-hydra-template prints it (unset keys
+    hidden)."""
     tree = Tree("config", guide_style="dim")
     rest = {k: v for k, v in cfg.items() if k not in GROUPS}
     for name, node in [*((g, cfg[g]) for g in GROUPS if g in cfg), ("(top level)", rest)]:
@@ -41,15 +62,17 @@ def config_tree(cfg: DictConfig) -> Tree:
 
 
 def print_first_screen(cfg: DictConfig, model: GPT, output_dir: Path, multirun: bool) -> None:
-    """The config tree (not printed by a sweep's jobs; saved as config_tree.log), model and run dir."""
+    """The config tree (not printed by a sweep's jobs; saved in the run dir), model and run dir."""
     c, tree = model.config, config_tree(cfg)
     if output_dir.is_dir():
-        with open(output_dir / "config_tree.log", "w") as f:
-            Console(file=f, width=110, color_system=None).print(tree)
+        console = Console(file=io.StringIO(), width=110, color_system=None)
+        console.print(tree)
+        directory.write_text(output_dir / directory.CONFIG_TREE, console.file.getvalue())
     if not multirun:
         Console(stderr=True, width=110).print(tree)
     log.info(
-        "GPT: %s parameters (d_model %d, %d heads, %d blocks, context %d, vocab %d)\nRun directory: %s",
+        "GPT: %s parameters (d_model %d, %d heads, %d blocks, context %d, vocab %d)\n"
+        "Run directory: %s",
         f"{model.num_params()['total']:,}",
         c.d_model,
         c.num_heads,
@@ -81,9 +104,10 @@ def hparams_of(cfg: DictConfig, metrics: dict, model: dict) -> dict:
 
 
 def run_files(output_dir: Path) -> list[Path]:
-    """What a tracker keeps of the run directory: `.hydra/` (configs, overrides) and metrics.json."""
-    hydra_files = sorted(p for p in (output_dir / ".hydra").rglob("*") if p.is_file())
-    return [*hydra_files, output_dir / "metrics.json"]
+    """What a tracker keeps of the run directory: `.hydra/` (configs, overrides) and
+    metrics.json."""
+    hydra_files = sorted(p for p in (output_dir / directory.HYDRA).rglob("*") if p.is_file())
+    return [*hydra_files, directory.metrics_file(output_dir)]
 
 
 def log_results(trainer: L.Trainer, cfg: DictConfig, metrics: dict, output_dir: Path) -> None:
@@ -113,7 +137,9 @@ def log_results(trainer: L.Trainer, cfg: DictConfig, metrics: dict, output_dir: 
             client.set_tag(run, "gptlab.status", metrics["status"])
             for path in run_files(output_dir):
                 folder = (
-                    path.parent.relative_to(output_dir).as_posix().replace(".hydra", "hydra", 1)
+                    path.parent.relative_to(output_dir)
+                    .as_posix()
+                    .replace(directory.HYDRA, "hydra", 1)
                 )
                 client.log_artifact(run, str(path), None if folder == "." else folder)
         elif isinstance(logger, WandbLogger):
@@ -142,10 +168,11 @@ class RunReport(L.Callback):
         )
 
     def setup(self, trainer, pl_module, stage: str) -> None:
-        """A DDP process Lightning spawned has no Hydra logging: give it train.log and stderr too."""
+        """A DDP process Lightning spawned has no Hydra logging: give it train.log and stderr
+        too."""
         if trainer.is_global_zero and not logging.getLogger().handlers:
             handlers = [
-                logging.FileHandler(self.output_dir / "train.log"),
+                logging.FileHandler(self.output_dir / directory.TRAIN_LOG),
                 logging.StreamHandler(sys.stderr),
             ]
             logging.basicConfig(
@@ -158,13 +185,18 @@ class RunReport(L.Callback):
         if not trainer.is_global_zero:
             return
         metrics = self.metrics(trainer, pl_module)
-        (self.output_dir / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+        directory.write_text(
+            directory.metrics_file(self.output_dir), json.dumps(metrics, indent=2) + "\n"
+        )
         log_results(trainer, OmegaConf.create(self.cfg), metrics, self.output_dir)
         log.info("\n".join(self.report(trainer, pl_module, metrics)))
 
     def metrics(self, trainer, pl_module) -> dict:
-        final_loss = float(trainer.callback_metrics.get("val/loss", math.nan))
-        final_bpb = float(trainer.callback_metrics.get("val/bpb", math.nan))
+        """The run's results. A run resumed after its last step validates no more: its final
+        values are the ones its checkpoint kept (RunStats), its best the module's."""
+        last = self.stats.last_validation
+        final_loss = float(trainer.callback_metrics.get("val/loss", last.get("val/loss", math.nan)))
+        final_bpb = float(trainer.callback_metrics.get("val/bpb", last.get("val/bpb", math.nan)))
         best = pl_module.best_val_loss if math.isfinite(pl_module.best_val_loss) else final_loss
         device = trainer.strategy.root_device
         name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type

@@ -1,23 +1,27 @@
 """Continuing a run or a sweep where it stopped.
 
-`resume=<run dir>` replays the run's newest saved overrides, then the new command line's (later
-wins), into the same directory, which continues from its `checkpoints/last.ckpt`; so does a
+`resume=<run dir>` re-applies the run's newest recorded settings, then the new command line's
+(later wins), into the same directory, which continues from its last checkpoint; so does a
 requeued SLURM job. `resume=<sweep dir>` re-launches the sweep into its directory. A directory is
-input like any other: overrides that could run code (`_target_`, `hydra.*`) are not replayed."""
+input like any other: its settings are checked as data (gptlab.run.settings), and the directory
+reaches Hydra through an environment variable, never through the override grammar."""
 
 import logging
 import os
-import sys
 import time
 from pathlib import Path
 
 import yaml
+from lightning.fabric.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig
 
 from gptlab.errors import ConfigError
+from gptlab.run import directory
+from gptlab.run.settings import replayable
 
 log = logging.getLogger(__name__)
-LAST = Path("checkpoints") / "last.ckpt"
+RESUME_DIR = "GPTLAB_RESUME_DIR"  # the directory resume= continues, as Hydra reads it
+FROM_ENV = "${oc.env:" + RESUME_DIR + "}"
 # Model keys that decide the weights' shapes; dropout, attention kernel and compile may change.
 ARCHITECTURE_KEYS = (
     "vocab_size",
@@ -39,50 +43,56 @@ def override_key(override: str) -> str:
     return str(override).split("=", 1)[0].lstrip("+~")
 
 
-def newest_overrides(run_dir: Path) -> list[str]:
+def read_yaml(path: Path):
+    """A YAML file of the run directory as plain data (safe_load: no tags, no objects)."""
+    try:
+        return yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise ConfigError(f"resume: cannot read '{path}' ({e}). Is it a gptlab run?") from None
+
+
+def newest_overrides(run_dir: Path) -> list:
     """The overrides of the latest start of the run: the original or its latest resume."""
-    saved = [
-        run_dir / ".hydra" / "overrides.yaml",
-        *(run_dir / ".hydra").glob("resume-*/overrides.yaml"),
-    ]
-    saved = [p for p in saved if p.is_file()]
+    saved = [p for p in directory.saved_overrides(run_dir) if p.is_file()]
     if not saved:
         raise ConfigError(
             f"resume: '{run_dir}' is not a gptlab run directory (no .hydra/overrides.yaml) "
             "nor a sweep directory (no multirun.yaml). Give the directory a run printed at its "
             "start, e.g. outputs/<date>/<time>, or outputs/multirun/<date>/<time>."
         )
-    return yaml.safe_load(max(saved, key=lambda p: p.stat().st_mtime).read_text()) or []
+    return read_yaml(max(saved, key=lambda p: p.stat().st_mtime)) or []
 
 
-def sweep_overrides(sweep_dir: Path) -> list[str]:
+def sweep_overrides(sweep_dir: Path) -> list:
     """The task overrides a sweep was launched with. An Optuna search takes its own settings (and
     study) from the directory when it starts again (hydra_plugins/gptlab_optuna_sweeper)."""
-    saved = yaml.safe_load((sweep_dir / "multirun.yaml").read_text()) or {}
-    return list(saved.get("hydra", {}).get("overrides", {}).get("task", []))
+    saved = read_yaml(sweep_dir / "multirun.yaml")
+    hydra = saved.get("hydra", {}) if isinstance(saved, dict) else {}
+    return hydra.get("overrides", {}).get("task", [])
 
 
-def trusted(overrides: list[str], source: Path) -> list[str]:
-    """The overrides minus those that could run code; the skipped ones are named on stderr."""
-    replayable = [o for o in overrides if override_key(o) not in ("resume", "ckpt_path")]
-    kept = [
-        o for o in replayable if "_target_" not in o and not override_key(o).startswith("hydra")
-    ]
-    skipped = [o for o in replayable if o not in kept]
-    if skipped:
-        print(
-            f"gptlab-train: resume: not replaying {len(skipped)} override(s) saved in {source} that "
-            f"could run code or move the run: {' '.join(skipped)}. Give them on the command line if "
-            "you trust them.",
-            file=sys.stderr,
+def run_place(run_dir: Path, argv: list[str]) -> list[str]:
+    """Where a continued run goes: its own directory (from the environment) and a new .hydra/."""
+    if any(a in ("-m", "--multirun") for a in argv):
+        raise ConfigError("resume= of a run directory continues one run; drop -m/--multirun.")
+    if not directory.last_checkpoint(run_dir).is_file():
+        raise ConfigError(
+            f"resume: '{run_dir}' holds no {directory.last_checkpoint(run_dir)}: the run stopped "
+            "before its "
+            "first checkpoint (callbacks.last_checkpoint.every_n_train_steps). Start it again "
+            "instead."
         )
-    return kept
+    directory.refuse_linked_folders(run_dir)
+    stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
+    return [f"hydra.run.dir={FROM_ENV}", f"hydra.output_subdir={directory.resume_subdir(stamp)}"]
 
 
 def resume_argv(argv: list[str]) -> list[str]:
-    """Rewrite `gptlab-train resume=<dir> [overrides]` into the run or sweep that continues <dir>."""
+    """Rewrite `gptlab-train resume=<dir> [overrides]` into the run or sweep that continues
+    <dir>."""
     requests = [a.split("=", 1)[1] for a in argv[1:] if a.startswith("resume=")]
     if not requests:
+        refuse_fresh_start(argv)
         return argv
     run_dir = Path(requests[-1]).expanduser().resolve()
     if not run_dir.is_dir():
@@ -91,29 +101,46 @@ def resume_argv(argv: list[str]) -> list[str]:
             "directory a run printed at its start (outputs/<date>/<time>) or a sweep's "
             "(outputs/multirun/<date>/<time>)."
         )
+    if "${" in str(run_dir):
+        raise ConfigError(
+            f"resume={requests[-1]}: Hydra reads `${{` in its output directory's name as an "
+            "interpolation, so no run can continue in this directory. Rename it (or copy it) "
+            "to a name without `${`, then resume= that."
+        )
+    os.environ[RESUME_DIR] = str(run_dir)
     flags = [a for a in argv[1:] if a.startswith("-") and a not in ("-m", "--multirun")]
     new = [a for a in argv[1:] if not a.startswith("-") and not a.startswith("resume=")]
     if (run_dir / "multirun.yaml").is_file():
-        saved, place = sweep_overrides(run_dir), ["-m", f"hydra.sweep.dir='{run_dir}'"]
+        saved = replayable(sweep_overrides(run_dir), run_dir / "multirun.yaml", sweep=True)
+        place = ["-m", f"hydra.sweep.dir={FROM_ENV}"]
     else:
-        if any(a in ("-m", "--multirun") for a in argv):
-            raise ConfigError("resume= of a run directory continues one run; drop -m/--multirun.")
-        if not (run_dir / LAST).is_file():
+        place = run_place(run_dir, argv)
+        saved = replayable(newest_overrides(run_dir), run_dir / ".hydra")
+    merged = {override_key(o): o for o in [*saved, *new]}
+    return [argv[0], *flags, *place, *merged.values(), f"resume={FROM_ENV}"]
+
+
+def refuse_fresh_start(argv: list[str]) -> None:
+    """A fresh start whose hydra.run.dir (or -m hydra.sweep.dir) holds a run or a sweep is
+    refused before Hydra writes anything there."""
+    for arg in argv[1:]:
+        key, _, raw = arg.partition("=")
+        if key not in ("hydra.run.dir", "hydra.sweep.dir") or "${" in raw:
+            continue
+        place = Path(raw.strip("'\"")).expanduser()
+        if key == "hydra.sweep.dir" and (place / "multirun.yaml").is_file():
             raise ConfigError(
-                f"resume: '{run_dir}' holds no {LAST}: the run stopped before its first "
-                "checkpoint (callbacks.last_checkpoint.every_n_train_steps). Start it again "
-                "instead."
+                f"hydra.sweep.dir={raw}: '{place}' already holds a sweep. Continue it with "
+                f"`gptlab-train resume={place}`, or give a new sweep directory."
             )
-        stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
-        saved = newest_overrides(run_dir)
-        place = [f"hydra.run.dir='{run_dir}'", f"hydra.output_subdir=.hydra/resume-{stamp}"]
-    merged = {override_key(o): o for o in [*trusted(saved, run_dir), *new]}
-    return [argv[0], *flags, *place, *merged.values(), f"resume='{run_dir}'"]
+        if key == "hydra.run.dir" and not directory.requeued():
+            directory.refuse_fresh_run_over(place)
 
 
 def checkpoint_to_continue(cfg: DictConfig, output_dir: Path) -> str | None:
-    """`ckpt_path` when given; else the run directory's last.ckpt when this run continues it
-    (resume=, or a SLURM job that was requeued); else None: a fresh start."""
+    """`ckpt_path` when given; else the run directory's last checkpoint when this start continues
+    the run (resume=, a sweep's resume=, a SLURM requeue); else None: a fresh start, refused
+    when the directory already holds a run."""
     if cfg.ckpt_path:
         if not Path(cfg.ckpt_path).is_file():
             raise ConfigError(
@@ -121,14 +148,12 @@ def checkpoint_to_continue(cfg: DictConfig, output_dir: Path) -> str | None:
                 ".ckpt file, or resume=<run dir> to continue a run."
             )
         return str(cfg.ckpt_path)
-    requeued = int(os.environ.get("SLURM_RESTART_COUNT") or 0) > 0
-    if (cfg.resume or requeued) and (output_dir / LAST).is_file():
-        log.info(
-            "Continuing from %s (%s)",
-            output_dir / LAST,
-            "resume=" if cfg.resume else "SLURM requeue",
-        )
-        return str(output_dir / LAST)
+    if directory.continues(output_dir, cfg.resume):
+        last = directory.last_checkpoint(output_dir)
+        log.info("Continuing from %s (%s)", last, "resume=" if cfg.resume else "SLURM requeue")
+        return str(last)
+    if not cfg.resume and not directory.requeued() and rank_zero_only.rank == 0:
+        directory.refuse_fresh_run_over(output_dir)
     return None
 
 

@@ -15,6 +15,7 @@ from omegaconf import DictConfig
 
 from gptlab.cli.app import mark_task_started
 from gptlab.errors import ConfigError
+from gptlab.run import directory
 from gptlab.run.resume import override_key
 
 log = logging.getLogger(__name__)
@@ -24,18 +25,25 @@ def in_multirun() -> bool:
     return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
+def sweep_dir() -> Path | None:
+    """The sweep directory of this job (what resume= continues), None outside a sweep."""
+    return Path(HydraConfig.get().sweep.dir).resolve() if in_multirun() else None
+
+
 def job_overrides() -> list[str]:
     """The running job's task overrides: what a continued sweep recognises the job by."""
     return [str(o) for o in HydraConfig.get().overrides.task] if HydraConfig.initialized() else []
 
 
 def job_identity(overrides: list[str]) -> list[str]:
-    """The overrides but those that say how the job was launched: a job continued by resume= is the same."""
+    """The overrides but those that say how the job was launched: a job continued by resume= is the
+    same."""
     return [str(o) for o in overrides if override_key(o) not in ("resume", "ckpt_path")]
 
 
 def job_threads(cfg: DictConfig) -> None:
-    """In a joblib sweep, give the job its share of the cores, not all of them; `num_threads` wins."""
+    """In a joblib sweep, give the job its share of the cores, not all of them; `num_threads`
+    wins."""
     launcher = HydraConfig.get().launcher if HydraConfig.initialized() else {}
     if cfg.get("num_threads") or "joblib" not in str(launcher.get("_target_", "")):
         return
@@ -57,8 +65,9 @@ def read_json(path: Path) -> dict[str, Any]:
 
 
 def finished_result(output_dir: Path, overrides: list[str]) -> float | None:
-    """Best val loss of a job finished with these overrides, by its metrics.json (Hydra rewrites .hydra/)."""
-    metrics = read_json(output_dir / "metrics.json")
+    """Best val loss of a job finished with these overrides, by its metrics.json (Hydra rewrites
+    .hydra/)."""
+    metrics = read_json(directory.metrics_file(output_dir))
     best, recorded = number(metrics.get("best_val_loss")), metrics.get("overrides")
     same = isinstance(recorded, list) and sorted(job_identity(recorded)) == sorted(
         job_identity(overrides)
@@ -78,22 +87,24 @@ def finished_result(output_dir: Path, overrides: list[str]) -> float | None:
 
 
 def record_failure(output_dir: Path, overrides: list[str], error: str | BaseException) -> float:
-    """Mark the job failed in its metrics.json with a one-line reason; +inf, the worst to every sweeper."""
+    """Mark the job failed in its metrics.json with a one-line reason; +inf, the worst to every
+    sweeper."""
     reason = (
         str(error) if isinstance(error, (str, ConfigError)) else f"{type(error).__name__}: {error}"
     )
     reason = " ".join(reason.split())[:500]
     log.error("Job failed: %s", reason, exc_info=not isinstance(error, (str, ConfigError)))
-    metrics = {**read_json(output_dir / "metrics.json"), "status": "failed", "reason": reason}
-    output_dir.mkdir(parents=True, exist_ok=True)
-    (output_dir / "metrics.json").write_text(
-        json.dumps({**metrics, "overrides": overrides}, indent=2) + "\n"
+    metrics_file = directory.metrics_file(output_dir)
+    metrics = {**read_json(metrics_file), "status": "failed", "reason": reason}
+    directory.write_text(
+        metrics_file, json.dumps({**metrics, "overrides": overrides}, indent=2) + "\n"
     )
     return math.inf
 
 
 def sweep_job(train: Callable[[DictConfig], float], cfg: DictConfig) -> float:
-    """Run `train(cfg)` as a job of a sweep: a failure is recorded and returns +inf, so the sweep goes on."""
+    """Run `train(cfg)` as a job of a sweep: a failure is recorded and returns +inf, so the sweep
+    goes on."""
     mark_task_started()  # a job runs: its exit codes are its own (gptlab.cli.app)
     output_dir, overrides = Path(cfg.paths.output_dir), job_overrides()
     if (

@@ -7,9 +7,11 @@ from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from gptlab.cli.app import mark_task_started
+from gptlab.run import directory
+from gptlab.run.settings import read_yaml, saved_value
 from gptlab.sweep.jobs import job_identity, number, read_json
 from gptlab.sweep.search import search_summary
 from gptlab.sweep.stats import (
@@ -35,29 +37,24 @@ PARAMS = {
 }  # always in summary.csv
 
 
-def select(cfg: DictConfig, key: str, default: Any = None) -> Any:
-    """The value at `key` (not a config group); `default` where there is none."""
-    value = OmegaConf.select(cfg, key, default=None, throw_on_resolution_failure=False)
-    return default if value is None or OmegaConf.is_config(value) else value
-
-
 def read_job(job: Path) -> tuple[dict, list[str]]:
     """A job's row of summary.csv (metrics.json, PARAMS, its overrides' values; a missing
     metrics.json or a non-finite best val loss makes it failed) and its overrides' keys."""
-    cfg = OmegaConf.load(job / ".hydra" / "config.yaml")
-    overrides = job_identity(OmegaConf.load(job / ".hydra" / "overrides.yaml"))
-    metrics = read_json(job / "metrics.json") or {"status": "failed", "reason": "no metrics.json"}
+    cfg = read_yaml(job / directory.HYDRA / directory.SAVED_CONFIG)  # data: never resolved
+    overrides = job_identity(read_yaml(job / directory.HYDRA / directory.SAVED_OVERRIDES) or [])
+    failed = {"status": "failed", "reason": f"no {directory.METRICS}"}
+    metrics = read_json(directory.metrics_file(job)) or failed
     row = {
         "status": "ok",
         "reason": "",
         **metrics,
         "job": job.name,
         "overrides": " ".join(overrides),
-        **{column: select(cfg, key) for column, key in PARAMS.items()},
+        **{column: saved_value(cfg, key) for column, key in PARAMS.items()},
     }
     keys = []
     for key, _, text in (o.lstrip("+~").partition("=") for o in overrides):
-        row[key] = select(cfg, key, text)
+        row[key] = saved_value(cfg, key, text)
         keys.append(key)
     if row["status"] == "ok" and number(row.get("best_val_loss")) is None:
         reason = f"diverged: best val loss {row.get('best_val_loss')}"
@@ -69,7 +66,7 @@ def collect(sweep_dir: Path) -> tuple[list[dict], list[str]]:
     """Every job (read_job), best first, failed last; the swept knobs (keys whose value differs)."""
     rows = []
     keys = {}  # every override key, in the order first seen
-    for path in sweep_dir.glob("**/.hydra/config.yaml"):
+    for path in sweep_dir.glob(f"**/{directory.HYDRA}/{directory.SAVED_CONFIG}"):
         row, job_keys = read_job(path.parents[1])
         rows.append(row)
         keys.update(dict.fromkeys(job_keys))

@@ -17,6 +17,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from gptlab.errors import ConfigError
+from gptlab.run import directory
 
 log = logging.getLogger(__name__)
 
@@ -28,24 +29,30 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     def save_checkpoint(self, checkpoint: dict, path, storage_options=None) -> None:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
+        tmp = directory.staging_path(path)
+        tmp.unlink(missing_ok=True)  # a stale one, or a planted link: never written through
         torch.save(checkpoint, tmp)
         os.replace(tmp, path)
 
 
 class LastCheckpoint(ModelCheckpoint):
-    """`last.ckpt` every `every_n_train_steps` steps, after the final step and on a stop; never
-    after an error (a crashed or diverged step's weights must not replace the last good ones)."""
+    """The run's last checkpoint every `every_n_train_steps` steps, after the final validation and
+    on a stop; never after an error (a crashed or diverged step's weights must not replace the
+    last good ones). Where it goes is the run directory's, not a setting: resume looks there."""
 
-    def __init__(
-        self, dirpath: str, every_n_train_steps: int = 100
-    ):  # 0: only at the end and on a stop
+    def __init__(self, every_n_train_steps: int = 100):  # 0: only at the end and on a stop
         super().__init__(
-            dirpath=dirpath,
-            filename="last",
+            filename=directory.LAST,
             every_n_train_steps=every_n_train_steps,
             enable_version_counter=False,
         )
+
+    def on_train_batch_end(self, trainer, pl_module, *args, **kwargs) -> None:
+        """No periodic save at the final step: the final one follows its validation, so a
+        checkpoint at max_steps always holds the run's final val loss."""
+        if trainer.max_steps > 0 and trainer.global_step >= trainer.max_steps:
+            return
+        super().on_train_batch_end(trainer, pl_module, *args, **kwargs)
 
     def on_train_end(self, trainer, pl_module) -> None:
         self.save_now(trainer)
@@ -60,6 +67,16 @@ class LastCheckpoint(ModelCheckpoint):
         log.info("Saved %s at step %d", path, trainer.global_step)
 
 
+def into_run_dir(callbacks: list, run_dir: str | Path) -> None:
+    """Every checkpoint goes to the run directory's checkpoints/, where resume, eval and generate
+    find it: the run directory decides, not a setting that could send it elsewhere."""
+    for callback in callbacks:
+        if isinstance(callback, ModelCheckpoint):
+            callback.dirpath = str(directory.checkpoint_dir(run_dir))
+            if callback.filename is None:
+                callback.filename = directory.BEST
+
+
 class FinalValidation(L.Callback):
     """Validate after the last step too (Lightning does when a callback sets `should_stop`)."""
 
@@ -69,7 +86,8 @@ class FinalValidation(L.Callback):
 
 
 class GracefulStop(L.Callback):
-    """A first Ctrl-C becomes a SIGTERM (finish the step, save last.ckpt, stop); a second aborts."""
+    """A first Ctrl-C becomes a SIGTERM (finish the step, save the last checkpoint, stop); a
+    second aborts."""
 
     signal_name = "SIGTERM"
     _previous = None
@@ -151,6 +169,8 @@ class RunStats(L.Callback):
         # since the last logged rate
         self._steps = 0
         self._seconds = 0.0
+        # val/loss and val/bpb of the latest validation, its step
+        self.last_validation: dict = {}
 
     def on_fit_start(self, trainer, pl_module) -> None:
         self._fit_start = time.perf_counter()
@@ -176,6 +196,16 @@ class RunStats(L.Callback):
     def on_validation_start(self, trainer, pl_module) -> None:
         self.pause()
 
+    def on_validation_end(self, trainer, pl_module) -> None:
+        """Kept in checkpoints: a run resumed after its last step reports its final values."""
+        if trainer.sanity_checking:
+            return
+        metrics = trainer.callback_metrics
+        self.last_validation = {
+            k: float(metrics[k]) for k in ("val/loss", "val/bpb") if k in metrics
+        }
+        self.last_validation["step"] = trainer.global_step
+
     def pause(self) -> None:
         """End the stretch of training being timed (at a logged rate, a validation, the end)."""
         if self._clock is not None:
@@ -197,11 +227,18 @@ class RunStats(L.Callback):
     def state_dict(self) -> dict:
         """Carried in checkpoints, so a resumed run reports totals over its whole life."""
         wall = self._wall_before + time.perf_counter() - self._fit_start
-        return {"train_seconds": self.train_seconds, "wall_seconds": wall}
+        return {
+            "train_seconds": self.train_seconds,
+            "wall_seconds": wall,
+            "tokens_per_step": self.tokens_per_step,
+            "last_validation": self.last_validation,
+        }
 
     def load_state_dict(self, state_dict: dict) -> None:
         self.train_seconds = state_dict["train_seconds"]
         self._wall_before = state_dict["wall_seconds"]
+        self.tokens_per_step = state_dict.get("tokens_per_step", 0)
+        self.last_validation = state_dict.get("last_validation", {})
 
 
 class TextSample(L.Callback):
