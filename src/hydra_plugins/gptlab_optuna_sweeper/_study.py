@@ -46,7 +46,7 @@ def open_study(settings: dict[str, Any], url: str, sampler: Any) -> optuna.Study
 
 def rerun_killed(study: optuna.Study) -> None:
     """Trials left RUNNING by a killed search end FAIL; their parameters are queued again, to run in
-    the same job directory (which continues from its last.ckpt)."""
+    the same job directory (which continues from its last checkpoint)."""
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         job = trial.user_attrs.get("job", str(trial.number))
         study.tell(trial.number, state=TrialState.FAIL)
