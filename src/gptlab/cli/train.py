@@ -21,7 +21,7 @@ from gptlab.config.schemas import register_configs
 from gptlab.config.trust import build, check_targets
 from gptlab.errors import ConfigError
 from gptlab.run.checkpoints import load_checkpoint
-from gptlab.run.report import RunReport, print_first_screen
+from gptlab.run.report import RunReport, best_then_test, print_first_screen
 from gptlab.run.resume import check_architecture, checkpoint_to_continue, resume_argv
 from gptlab.sweep.jobs import in_multirun, job_overrides, sweep_job
 from gptlab.training.callbacks import (
@@ -126,7 +126,7 @@ def train(cfg: DictConfig) -> float:
                 output_dir,
             )
         sys.exit(130 if stop.signal_name == "Ctrl-C" else 143)
-    return float(trainer.callback_metrics.get("val/best_loss", float("nan")))
+    return best_then_test(trainer, module, datamodule)  # test_fraction > 0: test_* in metrics.json
 
 
 @hydra.main(version_base="1.3", config_path="pkg://gptlab.conf", config_name="train")

@@ -135,10 +135,12 @@ class DivergenceGuard(L.Callback):
 
 class RunStats(L.Callback):
     """Seconds of training (validation left out) and in all, over the run's whole life (resumes
-    included); logs tokens/s and model FLOPs utilisation (where Lightning knows the device's peak)."""
+    included); logs tokens/s and model FLOPs utilisation (where Lightning knows the device's peak);
+    keeps the val curve, [step, wall seconds, val loss] at each validation: quality per second."""
 
     def __init__(self):
         self.train_seconds = self.wall_seconds = 0.0
+        self.val_curve: list[list[float]] = []
         self.tokens_per_step = 0
         self.peak_flops: float | None = None
         self._fit_start = self._wall_before = 0.0  # _wall_before: of the runs this one continues
@@ -168,6 +170,16 @@ class RunStats(L.Callback):
     def on_validation_start(self, trainer, pl_module) -> None:
         self.pause()
 
+    def on_validation_end(self, trainer, pl_module) -> None:
+        if trainer.sanity_checking or "val/loss" not in trainer.callback_metrics:
+            return
+        step = trainer.global_step
+        wall = self._wall_before + time.perf_counter() - self._fit_start
+        val_loss = float(trainer.callback_metrics["val/loss"])
+        # a resume may validate a step again that the checkpoint's curve already holds
+        self.val_curve = [point for point in self.val_curve if point[0] < step]
+        self.val_curve.append([step, round(wall, 3), val_loss])
+
     def pause(self) -> None:
         """End the stretch of training being timed (at a logged rate, a validation, the end)."""
         if self._clock is not None:
@@ -189,11 +201,16 @@ class RunStats(L.Callback):
     def state_dict(self) -> dict:
         """Carried in checkpoints, so a resumed run reports totals over its whole life."""
         wall = self._wall_before + time.perf_counter() - self._fit_start
-        return {"train_seconds": self.train_seconds, "wall_seconds": wall}
+        return {
+            "train_seconds": self.train_seconds,
+            "wall_seconds": wall,
+            "val_curve": self.val_curve,
+        }
 
     def load_state_dict(self, state_dict: dict) -> None:
         self.train_seconds = state_dict["train_seconds"]
         self._wall_before = state_dict["wall_seconds"]
+        self.val_curve = state_dict.get("val_curve", [])  # a checkpoint of an older gptlab
 
 
 class TextSample(L.Callback):
