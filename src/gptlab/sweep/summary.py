@@ -12,6 +12,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from gptlab.cli.app import Task
+from gptlab.sweep.ablation import BASELINE, summary_extras
 from gptlab.sweep.jobs import job_identity, number, read_json
 
 log = logging.getLogger(__name__)
@@ -190,11 +191,14 @@ def write_plot(rows: list[dict], knobs: list[str], configs: list[dict] | None, p
     fig.savefig(path, dpi=80)
 
 
-def write_summary(sweep_dir: str | Path) -> tuple[list[dict], list[str]]:
+def write_summary(
+    sweep_dir: str | Path, target_val_loss: float | None = None, baseline: str = BASELINE
+) -> tuple[list[dict], list[str]]:
     """Write summary.csv, .md, .png (and summary_configs.csv with `seed` swept); the jobs, the headline."""
     sweep_dir = Path(sweep_dir)
     rows, knobs = collect(sweep_dir)
     configs = aggregate(rows, knobs) if "seed" in knobs else None
+    extra = summary_extras(rows, configs, sweep_dir, target_val_loss, baseline)
     ok = [r for r in rows if r["status"] == "ok"]
     head = [f"Sweep done: {len(rows)} jobs, {len(ok)} ok, {len(rows) - len(ok)} failed."]
     if ok:
@@ -209,7 +213,7 @@ def write_summary(sweep_dir: str | Path) -> tuple[list[dict], list[str]]:
             f"{best['n_seeds']} seeds; {ties} of the other {len(configs) - 1} not distinguishable "
             f"from it by Welch's t-test. See {sweep_dir / 'summary_configs.csv'}."
         )
-    lines = [f"# Sweep {sweep_dir}", "", *(f"- {line}" for line in head), ""]
+    lines = [f"# Sweep {sweep_dir}", "", *(f"- {line}" for line in head), "", *extra[2]]
     if configs is not None:
         stats = [
             f"{metric}_{stat}"
@@ -225,6 +229,7 @@ def write_summary(sweep_dir: str | Path) -> tuple[list[dict], list[str]]:
             *stats,
             "p_vs_best",
             "vs_best",
+            *extra[0],
             "seeds",
             "jobs",
         ]
@@ -247,6 +252,7 @@ def write_summary(sweep_dir: str | Path) -> tuple[list[dict], list[str]]:
         "best_val_loss",
         *bpb,
         "best_val_perplexity",
+        *extra[1],
         "num_params",
         *PARAMS,
         *[k for k in knobs if k not in PARAMS.values()],
@@ -264,6 +270,9 @@ def write_summary(sweep_dir: str | Path) -> tuple[list[dict], list[str]]:
 class SweepSummary(Callback):
     """At a multirun's end, the summary; exit 1 if a job failed (a callback's exception is only a warning)."""
 
+    def __init__(self, target_val_loss: float | None = None, baseline: str = BASELINE):
+        self.target_val_loss, self.baseline = target_val_loss, baseline  # see write_summary
+
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         Task.started = (
             True  # the jobs ran: an exit from here is the sweep's verdict (errors.main_or_exit)
@@ -273,7 +282,7 @@ class SweepSummary(Callback):
             not sweep_dir.is_dir() or "trainer" not in config
         ):  # not gptlab-train (e.g. gptlab-eval -m)
             return
-        rows, head = write_summary(sweep_dir)
+        rows, head = write_summary(sweep_dir, self.target_val_loss, self.baseline)
         print(*head, f"Summary: {sweep_dir / 'summary.md'} (also .csv, .png)", sep="\n", flush=True)
         if failed := [r for r in rows if r["status"] != "ok"]:
             jobs = "; ".join(
