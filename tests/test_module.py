@@ -349,7 +349,14 @@ def test_module_refuses_a_bad_model_config(corpus):
         make_module(tokenizer, model={"d_model": 64, "num_heads": 3})
 
 
-@pytest.mark.parametrize("settings", [{"num_blocks": 2}, {"num_blocks": 3, "ffn_mult": 2}])
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"num_blocks": 2},
+        {"num_blocks": 3, "ffn_mult": 2},
+        {"num_blocks": 2, "activation": "swiglu"},  # three FFN matrices, 2/3 as wide
+    ],
+)
 def test_declared_flops_match_what_torch_counts_for_a_training_step(settings):
     """flops_per_token (6 per weight + attention's 12·L·T·d) against Lightning's measure_flops of
     one real forward and backward pass (torch's FLOP counter: every matmul). The article's manual

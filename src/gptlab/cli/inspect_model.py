@@ -15,7 +15,7 @@ from gptlab.cli.app import main_or_exit, run_or_exit
 from gptlab.config.schemas import register_configs
 from gptlab.data.tokenizer import Tokenizer
 from gptlab.errors import ConfigError, check_whole_number
-from gptlab.model.gpt import GPT, GPTConfig
+from gptlab.model.gpt import GPT, GPTConfig, sinusoidal_encoding
 from gptlab.run.checkpoints import find_checkpoint, load_checkpoint, load_module
 
 log = logging.getLogger("gptlab.inspect")
@@ -49,6 +49,8 @@ def trace_forward(model: GPT, ids: torch.Tensor, block: int = 0) -> tuple[list, 
     chosen, attn = model.blocks[block], model.blocks[block].attn
     q, k, v = outs[attn.qkv].chunk(3, dim=2)  # each [batch, T, d_model]
     qh, kh, vh = (attn.split_heads(t) for t in (q, k, v))  # each [batch, num_heads, T, head_size]
+    with torch.no_grad():  # QK-norm and RoPE where the model has them (qk_norm has weights)
+        qh, kh = attn.position_and_norm(qh, kh)
     scores = attn.scores(qh, kh)  # [batch, num_heads, T, T]
     masked = attn.masked(scores)
     softmax = torch.softmax(masked, dim=-1)
@@ -148,13 +150,12 @@ def random_model(
 
 
 def positional_figure(model: GPT) -> Figure:
-    sinusoidal = model.config.positional == "sinusoidal"
-    pe = (
-        (model.positional_encoding if sinusoidal else model.position_embedding.weight)
-        .detach()
-        .cpu()
-        .numpy()
-    )
+    sinusoidal = model.config.positional in ("sinusoidal", "rope")
+    if model.config.positional == "rope":  # RoPE's angles are the sinusoidal ones, per head
+        pe = sinusoidal_encoding(model.config.context_length, model.config.head_size).numpy()
+    else:
+        table = model.positional_encoding if sinusoidal else model.position_embedding.weight
+        pe = table.detach().cpu().numpy()
     fig = Figure(figsize=(8, 4.5), layout="constrained")
     ax = fig.add_subplot()
     fig.colorbar(ax.imshow(pe, aspect="auto", cmap="RdBu_r", interpolation="nearest"), ax=ax)

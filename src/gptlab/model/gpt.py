@@ -1,7 +1,10 @@
 """The seed articles' decoder-only GPT, read top to bottom.
 
 token ids -> token embedding -> + positional encoding -> num_blocks x (masked multi-head
-attention, Add & Norm, ReLU feed-forward, Add & Norm) -> linear head -> logits."""
+attention, Add & Norm, ReLU feed-forward, Add & Norm) -> linear head -> logits.
+
+The toggles since 2017, each off by default (the articles' model): rotary positions, RMSNorm,
+QK-norm, ReLU² or SwiGLU, logit soft-capping, zero-initialised output projections."""
 
 import math
 from collections.abc import Iterator
@@ -17,8 +20,8 @@ from gptlab.model.attention import MultiHeadAttention
 
 @dataclass
 class GPTConfig:
-    """Every architecture knob with gptlab's defaults (conf/model/ overrides them), checked on creation,
-    before any data is touched. `vocab_size` and `context_length` are filled in from the data."""
+    """Every architecture knob with gptlab's defaults (conf/model/ overrides them), checked on
+    creation, before any data is touched. `vocab_size` and `context_length` come from the data."""
 
     vocab_size: int | None = None
     context_length: int = 64
@@ -28,13 +31,22 @@ class GPTConfig:
     dropout: float = 0.2  # the corpus is small (78k tokens): regularise
     ffn_mult: int = 4
     norm: str = "pre"  # pre: LayerNorm before each sublayer; post: the article's Add & Norm
-    positional: str = "sinusoidal"  # the article's fixed formula | learned
+    positional: str = "sinusoidal"  # the article's fixed formula | learned | rope (in attention)
     attention: str = "sdpa"  # sdpa (fused) | manual (the article's steps)
     tie_weights: bool = False
     bias: bool = True
     compile: bool = False
+    norm_layer: str = "layernorm"  # the articles' | rmsnorm (no mean subtracted, no bias)
+    qk_norm: bool = False  # RMSNorm of each head's queries and keys before Q·Kᵀ
+    activation: str = "relu"  # the FFN's: relu (the articles') | gelu | relu2 | swiglu
+    logit_softcap: float | None = None  # logits = cap * tanh(logits / cap); None or 0: off
+    zero_init: bool = False  # Wo and the FFN's last linear start at zero
 
     def __post_init__(self) -> None:
+        self.check_sizes()
+        self.check_choices()
+
+    def check_sizes(self) -> None:
         sizes = ["context_length", "d_model", "num_heads", "num_blocks", "ffn_mult"]
         for key in sizes + (["vocab_size"] if self.vocab_size is not None else []):
             value = getattr(self, key)
@@ -48,10 +60,19 @@ class GPTConfig:
             )
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"model.dropout={self.dropout}: it must satisfy 0 <= dropout < 1.")
+        if self.logit_softcap is not None and self.logit_softcap < 0:
+            raise ConfigError(
+                f"model.logit_softcap={self.logit_softcap}: give a positive cap (e.g. 30), "
+                "or null or 0 for no cap."
+            )
+
+    def check_choices(self) -> None:
         for key, allowed in (
             ("norm", ("pre", "post")),
-            ("positional", ("sinusoidal", "learned")),
+            ("positional", ("sinusoidal", "learned", "rope")),
             ("attention", ("manual", "sdpa")),
+            ("norm_layer", ("layernorm", "rmsnorm")),
+            ("activation", ("relu", "gelu", "relu2", "swiglu")),
         ):
             if getattr(self, key) not in allowed:
                 raise ConfigError(f"model.{key}={getattr(self, key)!r}: choose one of {allowed}.")
@@ -60,6 +81,13 @@ class GPTConfig:
                 f"model.d_model={self.d_model}: the sinusoidal encoding pairs sin and cos "
                 "features, so d_model must be even (or use model.positional=learned)."
             )
+        if self.positional == "rope" and self.head_size % 2:
+            raise ConfigError(
+                f"model.positional=rope with head_size {self.head_size} (model.d_model="
+                f"{self.d_model} / model.num_heads={self.num_heads}): RoPE rotates pairs of "
+                "features, so head_size must be even. Change d_model or num_heads, or use "
+                "model.positional=sinusoidal or learned."
+            )
 
     @property
     def head_size(self) -> int:
@@ -67,7 +95,8 @@ class GPTConfig:
 
 
 def sinusoidal_encoding(context_length: int, d_model: int) -> torch.Tensor:
-    """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model))."""
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)),
+    PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model))."""
     position = torch.arange(context_length, dtype=torch.float32).unsqueeze(1)  # [T, 1]
     two_i = torch.arange(0, d_model, 2, dtype=torch.float32)  # [d_model / 2]
     angle = position / torch.pow(10000.0, two_i / d_model)  # [T, d_model / 2]
@@ -77,18 +106,46 @@ def sinusoidal_encoding(context_length: int, d_model: int) -> torch.Tensor:
     return pe  # [context_length, d_model]
 
 
+def ffn_hidden(config: GPTConfig) -> int:
+    """The FFN's width: ffn_mult * d_model. SwiGLU has three matrices instead of two, so it gets
+    2/3 of that width (rounded), which keeps its parameters and FLOPs about the same (LLaMA's)."""
+    if config.activation == "swiglu":
+        return round(2 * config.ffn_mult * config.d_model / 3)
+    return config.ffn_mult * config.d_model
+
+
 class FeedForward(nn.Module):
-    """d_model -> ffn_mult * d_model -> ReLU -> d_model."""
+    """d_model -> hidden -> ReLU (or GELU, ReLU²) -> d_model; SwiGLU: W2(silu(W1 x) * W3 x)."""
 
     def __init__(self, config: GPTConfig):
         super().__init__()
-        hidden = config.ffn_mult * config.d_model
-        self.up = nn.Linear(config.d_model, hidden, bias=config.bias)
-        self.down = nn.Linear(hidden, config.d_model, bias=config.bias)
+        hidden = ffn_hidden(config)
+        self.activation = config.activation
+        self.up = nn.Linear(config.d_model, hidden, bias=config.bias)  # W1; SwiGLU's W3
+        if config.activation == "swiglu":
+            self.gate = nn.Linear(config.d_model, hidden, bias=config.bias)  # SwiGLU's W1
+        self.down = nn.Linear(hidden, config.d_model, bias=config.bias)  # W2
         self.dropout = nn.Dropout(config.dropout)
 
+    def hidden(self, x: torch.Tensor) -> torch.Tensor:
+        """[batch, context_length, d_model] -> [batch, context_length, hidden]"""
+        if self.activation == "gelu":
+            return F.gelu(self.up(x))
+        if self.activation == "relu2":  # relu(x)^2 (Primer; modded-nanogpt)
+            return F.relu(self.up(x)).square()
+        if self.activation == "swiglu":  # a gate in (-0.28, inf) times a linear branch
+            return F.silu(self.gate(x)) * self.up(x)
+        return F.relu(self.up(x))  # the articles'
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.dropout(self.down(F.relu(self.up(x))))
+        return self.dropout(self.down(self.hidden(x)))
+
+
+def make_norm(config: GPTConfig) -> nn.Module:
+    """LayerNorm (the articles'), or RMSNorm: x / RMS(x) * gain, no mean subtracted, no bias."""
+    if config.norm_layer == "rmsnorm":
+        return nn.RMSNorm(config.d_model)
+    return nn.LayerNorm(config.d_model, bias=config.bias)
 
 
 class Block(nn.Module):
@@ -97,7 +154,7 @@ class Block(nn.Module):
     def __init__(self, config: GPTConfig):
         super().__init__()
         self.pre_norm = config.norm == "pre"
-        self.ln1 = nn.LayerNorm(config.d_model, bias=config.bias)
+        self.ln1 = make_norm(config)
         self.attn = MultiHeadAttention(
             config.d_model,
             config.num_heads,
@@ -105,8 +162,10 @@ class Block(nn.Module):
             config.dropout,
             config.bias,
             config.attention,
+            rope=config.positional == "rope",
+            qk_norm=config.qk_norm,
         )
-        self.ln2 = nn.LayerNorm(config.d_model, bias=config.bias)
+        self.ln2 = make_norm(config)
         self.ffn = FeedForward(config)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [batch, context_length, d_model]
@@ -129,24 +188,25 @@ class GPT(nn.Module):
             self.register_buffer(
                 "positional_encoding", pe, persistent=False
             )  # fixed: computed once here
-        else:
+        elif config.positional == "learned":
             self.position_embedding = nn.Embedding(config.context_length, config.d_model)
+        # rope: nothing to add here; attention rotates each head's queries and keys
         self.dropout = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.num_blocks))
-        self.ln_f = (
-            nn.LayerNorm(config.d_model, bias=config.bias)
-            if config.norm == "pre"
-            else nn.Identity()
-        )
+        self.ln_f = make_norm(config) if config.norm == "pre" else nn.Identity()
         self.head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         if config.tie_weights:
             self.head.weight = self.token_embedding.weight
         self.apply(self._init_weights)
         # GPT-2's depth scaling: each residual branch adds to the stream num_blocks * 2 times,
         # so its output projection starts smaller to keep the stream's variance steady.
+        # zero_init: each block starts as the identity and learns what to add (modded-nanogpt).
         for block in self.blocks:
             for proj in (block.attn.proj, block.ffn.down):
-                nn.init.normal_(proj.weight, mean=0.0, std=0.02 / math.sqrt(2 * config.num_blocks))
+                if config.zero_init:
+                    nn.init.zeros_(proj.weight)
+                else:
+                    nn.init.normal_(proj.weight, std=0.02 / math.sqrt(2 * config.num_blocks))
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
@@ -157,12 +217,15 @@ class GPT(nn.Module):
             nn.init.zeros_(module.bias)
 
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
-        """Token embedding (scaled by sqrt(d_model), as in "Attention Is All You Need") + position."""
+        """Token embedding (scaled by sqrt(d_model), as in "Attention Is All You Need")
+        + position (none with RoPE: attention rotates queries and keys instead)."""
         context_length = ids.shape[1]
         x = self.token_embedding(ids) * math.sqrt(self.config.d_model)  # [batch, T, d_model]
         if self.config.positional == "sinusoidal":
             return x + self.positional_encoding[:context_length]
-        return x + self.position_embedding(torch.arange(context_length, device=ids.device))
+        if self.config.positional == "learned":
+            return x + self.position_embedding(torch.arange(context_length, device=ids.device))
+        return x  # rope: the positions enter in attention
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         """ids [batch, context_length] -> logits [batch, context_length, vocab_size]."""
@@ -174,7 +237,11 @@ class GPT(nn.Module):
         x = self.dropout(self.embed(ids))
         for block in self.blocks:
             x = block(x)
-        return self.head(self.ln_f(x))
+        logits = self.head(self.ln_f(x))  # [batch, context_length, vocab_size]
+        cap = self.config.logit_softcap
+        if cap:  # smoothly squashed into (-cap, cap): no logit runs away
+            logits = cap * torch.tanh(logits / cap)
+        return logits
 
     def num_params(self) -> dict[str, int]:
         """Total, embedding (token + learned position) and non-embedding parameter counts."""

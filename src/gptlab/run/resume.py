@@ -30,6 +30,7 @@ ARCHITECTURE_KEYS = (
     "positional",
     "tie_weights",
     "bias",
+    *("norm_layer", "qk_norm", "activation", "logit_softcap"),  # the toggles (not zero_init)
 )
 
 

@@ -1,5 +1,5 @@
 """LightningModule: the GPT, its cross-entropy loss (exact over the val and test splits), AdamW
-and the learning-rate schedule.
+(or Muon with AdamW) and the learning-rate schedule.
 
 Its hyperparameters are plain dicts (model config, optimiser config, tokenizer state), so a
 checkpoint alone rebuilds the model and its tokenizer and loads with `weights_only=True`."""
@@ -15,13 +15,20 @@ from lightning.pytorch.plugins import MixedPrecision
 
 from gptlab.data.tokenizer import Tokenizer
 from gptlab.errors import ConfigError
-from gptlab.model.gpt import GPT, GPTConfig
+from gptlab.model.gpt import GPT, GPTConfig, ffn_hidden
+from gptlab.training.optimizers import MuonWithAdamW, block_matrices
 
 
 @dataclass
 class OptimConfig:
     """AdamW and its schedule, with gptlab's defaults (conf/optim/ only overrides them): `cosine`
-    warms up linearly then decays to min_lr; weight decay applies to matrices only."""
+    warms up linearly then decays to min_lr; weight decay applies to matrices only.
+
+    name=muon: torch.optim.Muon for the blocks' matrices, at its own peak muon_lr (Muon's
+    orthogonalised step has another scale than AdamW's: Keller Jordan's 0.02 with his shape
+    adjustment, muon_adjust_lr=original), on the same schedule (each group's lr times one factor).
+    Its weight decay is chosen so that a matrix shrinks by the same factor a step as under AdamW
+    (weight_decay * lr / muon_lr): optim.weight_decay means the same for both."""
 
     lr: float = 3e-3
     weight_decay: float = 0.1
@@ -29,8 +36,16 @@ class OptimConfig:
     schedule: str = "cosine"
     warmup_steps: int = 100
     min_lr: float = 3e-4
+    name: str = "adamw"  # adamw | muon (Muon for the blocks' matrices, AdamW for the rest)
+    muon_lr: float = 0.02
+    muon_momentum: float = 0.95
+    muon_adjust_lr: str = "original"  # Muon's lr by matrix shape: original | match_rms_adamw
 
     def __post_init__(self) -> None:
+        self.check_adamw()
+        self.check_muon()
+
+    def check_adamw(self) -> None:
         self.betas = [float(b) for b in self.betas]
         if self.lr <= 0:
             raise ConfigError(f"optim.lr={self.lr}: the learning rate must be positive.")
@@ -52,6 +67,21 @@ class OptimConfig:
                 "decays from lr down to min_lr. Lower optim.min_lr."
             )
 
+    def check_muon(self) -> None:
+        if self.name not in ("adamw", "muon"):
+            raise ConfigError(f"optim.name={self.name!r}: choose one of ('adamw', 'muon').")
+        if self.muon_lr <= 0:
+            raise ConfigError(f"optim.muon_lr={self.muon_lr}: the learning rate must be positive.")
+        if not 0.0 <= self.muon_momentum < 1.0:
+            raise ConfigError(
+                f"optim.muon_momentum={self.muon_momentum}: it must be in [0, 1), e.g. 0.95."
+            )
+        if self.muon_adjust_lr not in ("original", "match_rms_adamw"):
+            raise ConfigError(
+                f"optim.muon_adjust_lr={self.muon_adjust_lr!r}: choose one of "
+                "('original', 'match_rms_adamw')."
+            )
+
 
 def lr_factor(step: int, optim: OptimConfig, total_steps: int) -> float:
     """Multiplier of optim.lr at a given step."""
@@ -68,7 +98,9 @@ def flops_per_token(config: GPTConfig) -> int:
     """Training FLOPs per token: 6 per weight of the blocks and the head (forward 2, backward 4)
     plus attention's scores and weighted sum, 12 * num_blocks * context_length * d_model."""
     d, blocks = config.d_model, config.num_blocks
-    weights = blocks * (4 + 2 * config.ffn_mult) * d * d + d * config.vocab_size
+    ffn_matrices = 3 if config.activation == "swiglu" else 2
+    ffn = ffn_matrices * ffn_hidden(config) * d
+    weights = blocks * (4 * d * d + ffn) + d * config.vocab_size
     return 6 * weights + 12 * blocks * config.context_length * d
 
 
@@ -177,12 +209,16 @@ class GPTModule(L.LightningModule):
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         self.best_val_loss = checkpoint.get("best_val_loss", math.inf)
 
-    def build_optimizer(self, mixed_precision: bool = False) -> torch.optim.AdamW:
-        """AdamW with weight decay on matrices only, fused (one pass over all parameters: about 4x faster a
-        step on CPU at 13M parameters) but not under mixed precision, where it would unscale fp16 gradients
-        after clipping, so Lightning's MixedPrecision plugin refuses to clip for it (bf16 too)."""
-        decay = [p for p in self.parameters() if p.requires_grad and p.dim() >= 2]
-        no_decay = [p for p in self.parameters() if p.requires_grad and p.dim() < 2]
+    def build_optimizer(self, mixed_precision: bool = False) -> torch.optim.Optimizer:
+        """AdamW with weight decay on matrices only, fused (one pass over all parameters: about 4x
+        faster a step on CPU at 13M parameters) but not under mixed precision, where it would
+        unscale fp16 gradients after clipping, so Lightning's MixedPrecision plugin refuses to clip
+        for it (bf16 too). optim=muon: the blocks' matrices go to Muon instead."""
+        muon_params = block_matrices(self.model) if self.optim.name == "muon" else []
+        in_muon = {id(p) for p in muon_params}
+        rest = [p for p in self.parameters() if p.requires_grad and id(p) not in in_muon]
+        decay = [p for p in rest if p.dim() >= 2]
+        no_decay = [p for p in rest if p.dim() < 2]
         groups = [
             {"params": decay, "weight_decay": self.optim.weight_decay, "name": "matrices"},
             {"params": no_decay, "weight_decay": 0.0, "name": "vectors"},  # biases, norms
@@ -192,7 +228,18 @@ class GPTModule(L.LightningModule):
             device == "cpu" and torch.__version__ >= "2.4"
         )  # TorchVersion compare
         kwargs = {"fused": True} if fused and not mixed_precision else {}
-        return torch.optim.AdamW(groups, lr=self.optim.lr, betas=tuple(self.optim.betas), **kwargs)
+        betas = tuple(self.optim.betas)
+        adamw = torch.optim.AdamW(groups, lr=self.optim.lr, betas=betas, **kwargs)
+        if not muon_params:
+            return adamw
+        muon = torch.optim.Muon(
+            [{"params": muon_params, "name": "muon"}],
+            lr=self.optim.muon_lr,
+            weight_decay=self.optim.weight_decay * self.optim.lr / self.optim.muon_lr,
+            momentum=self.optim.muon_momentum,
+            adjust_lr_fn=self.optim.muon_adjust_lr,
+        )
+        return MuonWithAdamW(muon, adamw)
 
     def configure_optimizers(self):
         optimizer = self.build_optimizer(isinstance(self.trainer.precision_plugin, MixedPrecision))

@@ -1,0 +1,47 @@
+"""`optim=muon`: torch's Muon for the blocks' matrices and AdamW for everything else, held as one
+optimizer so that Lightning trains it like AdamW alone.
+
+Why one optimizer: Lightning 2 takes two optimizers only under manual optimization, and there
+each optimizer's step counts in `trainer.global_step` (Lightning issue #17958), so max_steps, the
+data stream's batch index and resumes would all run at twice the pace. Held as one, Lightning's
+automatic optimization stays: one gradient clip over every parameter (trainer.gradient_clip_val),
+mixed precision, DDP, and one LambdaLR over all the param groups, Muon's and AdamW's (the same
+warmup + cosine factor times each group's own peak lr); the checkpoint holds both states."""
+
+import torch
+
+
+class MuonWithAdamW(torch.optim.Optimizer):
+    """Steps a torch.optim.Muon and a torch.optim.AdamW together. Its param_groups are theirs (the
+    same dicts), so a scheduler or a clip that reads or sets a group's lr reaches the real one."""
+
+    def __init__(self, muon: torch.optim.Muon, adamw: torch.optim.AdamW):
+        self.muon = muon
+        self.adamw = adamw
+        super().__init__(muon.param_groups + adamw.param_groups, defaults={})
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        """Lightning's closure computes the loss and the gradients; then both optimizers step."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        self.muon.step()
+        self.adamw.step()
+        return loss
+
+    def state_dict(self) -> dict:
+        return {"muon": self.muon.state_dict(), "adamw": self.adamw.state_dict()}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Loading gives each optimizer new group dicts: share them again."""
+        self.muon.load_state_dict(state_dict["muon"])
+        self.adamw.load_state_dict(state_dict["adamw"])
+        self.param_groups = self.muon.param_groups + self.adamw.param_groups
+
+
+def block_matrices(model: torch.nn.Module) -> list[torch.nn.Parameter]:
+    """The 2-D weights inside the blocks (attention's Wq/Wk/Wv and Wo, the FFN's): Muon's share.
+    The embeddings and the head are matrices too, but Muon is meant for hidden layers only."""
+    return [p for p in model.blocks.parameters() if p.requires_grad and p.dim() == 2]
