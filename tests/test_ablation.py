@@ -34,7 +34,7 @@ SWEEP = (
 @pytest.fixture(scope="module")
 def sweep_dir(tmp_path_factory) -> Path:
     cwd = tmp_path_factory.mktemp("ablation")
-    check(run_cli(*SWEEP, cwd=cwd))
+    check(run_cli(*SWEEP, cwd=cwd, timeout=1200))  # four jobs: minutes on a busy machine
     return cwd / "sweep"
 
 
