@@ -24,13 +24,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "sweep_dir", nargs="+", type=Path, help="a multirun directory (holding 0/, 1/, ...)"
     )
+    parser.add_argument(
+        "--target-val-loss", type=float, help="time_to_val_loss: seconds to reach this val loss"
+    )
+    args = parser.parse_args(argv)
     status = 0
-    for sweep_dir in parser.parse_args(argv).sweep_dir:
+    for sweep_dir in args.sweep_dir:
         if not any(sweep_dir.glob("**/.hydra/config.yaml")):
             print(f"{sweep_dir}: no sweep jobs here (no */.hydra/config.yaml)", file=sys.stderr)
             status = 1
             continue
-        write_summary(sweep_dir)
+        write_summary(sweep_dir, args.target_val_loss)
         print((sweep_dir / "summary.md").read_text())
     return status
 

@@ -263,6 +263,44 @@ def test_val_loader_is_deterministic(dm):
         assert torch.equal(x1, x2) and torch.equal(y1, y2)
 
 
+def test_test_fraction_zero_keeps_the_articles_split(dm, corpus_path, tmp_path):
+    """data.test_fraction=0 (the default): the same 90/10 split to the token, no test split."""
+    zero = make_dm(tmp_path, corpus_path, sha256=SALES_TEXTBOOK_SHA256, test_fraction=0.0)
+    zero.setup("fit")
+    assert torch.equal(zero.train_tokens, dm.train_tokens)
+    assert torch.equal(zero.val_tokens, dm.val_tokens)
+    assert len(zero.test_tokens) == 0
+    with pytest.raises(ConfigError, match="data.test_fraction=0"):
+        zero.test_dataloader()
+
+
+def test_test_split_comes_after_train_and_val(dm, corpus_path, tmp_path):
+    held = make_dm(tmp_path, corpus_path, sha256=SALES_TEXTBOOK_SHA256, test_fraction=0.1)
+    held.setup("fit")
+    everything = torch.cat([dm.train_tokens, dm.val_tokens])
+    n = len(everything)
+    assert len(held.train_tokens) == int(n * 0.8)
+    assert len(held.test_tokens) == int(n * 0.1)
+    assert torch.equal(
+        torch.cat([held.train_tokens, held.val_tokens, held.test_tokens]), everything
+    )
+    assert torch.equal(held.test_tokens, everything[n - int(n * 0.1) :])  # the last tokens
+    # the test loader walks every non-overlapping window of the test split once, in order
+    xs, ys = zip(*held.test_dataloader(), strict=True)
+    x, y = torch.cat(xs), torch.cat(ys)
+    assert len(x) == (len(held.test_tokens) - 1) // T
+    assert torch.equal(x.flatten(), held.test_tokens[: len(x) * T])
+    assert torch.equal(y.flatten(), held.test_tokens[1 : len(x) * T + 1])
+
+
+@pytest.mark.parametrize("test_fraction, val_fraction", [(-0.1, 0.1), (1.0, 0.1), (0.5, 0.6)])
+def test_bad_test_fraction(tmp_path, corpus_path, test_fraction, val_fraction):
+    with pytest.raises(ConfigError, match=rf"data.test_fraction={test_fraction}") as err:
+        make_dm(tmp_path, corpus_path, test_fraction=test_fraction, val_fraction=val_fraction)
+    assert "data.val_fraction" in str(err.value)
+    assert not (tmp_path / "cache").exists()  # refused before any data work
+
+
 # ------------------------------------------------------------------ train sampler
 def draws(n: int = 5, **kw) -> list[list[int]]:
     args = dict(num_starts=10_000, batch_size=8, seed=0)

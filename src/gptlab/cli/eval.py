@@ -1,5 +1,6 @@
 """gptlab-eval: a checkpoint's exact val loss, perplexity and bits per byte (usage: conf/eval.yaml),
-from the run's own validation step on its own val windows, so they equal what the run logged."""
+from the run's own validation step on its own val windows, so they equal what the run logged
+(split=test: its test step on the run's held-out test split)."""
 
 import json
 import logging
@@ -63,6 +64,7 @@ def evaluate(cfg: DictConfig) -> dict:
     data.update(data_dir=cfg.data.data_dir, cache_dir=cfg.data.cache_dir)  # eval's, not the run's
     places = ([run_dir] if run_dir is not None else []) + [Path(cfg.output_dir)]
     read_results(places[0] / directory.EVAL)  # a corrupt one is refused before the long part
+    split = check_split(cfg.split, data, other)
     module = load_module(checkpoint)
     most = module.config.context_length  # windows of the model's length unless the run or cfg says
     settings = {"context_length": most, **data, **other, "tokenizer": module.tokenizer_state}
@@ -78,28 +80,29 @@ def evaluate(cfg: DictConfig) -> dict:
         devices=1,
         precision=trainer_cfg.get("precision") or "32-true",
         limit_val_batches=(trainer_cfg.get("limit_val_batches") if own else None) or 1.0,
+        limit_test_batches=trainer_cfg.get("limit_test_batches") or 1.0,
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,
         default_root_dir=cfg.output_dir,
     )  # not the cwd, where SLURM leaves hpc_ckpt files
-    trainer.validate(module, datamodule=datamodule, verbose=False)
-
-    loss, bpb = (float(trainer.callback_metrics[k]) for k in ("val/loss", "val/bpb"))
+    (trainer.test if split == "test" else trainer.validate)(module, datamodule, verbose=False)
+    loss, bpb = (float(trainer.callback_metrics[f"{split}/{k}"]) for k in ("loss", "bpb"))
     result = {
         "checkpoint": str(checkpoint),
         "step": load_checkpoint(checkpoint).get("global_step"),
         "corpus": str(datamodule.corpus_path()),
         "val_fraction": datamodule.val_fraction,
         "context_length": datamodule.context_length,
-        "val_loss": loss,
-        "val_perplexity": math.exp(loss),
-        "val_bpb": bpb,
+        f"{split}_loss": loss,
+        f"{split}_perplexity": math.exp(loss),
+        f"{split}_bpb": bpb,
     }
     lines = [
         f"Checkpoint: {checkpoint} (step {result['step']})",
-        f"Data: {'the val split' if datamodule.val_fraction < 1 else 'all'} of {result['corpus']}",
-        f"val loss:   {loss:.6f} nats per token",
+        f"Data: {f'the {split} split' if datamodule.val_fraction < 1 else 'all'} of "
+        f"{result['corpus']}",
+        f"{split} loss:  {' ' * (split == 'val')}{loss:.6f} nats per token",
         f"perplexity: {math.exp(loss):.4f}",
         f"bpb:        {bpb:.6f} bits per byte",
     ]
@@ -108,10 +111,12 @@ def evaluate(cfg: DictConfig) -> dict:
         json.loads(metrics_file.read_text()) if metrics_file and metrics_file.is_file() else {}
     )
     best = checkpoint == directory.best_checkpoint(run_dir) if run_dir else False
-    key = "best_val_loss" if best else "final_val_loss"
-    if key in metrics and (key == "best_val_loss" or result["step"] == metrics.get("steps")):
+    logged = {"val": ("best_val_loss", "final_val_loss"), "test": ("test_loss", None)}[split]
+    key = logged[0] if best else logged[1]
+    if key in metrics and (key != "final_val_loss" or result["step"] == metrics.get("steps")):
         lines.append(f"The run logged {key} = {metrics[key]:.6f} for these weights.")
     label = f"{checkpoint.name} on {result['corpus']} (val_fraction {datamodule.val_fraction})"
+    label = label if split == "val" else f"{label}, test split"
     lines += write_result(places, label, result)
     print("\n".join(lines), flush=True)
     return result
@@ -154,6 +159,19 @@ def run_settings(run_dir: Path | None) -> tuple[dict, dict]:
         )
     data = {k: v for k, v in data.items() if k not in (*WHERE, "seed", "_target_")}
     return data, trainer
+
+
+def check_split(split: str, data: dict, other: dict) -> str:
+    """The split to score; split=test needs the run's own corpus and a run that held one out."""
+    if split not in ("val", "test"):
+        raise ConfigError(f"split={split!r}: choose val or test.")
+    if split == "test" and (other or not data.get("test_fraction")):
+        raise ConfigError(
+            "split=test: the test split is the one the run held out (data.test_fraction > 0 when "
+            "it trained), so it needs a run directory's checkpoint and no data.* overrides; this "
+            "one has none. Train with data.test_fraction=0.1, or use split=val."
+        )
+    return split
 
 
 @hydra.main(version_base="1.3", config_path="pkg://gptlab.conf", config_name="eval")

@@ -21,7 +21,12 @@ from gptlab.config.trust import build, checked
 from gptlab.errors import ConfigError
 from gptlab.run import directory
 from gptlab.run.checkpoints import load_checkpoint
-from gptlab.run.report import RunReport, print_first_screen, route_lightning_logs
+from gptlab.run.report import (
+    RunReport,
+    best_then_test,
+    print_first_screen,
+    route_lightning_logs,
+)
 from gptlab.run.resume import check_architecture, checkpoint_to_continue, resume_argv
 from gptlab.sweep.jobs import in_multirun, job_overrides, sweep_dir, sweep_job
 from gptlab.training.callbacks import (
@@ -115,8 +120,7 @@ def train(cfg: DictConfig) -> float:
                 sweep_dir() or output_dir,  # a sweep's job continues with its sweep
             )
         sys.exit(130 if stop.signal_name == "Ctrl-C" else 143)
-    best = trainer.callback_metrics.get("val/best_loss")  # none when resumed after the last step
-    return float(module.best_val_loss if best is None else best)
+    return best_then_test(trainer, module, datamodule)  # test_fraction > 0: test_* in metrics.json
 
 
 @hydra.main(version_base="1.3", config_path="pkg://gptlab.conf", config_name="train")

@@ -1,8 +1,9 @@
-"""LightningDataModule: corpus -> token cache -> 90/10 split -> batches of windows.
+"""LightningDataModule: corpus -> token cache -> 90/10 split (and an optional test split after
+it) -> batches of windows.
 
 Train batches are random windows of `context_length + 1` tokens, like the seed articles'
-`get_batch`; each DDP rank draws its own. Validation walks every non-overlapping window of the val
-split once, in order, so the val loss is exact and the same from run to run."""
+`get_batch`; each DDP rank draws its own. Validation (and test) walk every non-overlapping window
+of their split once, in order, so the val and test losses are exact and the same from run to run."""
 
 import itertools
 import logging
@@ -79,7 +80,8 @@ class RandomWindowSampler(Sampler[list[int]]):
 
 
 class GPTDataModule(L.LightningDataModule):
-    """The tokenized corpus, its train/val split and loaders; also the tokenizer for generation."""
+    """The tokenized corpus, its train/val(/test) split and loaders; also the tokenizer for
+    generation."""
 
     def __init__(
         self,
@@ -89,6 +91,7 @@ class GPTDataModule(L.LightningDataModule):
         encoding: str = "cl100k_base",  # any tiktoken encoding, e.g. o200k_base
         compact_vocab: bool = True,  # keep only the ids that occur: 3,771 rows instead of 100,070
         val_fraction: float = 0.1,
+        test_fraction: float = 0.0,  # the last tokens, after val: 0 keeps the articles' 90/10 split
         batch_size: int = 16,  # per device
         context_length: int = 64,
         num_workers: int = 0,  # batches are tiny: worker processes cost more than they save
@@ -106,6 +109,11 @@ class GPTDataModule(L.LightningDataModule):
             raise ConfigError(
                 f"data.val_fraction={val_fraction}: it must lie in (0, 1] (1: no train split)."
             )
+        if not 0.0 <= test_fraction < 1.0 or val_fraction + test_fraction > 1.0:
+            raise ConfigError(
+                f"data.test_fraction={test_fraction}: it must lie in [0, 1) and leave "
+                f"data.val_fraction={val_fraction} room (their sum at most 1; 0: no test split)."
+            )
         check_encoding(encoding)
         if num_workers < 0:
             raise ConfigError(f"data.num_workers={num_workers}: it must be 0 or more.")
@@ -117,6 +125,7 @@ class GPTDataModule(L.LightningDataModule):
         self.encoding = encoding
         self.compact_vocab = compact_vocab
         self.val_fraction = val_fraction
+        self.test_fraction = test_fraction
         self.batch_size = batch_size
         self.context_length = context_length
         self.num_workers = num_workers
@@ -129,6 +138,7 @@ class GPTDataModule(L.LightningDataModule):
         self.tokenizer: Tokenizer | None = None
         self.train_tokens = None  # token ids, a torch.Tensor each once set up
         self.val_tokens = None
+        self.test_tokens = None  # stays empty with test_fraction 0
 
     def corpus_path(self) -> Path:
         if self._corpus is None:
@@ -200,19 +210,27 @@ class GPTDataModule(L.LightningDataModule):
             tokenizer = Tokenizer(self.encoding, vocab if len(vocab) else None)
 
         tokens = torch.from_numpy(ids.astype(np.int64))
-        n_train = int(len(tokens) * (1.0 - self.val_fraction))  # token order, like the seeds
+        # token order, like the seeds: train, then val, then test (with test_fraction 0 the
+        # articles' 90/10 split exactly: the same n_train, val up to the last token)
+        n_train = int(len(tokens) * (1.0 - self.val_fraction - self.test_fraction))
+        n_test = int(len(tokens) * self.test_fraction)
         train_tokens = tokens[:n_train]
-        val_tokens = tokens[n_train:]
-        for split, part in (("train", train_tokens), ("val", val_tokens)):
-            if len(part) < self.context_length + 1 and (split == "val" or stage == "fit"):
+        val_tokens = tokens[n_train : len(tokens) - n_test]
+        test_tokens = tokens[len(tokens) - n_test :]
+        splits = [("train", train_tokens), ("val", val_tokens)]
+        if self.test_fraction > 0:
+            splits.append(("test", test_tokens))
+        for split, part in splits:
+            if len(part) < self.context_length + 1 and (split != "train" or stage == "fit"):
                 raise ConfigError(
                     f"data.context_length={self.context_length}: the {split} split holds only "
                     f"{len(part)} tokens, fewer than one window of context_length + 1. Lower "
-                    "data.context_length, change data.val_fraction, or use a longer corpus."
+                    f"data.context_length, change data.{split}_fraction, or use a longer corpus."
                 )
         # set only once the split is valid: `self.tokenizer` marks setup as done
         self.train_tokens = train_tokens
         self.val_tokens = val_tokens
+        self.test_tokens = test_tokens
         self.tokenizer = tokenizer
 
     @property
@@ -244,8 +262,20 @@ class GPTDataModule(L.LightningDataModule):
         return self._loader(windows, sampler)
 
     def val_dataloader(self) -> DataLoader:
+        return self._every_window(self.val_tokens)
+
+    def test_dataloader(self) -> DataLoader:
+        if self.test_fraction == 0:
+            raise ConfigError(
+                "data.test_fraction=0: there is no test split to evaluate. Train with "
+                "data.test_fraction=0.1 (or more) to hold one out."
+            )
+        return self._every_window(self.test_tokens)
+
+    def _every_window(self, tokens: torch.Tensor) -> DataLoader:
+        """Every non-overlapping window of a split once, in order: an exact loss over it."""
         rank, world_size = self._rank()
-        windows = Windows(self.val_tokens, self.context_length)
+        windows = Windows(tokens, self.context_length)
         starts = list(range(0, windows.num_starts, self.context_length))
         batches = [starts[i : i + self.batch_size] for i in range(0, len(starts), self.batch_size)]
         return self._loader(windows, batches[rank::world_size])

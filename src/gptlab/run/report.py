@@ -221,8 +221,21 @@ class RunReport(L.Callback):
             "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
             "overrides": self.overrides,  # what a continued sweep recognises its finished jobs by
             "status": "ok",
-            **pruning_result(trainer),  # an Optuna trial's val curve; "status": "pruned"
+            "val_curve": self.stats.val_curve,  # [step, wall seconds, val loss] per validation
+            **pruning_result(trainer),  # "status": "pruned" when an Optuna pruner stopped it
         }
+
+    def on_test_end(self, trainer, pl_module) -> None:
+        """After fit, the test split's exact loss and bpb (see evaluate_test) join metrics.json."""
+        if not trainer.is_global_zero:
+            return
+        path = self.output_dir / "metrics.json"
+        test = {
+            "test_loss": float(trainer.callback_metrics["test/loss"]),
+            "test_bpb": float(trainer.callback_metrics["test/bpb"]),
+        }
+        path.write_text(json.dumps({**json.loads(path.read_text()), **test}, indent=2) + "\n")
+        log.info("Test loss %.4f (%.3f bits per byte) of checkpoints/best.ckpt.", *test.values())
 
     def report(self, trainer, pl_module, m: dict) -> list[str]:
         lines = [
@@ -243,3 +256,17 @@ class RunReport(L.Callback):
         except ConfigError as e:
             lines.append(f"No sample: {e}")
         return lines
+
+
+def best_then_test(trainer: L.Trainer, module: L.LightningModule, datamodule) -> float:
+    """The run's best val loss, read first (trainer.test resets the trainer's metrics). Then, with
+    data.test_fraction > 0, best.ckpt (the final weights where there is none) on the held-out test
+    split through the module's test_step; RunReport.on_test_end adds it to metrics.json."""
+    best_val_loss = float(trainer.callback_metrics.get("val/best_loss", math.nan))
+    if datamodule.test_fraction > 0 and trainer.global_step > 0:
+        best = [c.best_model_path for c in trainer.checkpoint_callbacks if c.monitor == "val/loss"]
+        ckpt_path = best[0] if best and best[0] else None
+        trainer.test(
+            module, datamodule=datamodule, ckpt_path=ckpt_path, verbose=False, weights_only=True
+        )
+    return best_val_loss

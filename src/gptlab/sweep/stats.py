@@ -69,6 +69,23 @@ def welch_p(a: list[float], b: list[float]) -> float | None:
     return float(stats.ttest_ind(a, b, equal_var=False).pvalue)
 
 
+def welch_half_width(
+    a: list[float], b: list[float], confidence: float = CONFIDENCE
+) -> float | None:
+    """Half the width of the Welch interval of mean(a) - mean(b): t at the Welch-Satterthwaite
+    degrees of freedom times the standard error; None when either has fewer than two values."""
+    from scipy import stats
+
+    if len(a) < 2 or len(b) < 2:
+        return None
+    var_a = statistics.variance(a) / len(a)  # the squared standard error of each mean
+    var_b = statistics.variance(b) / len(b)
+    if var_a + var_b == 0:  # no spread at all
+        return 0.0
+    df = (var_a + var_b) ** 2 / (var_a**2 / (len(a) - 1) + var_b**2 / (len(b) - 1))
+    return float(stats.t.ppf(0.5 + confidence / 2, df)) * math.sqrt(var_a + var_b)
+
+
 def verdict(rank: int, p: float | None, confidence: float = CONFIDENCE) -> str:
     """A configuration against the best (rank 0, by mean val loss), from Welch's p-value."""
     if rank == 0:

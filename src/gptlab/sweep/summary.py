@@ -1,6 +1,5 @@
 """The summary of a sweep: summary.csv/.md/.png, with seed statistics per configuration."""
 
-import csv
 import logging
 import sys
 from pathlib import Path
@@ -12,6 +11,7 @@ from omegaconf import DictConfig
 from gptlab.cli.app import mark_task_started
 from gptlab.run import directory
 from gptlab.run.settings import read_yaml, saved_value
+from gptlab.sweep.ablation import BASELINE, summary_extras
 from gptlab.sweep.jobs import job_identity, number, read_json
 from gptlab.sweep.search import search_summary
 from gptlab.sweep.stats import (
@@ -23,18 +23,15 @@ from gptlab.sweep.stats import (
     verdict,
     welch_p,
 )
+from gptlab.sweep.tables import (
+    CONFIG_SHOWN,
+    PARAMS,
+    config_columns,
+    job_columns,
+    write_table,
+)
 
 log = logging.getLogger(__name__)
-PARAMS = {
-    "d_model": "model.d_model",
-    "num_heads": "model.num_heads",
-    "num_blocks": "model.num_blocks",
-    "dropout": "model.dropout",
-    "lr": "optim.lr",
-    "batch_size": "data.batch_size",
-    "context_length": "data.context_length",
-    "max_steps": "trainer.max_steps",
-}  # always in summary.csv
 
 
 def read_job(job: Path) -> tuple[dict, list[str]]:
@@ -125,26 +122,6 @@ def aggregate(rows: list[dict], knobs: list[str]) -> list[dict]:
     return configs
 
 
-def write_table(
-    path: Path, cols: list[str], rows: list[dict], shown: list[str] | None = None
-) -> list[str]:
-    """Write the rows' `cols` as CSV; return their `shown` columns (default: the same) as
-    Markdown."""
-    with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, cols, extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(rows)
-    lines = [shown or cols, ["---"] * len(shown or cols)]
-    for row in rows:  # floats to 5 significant digits
-        lines.append(
-            [
-                "" if v is None else f"{v:.5g}" if isinstance(v, float) else str(v)
-                for v in map(row.get, shown or cols)
-            ]
-        )
-    return ["| " + " | ".join(cell.replace("|", "\\|") for cell in line) + " |" for line in lines]
-
-
 def write_plot(rows: list[dict], knobs: list[str], configs: list[dict] | None, path: Path) -> None:
     """Best val loss against the parameter count and each swept knob: ok jobs, configurations'
     means with their 95% CIs."""
@@ -202,70 +179,24 @@ def headline(rows: list[dict], configs: list[dict] | None, sweep_dir: Path) -> l
     return head
 
 
-def config_columns(knobs: list[str]) -> list[str]:
-    """The columns of summary_configs.csv."""
-    stats = [
-        f"{metric}_{stat}" for metric in ("val_loss", "val_bpb") for stat in ("mean", "std", "ci95")
-    ]
-    return [
-        "config",
-        *[k for k in knobs if k != "seed"],
-        "num_params",
-        "n_seeds",
-        "n_failed",
-        *stats,
-        "p_vs_best",
-        "vs_best",
-        "seeds",
-        "jobs",
-    ]
-
-
-# the columns of summary.md's configuration table
-CONFIG_SHOWN = [
-    "config",
-    "n_seeds",
-    "n_failed",
-    "val_loss ± ci95",
-    "val_bpb ± ci95",
-    "vs_best",
-    "p_vs_best",
-    "num_params",
-]
-
-
-def job_columns(rows: list[dict], knobs: list[str]) -> list[str]:
-    """The columns of summary.csv; best_val_bpb where a job recorded it (older runs did not)."""
-    bpb = ["best_val_bpb"] if any(number(r.get("best_val_bpb")) is not None for r in rows) else []
-    return [
-        "job",
-        "status",
-        "best_val_loss",
-        *bpb,
-        "best_val_perplexity",
-        "num_params",
-        *PARAMS,
-        *[k for k in knobs if k not in PARAMS.values()],
-        "tokens_per_sec",
-        "wall_seconds",
-        "overrides",
-        "reason",
-    ]
-
-
-def write_summary(sweep_dir: str | Path) -> tuple[list[dict], list[str]]:
+def write_summary(
+    sweep_dir: str | Path, target_val_loss: float | None = None, baseline: str = BASELINE
+) -> tuple[list[dict], list[str]]:
     """Write summary.csv, .md, .png (and summary_configs.csv with `seed` swept); return the jobs
-    and the headline."""
+    and the headline. `target_val_loss` and `baseline`: see gptlab.sweep.ablation."""
     sweep_dir = Path(sweep_dir)
     rows, knobs = collect(sweep_dir)
     configs = aggregate(rows, knobs) if "seed" in knobs else None
+    config_extra, job_extra, extra_lines = summary_extras(
+        rows, configs, sweep_dir, target_val_loss, baseline
+    )
     head = headline(rows, configs, sweep_dir)
-    lines = [f"# Sweep {sweep_dir}", "", *(f"- {line}" for line in head), ""]
+    lines = [f"# Sweep {sweep_dir}", "", *(f"- {line}" for line in head), "", *extra_lines]
     if configs is not None:
         path = sweep_dir / "summary_configs.csv"
-        table = write_table(path, config_columns(knobs), configs, CONFIG_SHOWN)
+        table = write_table(path, config_columns(knobs, config_extra), configs, CONFIG_SHOWN)
         lines += ["## Configurations", "", *table, "", "## Jobs", ""]
-    lines += write_table(sweep_dir / "summary.csv", job_columns(rows, knobs), rows)
+    lines += write_table(sweep_dir / "summary.csv", job_columns(rows, knobs, job_extra), rows)
     write_plot(rows, knobs, configs, sweep_dir / "summary.png")
     lines += search_summary(sweep_dir)  # an Optuna search's study; its plots join summary.png
     (sweep_dir / "summary.md").write_text("\n".join(lines) + "\n")
@@ -276,12 +207,16 @@ class SweepSummary(Callback):
     """At a multirun's end, the summary; exit 1 if a job failed (a callback's exception would
     only be a warning)."""
 
+    def __init__(self, target_val_loss: float | None = None, baseline: str = BASELINE):
+        self.target_val_loss = target_val_loss  # see write_summary
+        self.baseline = baseline
+
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         mark_task_started()  # the jobs ran: an exit from here is the sweep's verdict
         sweep_dir = Path(config.hydra.sweep.dir)
         if not sweep_dir.is_dir() or "trainer" not in config:  # not gptlab-train (gptlab-eval -m)
             return
-        rows, head = write_summary(sweep_dir)
+        rows, head = write_summary(sweep_dir, self.target_val_loss, self.baseline)
         print(*head, f"Summary: {sweep_dir / 'summary.md'} (also .csv, .png)", sep="\n", flush=True)
         failed = [r for r in rows if r["status"] not in ("ok", "pruned")]
         if failed:

@@ -155,12 +155,13 @@ class DivergenceGuard(L.Callback):
 
 class RunStats(L.Callback):
     """Seconds of training (validation left out) and in all, over the run's whole life (resumes
-    included); logs tokens/s and model FLOPs utilisation (where Lightning knows the device's
-    peak)."""
+    included); logs tokens/s and model FLOPs utilisation (where Lightning knows the device's peak);
+    keeps the val curve, [step, wall seconds, val loss] at each validation: quality per second."""
 
     def __init__(self):
         self.train_seconds = 0.0
         self.wall_seconds = 0.0
+        self.val_curve: list[list[float]] = []
         self.tokens_per_step = 0
         self.peak_flops: float | None = None
         self._fit_start = 0.0
@@ -197,14 +198,20 @@ class RunStats(L.Callback):
         self.pause()
 
     def on_validation_end(self, trainer, pl_module) -> None:
-        """Kept in checkpoints: a run resumed after its last step reports its final values."""
-        if trainer.sanity_checking:
-            return
+        """Kept in checkpoints: the val curve, and the final values a run resumed after its last
+        step reports."""
         metrics = trainer.callback_metrics
+        if trainer.sanity_checking or "val/loss" not in metrics:
+            return
         self.last_validation = {
             k: float(metrics[k]) for k in ("val/loss", "val/bpb") if k in metrics
         }
-        self.last_validation["step"] = trainer.global_step
+        step = trainer.global_step
+        self.last_validation["step"] = step
+        wall = self._wall_before + time.perf_counter() - self._fit_start
+        # a resume may validate a step again that the checkpoint's curve already holds
+        self.val_curve = [point for point in self.val_curve if point[0] < step]
+        self.val_curve.append([step, round(wall, 3), self.last_validation["val/loss"]])
 
     def pause(self) -> None:
         """End the stretch of training being timed (at a logged rate, a validation, the end)."""
@@ -232,6 +239,7 @@ class RunStats(L.Callback):
             "wall_seconds": wall,
             "tokens_per_step": self.tokens_per_step,
             "last_validation": self.last_validation,
+            "val_curve": self.val_curve,
         }
 
     def load_state_dict(self, state_dict: dict) -> None:
@@ -239,6 +247,7 @@ class RunStats(L.Callback):
         self._wall_before = state_dict["wall_seconds"]
         self.tokens_per_step = state_dict.get("tokens_per_step", 0)
         self.last_validation = state_dict.get("last_validation", {})
+        self.val_curve = state_dict.get("val_curve", [])  # a checkpoint of an older gptlab
 
 
 class TextSample(L.Callback):

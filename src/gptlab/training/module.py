@@ -1,5 +1,5 @@
-"""LightningModule: the GPT, its cross-entropy loss, AdamW (or Muon with AdamW) and the
-learning-rate schedule.
+"""LightningModule: the GPT, its cross-entropy loss (exact over the val and test splits), AdamW
+(or Muon with AdamW) and the learning-rate schedule.
 
 Its hyperparameters are plain dicts (model config, optimiser config, tokenizer state), so a
 checkpoint alone rebuilds the model and its tokenizer and loads with `weights_only=True`."""
@@ -152,35 +152,59 @@ class GPTModule(L.LightningModule):
         return loss
 
     def on_validation_epoch_start(self) -> None:
-        if self._token_bytes is None:
-            self._token_bytes = torch.as_tensor(self.tokenizer.token_bytes())
-        self._token_bytes = self._token_bytes.to(self.device)
-        zero = torch.zeros((), device=self.device, dtype=torch.float64)
-        self._val_sum = zero.clone()
-        self._val_count = zero.clone()
-        self._val_bytes = zero.clone()
+        self.start_sums()
 
     def validation_step(self, batch, batch_idx: int) -> None:
-        targets = batch[1]  # [batch, context_length]
-        self._val_sum += self.loss(batch).double() * targets.numel()  # nats, summed over tokens
-        self._val_count += targets.numel()
-        self._val_bytes += self._token_bytes[targets].sum()
+        self.add_to_sums(batch)
 
     def on_validation_epoch_end(self) -> None:
-        """Exact means over every val token, summed across ranks before dividing: the loss in
-        nats per token, and in bits per UTF-8 byte of the text (comparable across tokenizers)."""
-        total, count, num_bytes = (
-            self.trainer.strategy.reduce(t, reduce_op="sum")
-            for t in (self._val_sum, self._val_count, self._val_bytes)
-        )
-        val_loss = (total / count.clamp(min=1)).float()
+        val_loss, val_bpb = self.exact_means()
         self.log("val/loss", val_loss, prog_bar=True)
         self.log("val/perplexity", val_loss.exp())
-        self.log("val/bpb", (total / (math.log(2) * num_bytes.clamp(min=1))).float())
+        self.log("val/bpb", val_bpb)
         if not self.trainer.sanity_checking and self.trainer.state.fn == "fit":
             self.best_val_loss = min(self.best_val_loss, float(val_loss))
         # for the run's metrics, also where the module is a copy (ddp_spawn): not for the loggers
         self.log("val/best_loss", self.best_val_loss, logger=False)
+
+    def on_test_epoch_start(self) -> None:
+        self.start_sums()
+
+    def test_step(self, batch, batch_idx: int) -> None:
+        """The held-out test split, scored exactly as validation scores the val split."""
+        self.add_to_sums(batch)
+
+    def on_test_epoch_end(self) -> None:
+        test_loss, test_bpb = self.exact_means()
+        # for metrics.json only: the loggers have ended their runs by then (W&B's is finished)
+        self.log("test/loss", test_loss, logger=False)
+        self.log("test/bpb", test_bpb, logger=False)
+
+    def start_sums(self) -> None:
+        if self._token_bytes is None:
+            self._token_bytes = torch.as_tensor(self.tokenizer.token_bytes())
+        self._token_bytes = self._token_bytes.to(self.device)
+        zero = torch.zeros((), device=self.device, dtype=torch.float64)
+        self._sum = zero.clone()
+        self._count = zero.clone()
+        self._bytes = zero.clone()
+
+    def add_to_sums(self, batch: tuple[torch.Tensor, torch.Tensor]) -> None:
+        targets = batch[1]  # [batch, context_length]
+        self._sum += self.loss(batch).double() * targets.numel()  # nats, summed over tokens
+        self._count += targets.numel()
+        self._bytes += self._token_bytes[targets].sum()
+
+    def exact_means(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Exact means over every token of the split, summed across ranks before dividing: the loss
+        in nats per token, and in bits per UTF-8 byte of the text (comparable across tokenizers)."""
+        total, count, num_bytes = (
+            self.trainer.strategy.reduce(t, reduce_op="sum")
+            for t in (self._sum, self._count, self._bytes)
+        )
+        loss = (total / count.clamp(min=1)).float()
+        bpb = (total / (math.log(2) * num_bytes.clamp(min=1))).float()
+        return loss, bpb
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["best_val_loss"] = self.best_val_loss

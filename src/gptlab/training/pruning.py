@@ -9,7 +9,6 @@ metrics.json written with "status": "pruned"; the sweeper then marks the trial P
 import logging
 import math
 import os
-import time
 from typing import Any
 
 import lightning as L
@@ -66,13 +65,10 @@ class OptunaPruning(L.Callback):
         self.monitor = monitor
         self.trial = None
         self.pruned = False
-        self.val_curve: list[list[float]] = []  # [[step, wall_seconds, val_loss], ...]
-        self.started = time.perf_counter()
 
     def setup(self, trainer, pl_module, stage: str) -> None:
         if stage == "fit" and trainer.is_global_zero:
             self.trial = job_trial()
-            self.started = time.perf_counter()
 
     def on_validation_end(self, trainer, pl_module) -> None:
         if trainer.sanity_checking or self.pruned:
@@ -80,8 +76,6 @@ class OptunaPruning(L.Callback):
         prune = False
         value = trainer.callback_metrics.get(self.monitor)
         if trainer.is_global_zero and value is not None and math.isfinite(float(value)):
-            seconds = round(time.perf_counter() - self.started, 3)
-            self.val_curve.append([trainer.global_step, seconds, float(value)])
             prune = self.ask(trainer.global_step, float(value))
         prune = trainer.strategy.broadcast(prune, src=0)  # rank 0 decides, every rank stops
         if prune:
@@ -100,8 +94,7 @@ class OptunaPruning(L.Callback):
 
 
 def pruning_result(trainer) -> dict[str, Any]:
-    """What metrics.json gets from the pruning callback: the val curve, and "status": "pruned"."""
-    found = [c for c in trainer.callbacks if isinstance(c, OptunaPruning)]
-    if not found:
-        return {}
-    return {"val_curve": found[0].val_curve, **({"status": "pruned"} if found[0].pruned else {})}
+    """What metrics.json gets from the pruning callback: "status": "pruned" when it stopped the
+    run (the val curve comes from RunStats, like every run's)."""
+    pruned = any(isinstance(c, OptunaPruning) and c.pruned for c in trainer.callbacks)
+    return {"status": "pruned"} if pruned else {}

@@ -1,0 +1,194 @@
+"""An ablation against a baseline: how much each configuration moves the loss, with error bars.
+
+Each configuration's jobs (its seeds) are compared with the baseline's by Welch's t-test (unequal
+variances): the difference of the means, its 95% confidence interval and a verdict (better, not
+distinguishable, worse), on the best val loss and on the test loss (data.test_fraction > 0).
+`summary.md` then leads with that table and `summary_deltas.png`, the deltas with error bars."""
+
+import statistics
+from pathlib import Path
+
+from gptlab.sweep.curves import add_time_to_loss, write_curves
+from gptlab.sweep.jobs import number
+from gptlab.sweep.stats import CONFIDENCE, ci_half_width, mean_std, welch_half_width, welch_p
+
+BASELINE = "ablation=baseline"  # the configuration the others are compared with
+METRICS = {"": "val_loss", "test_": "test_loss"}  # column prefix: per-configuration values
+DELTA_COLUMNS = [
+    f"{prefix}{column}"
+    for prefix in METRICS
+    for column in (
+        "delta_vs_baseline_mean",
+        "delta_vs_baseline_ci95",
+        "p_vs_baseline",
+        "verdict_vs_baseline",
+    )
+]
+
+
+def welch(a: list[float], b: list[float]) -> tuple[float, float | None, float | None]:
+    """mean(a) - mean(b), the half-width of its Welch confidence interval and the two-sided p."""
+    delta = statistics.fmean(a) - statistics.fmean(b)
+    return delta, welch_half_width(a, b), welch_p(a, b)
+
+
+def verdict(delta: float, p: float | None) -> str:
+    """Lower loss is better; a difference Welch's test cannot see is no evidence either way."""
+    if p is None:
+        return "untested (fewer than 2 seeds)"
+    if p >= 1 - CONFIDENCE:
+        return "not distinguishable"
+    return "better" if delta < 0 else "worse"
+
+
+def add_test_stats(rows: list[dict], configs: list[dict]) -> None:
+    """Each configuration's test loss over its ok jobs: mean, std, 95% interval (as for val)."""
+    by_job = {row["job"]: row for row in rows if row["status"] == "ok"}
+    for config in configs:
+        jobs = [by_job[job] for job in config["jobs"].split() if job in by_job]
+        values = [v for v in (number(job.get("test_loss")) for job in jobs) if v is not None]
+        mean, std = mean_std(values)
+        config.update(
+            _test_loss=values,
+            test_loss_mean=mean,
+            test_loss_std=std,
+            test_loss_ci95=ci_half_width(values),
+        )
+        config["test_loss ± ci95"] = shown(mean, config["test_loss_ci95"])
+
+
+def shown(mean: float | None, half: float | None, sign: str = "") -> str:
+    """`mean ± half` for the Markdown tables ('' without a mean)."""
+    if mean is None:
+        return ""
+    return f"{mean:{sign}.4f}" + ("" if half is None else f" ± {half:.4f}")
+
+
+def add_deltas(configs: list[dict], baseline: str = BASELINE) -> dict | None:
+    """The delta/verdict columns of every configuration against `baseline`; the baseline's row, or
+    None (and no columns) when no configuration has that name."""
+    base = next((c for c in configs if c["config"] == baseline), None)
+    if base is None:
+        return None
+    for config in configs:
+        for prefix, metric in METRICS.items():
+            a, b = config.get(f"_{metric}") or [], base.get(f"_{metric}") or []
+            if not a or not b:
+                continue
+            delta, half, p = welch(a, b) if config is not base else (0.0, None, None)
+            mark = "baseline" if config is base else verdict(delta, p)
+            config[f"{prefix}delta_vs_baseline_mean"] = delta
+            config[f"{prefix}delta_vs_baseline_ci95"] = half
+            config[f"{prefix}p_vs_baseline"] = p
+            config[f"{prefix}verdict_vs_baseline"] = mark
+            config[f"{prefix}delta ± ci95"] = shown(delta, half, "+")
+    return base
+
+
+def cell(value) -> str:
+    """A Markdown cell: seconds and other floats to one decimal, nothing for None."""
+    if value is None:
+        return ""
+    return f"{value:.1f}" if isinstance(value, float) else str(value)
+
+
+def markdown(configs: list[dict], columns: dict[str, str]) -> list[str]:
+    """A Markdown table of `columns` (key: heading) with one line per configuration."""
+    lines = ["| " + " | ".join(columns.values()) + " |", "|" + " --- |" * len(columns)]
+    for config in configs:
+        lines.append("| " + " | ".join(cell(config.get(key)) for key in columns) + " |")
+    return lines
+
+
+def write_delta_plot(configs: list[dict], base: dict, path: Path) -> None:
+    """Each configuration's delta vs the baseline with its 95% interval, on val and on test."""
+    from matplotlib.figure import Figure
+
+    rows = [c for c in configs if c.get("delta_vs_baseline_mean") is not None]
+    rows.sort(key=lambda c: c["delta_vs_baseline_mean"], reverse=True)
+    fig = Figure(figsize=(7, 0.35 * len(rows) + 1.4), layout="constrained")
+    ax = fig.subplots()
+    ys = range(len(rows))
+    for offset, prefix, label in ((-0.15, "", "val"), (0.15, "test_", "test")):
+        key = f"{prefix}delta_vs_baseline_mean"
+        points = [(y, c) for y, c in zip(ys, rows, strict=True) if c.get(key) is not None]
+        if points:
+            ax.errorbar(
+                [c[f"{prefix}delta_vs_baseline_mean"] for _, c in points],
+                [y + offset for y, _ in points],
+                xerr=[c[f"{prefix}delta_vs_baseline_ci95"] or 0 for _, c in points],
+                fmt="o",
+                capsize=3,
+                label=f"{label} loss",
+            )
+    ax.axvline(0, color="grey", lw=1)
+    ax.set_yticks(list(ys), [c["config"].removeprefix("ablation=") for c in rows])
+    ax.set_xlabel("loss minus the baseline's (nats; < 0 is better), mean ± 95% CI")
+    ax.legend(loc="lower right", fontsize=8)
+    fig.suptitle(f"Against {base['config']} ({base['n_seeds']} seeds each)", fontsize=10)
+    fig.savefig(path, dpi=80)
+
+
+def baseline_section(configs: list[dict], sweep_dir: Path, baseline: str = BASELINE) -> list[str]:
+    """The deltas against the baseline as summary.md's first section, and summary_deltas.png;
+    nothing when no configuration is the baseline."""
+    base = add_deltas(configs, baseline)
+    if base is None:
+        return []
+    write_delta_plot(configs, base, sweep_dir / "summary_deltas.png")
+    ordered = sorted(configs, key=lambda c: number(c.get("delta_vs_baseline_mean")) or 0.0)
+    columns = {
+        "config": "config",
+        "n_seeds": "seeds",
+        "val_loss ± ci95": "best val loss",
+        "delta ± ci95": "Δ val vs baseline",
+        "verdict_vs_baseline": "val verdict",
+        "test_loss ± ci95": "test loss",
+        "test_delta ± ci95": "Δ test vs baseline",
+        "test_verdict_vs_baseline": "test verdict",
+        "time_to_val_loss": "s to target val loss",
+    }
+    return [
+        f"## Against the baseline ({baseline})",
+        "",
+        f"Δ: mean loss minus the baseline's mean, ± the half-width of its {CONFIDENCE:.0%} Welch "
+        "interval; verdict by Welch's t-test at that level (*not distinguishable*: no evidence "
+        "of a difference with these seeds, not proof of none).",
+        "",
+        *markdown(ordered, columns),
+        "",
+        "![deltas against the baseline](summary_deltas.png)",
+        "",
+    ]
+
+
+def summary_extras(
+    rows: list[dict],
+    configs: list[dict] | None,
+    sweep_dir: Path,
+    target_val_loss: float | None = None,
+    baseline: str = BASELINE,
+) -> tuple[list[str], list[str], list[str]]:
+    """What the sweep summary adds for quality per second, the test split and an ablation: the
+    new columns of summary_configs.csv and of summary.csv, and the lines that lead summary.md."""
+    target = add_time_to_loss(rows, configs, target_val_loss)
+    lines = []
+    if configs:
+        add_test_stats(rows, configs)
+        lines += baseline_section(configs, sweep_dir, baseline)
+    if write_curves(rows, configs, sweep_dir / "summary_curves.png"):
+        lines += [
+            f"Time to val loss {target:.4f} (`time_to_val_loss`, seconds): "
+            "the first validation at or below it.",
+            "",
+            "![val loss against wall time and training FLOPs](summary_curves.png)",
+            "",
+        ]
+    config_columns = ["test_loss_mean", "test_loss_std", "test_loss_ci95", *DELTA_COLUMNS]
+    config_columns.append("time_to_val_loss")
+    job_columns = ["test_loss", "test_bpb", "time_to_val_loss"]
+    return (
+        [c for c in config_columns if any(config.get(c) is not None for config in configs or [])],
+        [c for c in job_columns if any(row.get(c) is not None for row in rows)],
+        lines,
+    )

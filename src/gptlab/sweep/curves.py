@@ -1,0 +1,92 @@
+"""Quality per second in a sweep: how long each job (and configuration, over its seeds) took to
+reach a val loss, and val loss against wall time and against training FLOPs.
+
+Each job's metrics.json holds `val_curve`, [step, wall seconds, val loss] at each validation
+(wall seconds since the run's start, over its whole life, resumes included)."""
+
+import statistics
+from pathlib import Path
+
+from gptlab.sweep.jobs import number
+
+
+def reached_at(curve: list, target: float) -> float | None:
+    """Wall seconds of the first validation at or below `target` (None: never reached)."""
+    return next((point[1] for point in curve if point[2] <= target), None)
+
+
+def add_time_to_loss(rows: list[dict], configs: list[dict] | None, target: float | None) -> float:
+    """`time_to_val_loss` of every ok job and configuration (the mean over its seeds, None if a
+    seed never got there). Without a target: the highest of the jobs' best val losses on their
+    curves, a loss every job reached. Returns the target used (nan without curves)."""
+    ok = [row for row in rows if row["status"] == "ok" and row.get("val_curve")]
+    if target is None:
+        target = max((min(p[2] for p in row["val_curve"]) for row in ok), default=float("nan"))
+    times = {}
+    for row in ok:
+        row["time_to_val_loss"] = reached_at(row["val_curve"], target)
+        times[row["job"]] = row["time_to_val_loss"]
+    for config in configs or []:
+        seconds = [times.get(job) for job in config["jobs"].split() if job in times]
+        reached = bool(seconds) and None not in seconds
+        config["time_to_val_loss"] = statistics.fmean(seconds) if reached else None
+    return target
+
+
+def mean_curve(jobs: list[dict]) -> list[tuple[float, float, float]]:
+    """(wall seconds, training FLOPs, val loss) at each step every job validated, averaged over
+    the jobs (seeds). FLOPs: flops_per_token x tokens, tokens = step x tokens per step."""
+    steps = set.intersection(*({point[0] for point in job["val_curve"]} for job in jobs))
+    points = []
+    for step in sorted(steps):
+        walls, flops, losses = [], [], []
+        for job in jobs:
+            point = next(p for p in job["val_curve"] if p[0] == step)
+            tokens_per_step = job["tokens_seen"] / max(1, job["steps"])
+            walls.append(point[1])
+            flops.append(job["flops_per_token"] * step * tokens_per_step)
+            losses.append(point[2])
+        points.append((statistics.fmean(walls), statistics.fmean(flops), statistics.fmean(losses)))
+    return points
+
+
+def curve_groups(rows: list[dict], configs: list[dict] | None) -> dict[str, list[dict]]:
+    """One line per configuration (its seeds), or per job when no seed was swept."""
+    ok = {
+        row["job"]: row
+        for row in rows
+        if row["status"] == "ok"
+        and row.get("val_curve")
+        and number(row.get("flops_per_token")) is not None
+    }
+    if not configs:
+        return {f"job {job}": [row] for job, row in ok.items()}
+    groups = {}
+    for config in configs:
+        jobs = [ok[job] for job in config["jobs"].split() if job in ok]
+        if jobs:
+            groups[config["config"]] = jobs
+    return groups
+
+
+def write_curves(rows: list[dict], configs: list[dict] | None, path: Path) -> bool:
+    """summary_curves.png: val loss against wall time and against training FLOPs, one line per
+    configuration (mean over its seeds). False (and no file) when no job has a val curve."""
+    from matplotlib.figure import Figure
+
+    groups = curve_groups(rows, configs)
+    if not groups:
+        return False
+    fig = Figure(figsize=(11, 4.2), layout="constrained")
+    by_time, by_flops = fig.subplots(1, 2)
+    for name, jobs in groups.items():
+        points = mean_curve(jobs)
+        label = name.removeprefix("ablation=")
+        by_time.plot([p[0] for p in points], [p[2] for p in points], marker=".", label=label)
+        by_flops.plot([p[1] for p in points], [p[2] for p in points], marker=".", label=label)
+    by_time.set(xlabel="wall seconds since the run's start", ylabel="val loss")
+    by_flops.set(xlabel="training FLOPs", ylabel="val loss", xscale="log")
+    by_flops.legend(fontsize=7, loc="upper right")
+    fig.suptitle(f"{path.parent.name}: val loss per second and per FLOP (mean over seeds)")
+    fig.savefig(path, dpi=80)
+    return True
