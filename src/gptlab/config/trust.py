@@ -75,15 +75,18 @@ def check_target(target: Any, where: str) -> None:
     check_class(target, where, TRUSTED_PACKAGES, BUILDABLE, TASK_KINDS)
 
 
-def check_targets(node: Any, where: str = "", rule=check_target, built: bool = False) -> None:
+def check_targets(
+    node: Any, where: str = "", rule=check_target, built: bool = False, factories: bool = False
+) -> None:
     """`rule` on every `_target_` in a plain (resolved) container: nested nodes and `_args_`
-    included. `_partial_` is refused: it would hand over a factory instead of an object. `built`:
-    inside a node that is built, where instantiate would resolve a `${` a second time."""
+    included. `_partial_` is refused (a task needs the object, not a factory) unless `factories`:
+    the Optuna sweeper takes its sampler as one. `built`: inside a node that is built, where
+    instantiate would resolve a `${` a second time."""
     if isinstance(node, dict):
         here = where or "<root>"
         if "_target_" in node:
             rule(node["_target_"], here)
-        if node.get("_partial_"):
+        if node.get("_partial_") and not factories:
             raise ConfigError(
                 f"{here}._partial_: _partial_ is not supported here: gptlab builds each "
                 f"{node.get('_target_')} itself and needs the object, not a factory. Remove "
@@ -91,10 +94,10 @@ def check_targets(node: Any, where: str = "", rule=check_target, built: bool = F
             )
         for key, value in node.items():
             inner = f"{where}.{key}" if where else str(key)
-            check_targets(value, inner, rule, built or "_target_" in node)
+            check_targets(value, inner, rule, built or "_target_" in node, factories)
     elif isinstance(node, list):
         for i, value in enumerate(node):
-            check_targets(value, f"{where}[{i}]", rule, built)
+            check_targets(value, f"{where}[{i}]", rule, built, factories)
     elif built and isinstance(node, str) and "${" in node:
         raise ConfigError(
             f"{where}={node!r}: after resolving, the value still holds `${{`, which Hydra would "
@@ -165,7 +168,7 @@ def check_hydra_node(cfg: DictConfig, multirun: bool) -> None:
     for part in ("launcher", "sweeper") if multirun else ():
         plain = resolve(cfg.hydra[part], f"hydra.{part}") if part in cfg.hydra else {}
         nested = {k: v for k, v in plain.items() if k != "_target_"}
-        check_targets(nested, f"hydra.{part}", check_plugin_part)
+        check_targets(nested, f"hydra.{part}", check_plugin_part, factories=True)
 
 
 def build(node: DictConfig, where: str, **kwargs) -> Any:

@@ -262,7 +262,8 @@ def best_then_test(trainer: L.Trainer, module: L.LightningModule, datamodule) ->
     """The run's best val loss, read first (trainer.test resets the trainer's metrics). Then, with
     data.test_fraction > 0, best.ckpt (the final weights where there is none) on the held-out test
     split through the module's test_step; RunReport.on_test_end adds it to metrics.json."""
-    best_val_loss = float(trainer.callback_metrics.get("val/best_loss", math.nan))
+    best = trainer.callback_metrics.get("val/best_loss")  # none when resumed after the last step
+    best_val_loss = float(module.best_val_loss if best is None else best)
     if datamodule.test_fraction > 0 and trainer.global_step > 0:
         best = [c.best_model_path for c in trainer.checkpoint_callbacks if c.monitor == "val/loss"]
         ckpt_path = best[0] if best and best[0] else None
