@@ -23,6 +23,29 @@ def corpus_text(corpus_path: Path) -> str:
     return corpus_path.read_text(encoding="utf-8")
 
 
+# The files that take longest start first: the two workers share the files (pytest-xdist
+# --dist loadfile, in collection order), and a long file started last would leave one worker
+# running it alone at the end of the suite.
+LONGEST_FIRST = (
+    "test_search.py",
+    "test_benchmark.py",
+    "test_slurm.py",
+    "test_ddp.py",
+    "test_sweep.py",
+    "test_resume.py",
+    "test_gpu_check.py",
+    "test_muon.py",
+    "test_run_dir.py",
+    "test_trust.py",
+    "test_loggers.py",
+)
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable within a file
+
+
 # ---------------------------------------------------------------------------------------------
 # a real two-node SLURM cluster on this host (tests/slurm_cluster.py), for tests/test_slurm.py
 
