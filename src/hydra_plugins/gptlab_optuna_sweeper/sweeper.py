@@ -89,7 +89,7 @@ class GptlabOptunaSweeper(Sweeper):
 
     def sampler(self, space: dict) -> Any:
         """The configured sampler; a grid sampler gets the search space as its grid."""
-        from hydra_plugins.gptlab_optuna_sweeper._space import grid
+        from gptlab.sweep.optuna_space import grid
 
         sampler = self.settings["sampler"]
         if not isinstance(sampler, functools.partial):
@@ -100,8 +100,8 @@ class GptlabOptunaSweeper(Sweeper):
 
     def prepare(self, arguments: list[str]) -> tuple[Any, dict, list[str], dict[str, Any]]:
         """The study (created or continued), the search space, the fixed overrides, the settings."""
-        from hydra_plugins.gptlab_optuna_sweeper import _study as studies
-        from hydra_plugins.gptlab_optuna_sweeper._space import search_space
+        from gptlab.sweep import optuna_study as studies
+        from gptlab.sweep.optuna_space import search_space
 
         sweep_dir = Path(self.config.hydra.sweep.dir)
         resume = self.config.get("resume")
@@ -120,7 +120,7 @@ class GptlabOptunaSweeper(Sweeper):
     def sweep(self, arguments: list[str]) -> None:
         """Trials in batches of n_jobs until the study holds n_trials finished ones. Bad settings
         end the search before any trial: one paragraph, exit code 2."""
-        from hydra_plugins.gptlab_optuna_sweeper import _study as studies
+        from gptlab.sweep import optuna_study as studies
 
         try:
             study, space, fixed, settings = self.prepare(arguments)
@@ -150,7 +150,7 @@ class GptlabOptunaSweeper(Sweeper):
     def run_batch(self, study, trials: list, fixed: list[str], url: str, max_failure_rate) -> None:
         """Launch the trials' jobs together; tell the study each result; a job that raised (a stop)
         ends the search once the study knows, if more raised than max_failure_rate allows."""
-        from hydra_plugins.gptlab_optuna_sweeper import _study as studies
+        from gptlab.sweep import optuna_study as studies
 
         batch = [self.job_overrides(t, fixed, url, study.study_name) for t in trials]
         log.info("Launching trials %s", ", ".join(str(t.number) for t in trials))
