@@ -1,11 +1,17 @@
-"""Running gptlab's console scripts as a user would: a real process in a chosen directory."""
+"""Running gptlab's console scripts as a user would: a real process in a chosen directory, or,
+for a command line that ends before any training, the same entry point in this process."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import logging
 import os
 import subprocess
 import sys
+import warnings
+from importlib.metadata import entry_points
 from pathlib import Path
 
 BIN = Path(sys.executable).parent
@@ -24,6 +30,58 @@ def run_cli(
         text=True,
         timeout=timeout,
     )
+
+
+def run_main(
+    *args: str, cwd: Path, tool: str = "gptlab-train", env: dict | None = None
+) -> subprocess.CompletedProcess:
+    """Run the console script `tool`'s entry point in this process, as `run_cli` does in a new
+    one: the same argv, directory, exit code, stdout and stderr, without the seconds a new
+    interpreter takes to import torch and Lightning. For command lines that end before training
+    (bad input)."""
+    [script] = entry_points(group="console_scripts", name=tool)
+    main = script.load()
+    out, err = io.StringIO(), io.StringIO()
+    code = 0
+    with process_state(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        os.environ.update(env or {})
+        os.chdir(cwd)
+        sys.argv = [tool, *args]
+        try:
+            main()
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else 1
+    return subprocess.CompletedProcess([tool, *args], code, out.getvalue(), err.getvalue())
+
+
+@contextlib.contextmanager
+def process_state():
+    """What a tool changes in its process, put back afterwards: the environment, argv, the
+    working directory, the root logger (Hydra's job logging), warning filters, Hydra's global
+    state and gptlab's task-started flag."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    from gptlab.cli import app
+
+    saved_env, saved_argv, saved_cwd = dict(os.environ), sys.argv, Path.cwd()
+    root = logging.getLogger()
+    saved_handlers, saved_level = root.handlers[:], root.level
+    GlobalHydra.instance().clear()
+    app.task_started = False
+    try:
+        with warnings.catch_warnings():
+            yield
+    finally:
+        GlobalHydra.instance().clear()
+        app.task_started = False
+        sys.argv = saved_argv
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+        for handler in set(root.handlers) - set(saved_handlers):
+            handler.close()  # the run's train.log
+        root.handlers[:] = saved_handlers
+        root.setLevel(saved_level)
 
 
 def check(result: subprocess.CompletedProcess) -> subprocess.CompletedProcess:

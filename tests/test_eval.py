@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers import check, read_metrics, run_cli
+from helpers import check, read_metrics, run_cli, run_main
 from hydra import compose, initialize_config_module
 
 import gptlab.cli.eval as gptlab_eval
@@ -135,7 +135,7 @@ def test_bad_input_is_one_paragraph_and_exit_code_2(run_dir, tmp_path):
         ([f"ckpt_path={run_dir}", f"data.path={alien}"], "data.compact_vocab=false"),
         ([f"ckpt_path={run_dir}", "device=tpu"], "device='tpu'"),
     ):
-        result = run_cli(*args, cwd=tmp_path, tool="gptlab-eval")
+        result = run_main(*args, cwd=tmp_path, tool="gptlab-eval")
         assert (
             result.returncode == 2 and needle in result.stderr and "Traceback" not in result.stderr
         )

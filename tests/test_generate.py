@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
-from helpers import check, run_cli
+from helpers import check, run_cli, run_main
 from hydra import compose, initialize_config_module
 
 from gptlab.cli.generate import decode_stream, run_job, sample_texts
@@ -33,8 +33,11 @@ def module(run_dir):
     return load_module(run_dir / "checkpoints" / "best.ckpt")
 
 
+TOOL = "gptlab-generate"
+
+
 def generate(*args: str, cwd):
-    return run_cli(*args, cwd=cwd, tool="gptlab-generate", timeout=120)
+    return run_cli(*args, cwd=cwd, tool=TOOL, timeout=120)
 
 
 def samples(stdout: str) -> list[str]:
@@ -98,7 +101,7 @@ def test_stream_decoder_holds_back_split_characters():
 
 
 # case: (arguments, what the one error line must say); {bad} and {run} are filled in below.
-# Real processes for a few; the rest through the tool's task function in this process.
+# The entry point, argv to exit code, for a few; the rest through the tool's task function.
 CLI_CASES = {
     "max_new_tokens": (["ckpt_path={run}", "max_new_tokens=0"], ["max_new_tokens"]),
     "no_ckpt_path": ([], ["ckpt_path is not set"]),
@@ -137,14 +140,11 @@ def bad(run_dir, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def failures(run_dir, bad):
-    """The CLI cases as real processes, a few at a time (each ends within a second or two)."""
-    cases = {
-        name: [a.format(bad=bad, run=run_dir) for a in args]
+    """The CLI cases through gptlab-generate's entry point, argv to exit code, in this process."""
+    return {
+        name: run_main(*[a.format(bad=bad, run=run_dir) for a in args], cwd=bad, tool=TOOL)
         for name, (args, _) in CLI_CASES.items()
     }
-    with ThreadPoolExecutor(max_workers=3) as pool:
-        results = pool.map(lambda args: generate(*args, cwd=bad), cases.values())
-        return dict(zip(cases, results, strict=True))
 
 
 @pytest.mark.parametrize("case", list(CLI_CASES))

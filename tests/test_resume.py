@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from helpers import BIN, check, read_metrics, run_cli, scalars
+from helpers import BIN, check, read_metrics, run_cli, run_main, scalars
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
 
@@ -226,7 +226,7 @@ def bad_files(tmp_path_factory, uninterrupted) -> dict[str, Path]:
 def test_bad_input_fails_clearly_before_training(tmp_path, bad_files, overrides, needle):
     good_bytes = bad_files["good"].read_bytes()
     args = [o.format(dir=bad_files["dir"], good=bad_files["good"]) for o in overrides]
-    result = run_cli("debug=fast", *args, "hydra.run.dir=run", cwd=tmp_path, timeout=120)
+    result = run_main("debug=fast", *args, "hydra.run.dir=run", cwd=tmp_path)
     assert result.returncode == 2, result.stderr[-3000:]
     assert needle.format(dir=bad_files["dir"]) in result.stderr
     assert "Traceback" not in result.stderr

@@ -12,7 +12,7 @@ from dataclasses import asdict
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import check, read_metrics, run_cli
+from helpers import check, read_metrics, run_cli, run_main
 from torch import nn
 
 from gptlab.cli.inspect_model import trace_forward
@@ -264,12 +264,11 @@ def test_ckpt_path_refuses_a_checkpoint_with_another_toggle(key, value):
     ],
 )
 def test_bad_toggle_exits_2_before_any_data_work(tmp_path, overrides, needle):
-    result = run_cli(
+    result = run_main(
         "debug=fast",
         *overrides,
         "hydra.run.dir=run",
         cwd=tmp_path,
-        timeout=120,
         env={"GPTLAB_CACHE_DIR": str(tmp_path / "cache")},
     )
     assert result.returncode == 2, result.stderr[-2000:]

@@ -9,7 +9,7 @@ import gptlab.conf
 import pytest
 import torch
 import yaml
-from helpers import check, read_metrics, run_cli, scalars
+from helpers import check, read_metrics, run_cli, run_main, scalars
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -270,7 +270,7 @@ def test_logger_many_has_both():
     ],
 )
 def test_bad_config_exits_2_with_a_paragraph_and_no_traceback(tmp_path, override, key):
-    result = run_cli(override, "hydra.run.dir=run", cwd=tmp_path, timeout=120)
+    result = run_main(override, "hydra.run.dir=run", cwd=tmp_path)
     assert result.returncode == 2, result.stderr[-2000:]
     assert key in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "outputs").exists() or not any((tmp_path / "outputs").rglob("*.ckpt"))

@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from helpers import check, run_cli
+from helpers import check, run_cli, run_main
 from hydra import compose, initialize_config_module
 from lightning.pytorch.loggers import CSVLogger
 from omegaconf import OmegaConf
@@ -165,7 +165,7 @@ def test_a_hydra_callback_from_the_command_line_is_refused_before_hydra_builds_i
     ]
     modes = [evil, ["-m", *evil]] if tool == "gptlab-train" else [evil]  # -m: the same check
     for args in modes:
-        result = run_cli(*args, cwd=tmp_path, tool=tool, timeout=120)
+        result = run_main(*args, cwd=tmp_path, tool=tool)
         assert result.returncode == 2, result.stderr[-3000:]
         assert "hydra.callbacks.x._target_='builtins.open'" in result.stderr
         assert "Traceback" not in result.stderr
@@ -181,7 +181,7 @@ def test_a_hydra_callback_from_a_config_dir_is_refused_too(tmp_path):
     text = "# @package _global_\n" + OmegaConf.to_yaml({"hydra": {"callbacks": evil}})
     (tmp_path / "configs" / "experiment" / "evil.yaml").write_text(text)
     args = ["--config-dir", str(tmp_path / "configs"), "experiment=evil", "hydra.run.dir=run"]
-    result = run_cli(*args, cwd=tmp_path, timeout=120)
+    result = run_main(*args, cwd=tmp_path)
     assert result.returncode == 2, result.stderr[-3000:]
     assert "hydra.callbacks.x._target_='builtins.open'" in result.stderr
     assert not marker.exists() and not (tmp_path / "run").exists()
@@ -192,7 +192,7 @@ def test_partial_on_a_callback_is_a_clear_error(tmp_path):
         "+callbacks.p._target_=lightning.pytorch.callbacks.Timer",
         "+callbacks.p._partial_=true",
     ]
-    result = run_cli("debug=fast", "hydra.run.dir=run", *partial, cwd=tmp_path, timeout=180)
+    result = run_main("debug=fast", "hydra.run.dir=run", *partial, cwd=tmp_path)
     assert result.returncode == 2, result.stderr[-3000:]
     assert "callbacks.p._partial_: _partial_ is not supported here" in result.stderr
     assert "Traceback" not in result.stderr
