@@ -69,6 +69,9 @@ def curve_groups(rows: list[dict], configs: list[dict] | None) -> dict[str, list
     return groups
 
 
+LINE_STYLES = ("-", "--", ":")
+
+
 def write_curves(rows: list[dict], configs: list[dict] | None, path: Path) -> bool:
     """summary_curves.png: val loss against wall time and against training FLOPs, one line per
     configuration (mean over its seeds). False (and no file) when no job has a val curve."""
@@ -79,11 +82,12 @@ def write_curves(rows: list[dict], configs: list[dict] | None, path: Path) -> bo
         return False
     fig = Figure(figsize=(11, 4.2), layout="constrained")
     by_time, by_flops = fig.subplots(1, 2)
-    for name, jobs in groups.items():
+    for i, (name, jobs) in enumerate(groups.items()):
         points = mean_curve(jobs)
-        label = name.removeprefix("ablation=")
-        by_time.plot([p[0] for p in points], [p[2] for p in points], marker=".", label=label)
-        by_flops.plot([p[1] for p in points], [p[2] for p in points], marker=".", label=label)
+        style = {"label": name.removeprefix("ablation="), "marker": ".", "color": f"C{i % 10}"}
+        style["linestyle"] = LINE_STYLES[i // 10 % len(LINE_STYLES)]  # 10 colours, then dashes
+        by_time.plot([p[0] for p in points], [p[2] for p in points], **style)
+        by_flops.plot([p[1] for p in points], [p[2] for p in points], **style)
     by_time.set(xlabel="wall seconds since the run's start", ylabel="val loss")
     by_flops.set(xlabel="training FLOPs", ylabel="val loss", xscale="log")
     by_flops.legend(fontsize=7, loc="upper right")
