@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import check, read_metrics, run_cli
+from helpers import check, read_metrics, run_cli, run_main
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from gptlab.errors import ConfigError
@@ -273,14 +273,14 @@ def test_symlinks_in_a_run_directory_are_never_written_through(copy, tmp_path):
 
 def test_a_fresh_run_into_a_finished_run_is_refused(copy, tmp_path):
     before = tree_bytes(copy)
-    result = run_cli(*FAST, f"hydra.run.dir={copy}", cwd=tmp_path)
+    result = run_main(*FAST, f"hydra.run.dir={copy}", cwd=tmp_path)
     assert result.returncode == 2, result.stderr[-3000:]
     assert f"resume={copy}" in result.stderr and "Traceback" not in result.stderr
     assert tree_bytes(copy) == before  # checkpoints, metrics and .hydra/ byte-identical
 
 
 def test_checkpoints_go_where_resume_looks_not_to_a_setting(tmp_path):
-    result = run_cli(*FAST, "callbacks.last_checkpoint.dirpath=/tmp/x", cwd=tmp_path)
+    result = run_main(*FAST, "callbacks.last_checkpoint.dirpath=/tmp/x", cwd=tmp_path)
     assert result.returncode == 2
     assert "dirpath" in result.stderr
     assert not list(tmp_path.rglob("*.ckpt"))
@@ -315,7 +315,7 @@ def test_a_directory_named_with_an_interpolation_is_refused_clearly(finished, tm
     run_dir = tmp_path / "run ${oc.env:GPTLAB_TEST_SECRET}"
     shutil.copytree(finished, run_dir)
     before = tree_bytes(run_dir)
-    result = run_cli(f"resume={run_dir}", cwd=tmp_path, env={"GPTLAB_TEST_SECRET": SECRET})
+    result = run_main(f"resume={run_dir}", cwd=tmp_path, env={"GPTLAB_TEST_SECRET": SECRET})
     assert result.returncode == 2 and "Rename it" in result.stderr
     assert "Traceback" not in result.stderr and SECRET not in result.stderr
     assert tree_bytes(run_dir) == before
@@ -329,7 +329,7 @@ def test_a_sweep_job_killed_before_metrics_json_is_repaired_by_resume(tmp_path):
     kept = (sweep / "1" / "metrics.json").read_bytes()
     (sweep / "0" / "metrics.json").unlink()
 
-    refused = run_cli(*grid, cwd=tmp_path)  # the same sweep again, fresh: refused
+    refused = run_main(*grid, cwd=tmp_path)  # the same sweep again, fresh: refused
     assert refused.returncode == 2 and f"resume={sweep}" in refused.stderr
     check(run_cli(f"resume={sweep}", cwd=tmp_path))
     repaired = finite_metrics(sweep / "0")

@@ -18,7 +18,7 @@ from pathlib import Path
 import optuna
 import pytest
 import yaml
-from helpers import BIN, check, read_metrics, run_cli
+from helpers import BIN, check, read_metrics, run_cli, run_main
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState
 
@@ -186,7 +186,7 @@ def test_search_space_grammar_becomes_optuna_distributions():
 
 def test_a_bad_pruner_is_refused_before_any_trial(tmp_path):
     sweep = tmp_path / "sweep"
-    result = run_cli(
+    result = run_main(
         *SEARCH, "hydra.sweeper.pruner=sometimes", f"hydra.sweep.dir={sweep}", cwd=tmp_path
     )
     assert result.returncode == 2, result.stderr

@@ -133,14 +133,11 @@ def test_sweep_report_script_regenerates_the_summary(grid):
     assert "Sweep done: 4 jobs" in result.stdout
 
 
-def test_sweep_report_on_a_directory_without_jobs_fails_clearly(tmp_path):
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "sweep_report.py"), str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 1 and "no sweep jobs here" in result.stderr
+def test_sweep_report_on_a_directory_without_jobs_fails_clearly(tmp_path, capsys):
+    from scripts.sweep_report import main as sweep_report
+
+    assert sweep_report([str(tmp_path)]) == 1
+    assert "no sweep jobs here" in capsys.readouterr().err
 
 
 def test_an_invalid_job_is_recorded_the_others_finish_and_the_sweep_exits_non_zero(tmp_path):

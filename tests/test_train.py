@@ -175,7 +175,7 @@ def test_the_end_tells_the_user_what_happened(fast_run):
 
 
 def test_cfg_job_prints_the_composed_config_from_any_directory(tmp_path):
-    result = check(run_cli("--cfg", "job", "model.num_heads=8", cwd=tmp_path))
+    result = check(run_main("--cfg", "job", "model.num_heads=8", cwd=tmp_path))
     cfg = yaml.safe_load(result.stdout)
     assert cfg["model"]["num_heads"] == 8
     assert cfg["data"]["encoding"] == "cl100k_base"
@@ -245,7 +245,7 @@ def test_every_group_option_composes(group):
 
 
 def test_help_lists_resume_and_hides_the_schemas(tmp_path):
-    out = check(run_cli("--help", cwd=tmp_path)).stdout
+    out = check(run_main("--help", cwd=tmp_path)).stdout
     assert "resume: null" in out
     assert "schema" not in out
 
@@ -277,12 +277,11 @@ def test_bad_config_exits_2_with_a_paragraph_and_no_traceback(tmp_path, override
 
 
 def test_bad_model_config_fails_before_any_data_work(tmp_path):
-    result = run_cli(
+    result = run_main(
         "model.d_model=64",
         "model.num_heads=3",
         "hydra.run.dir=run",
         cwd=tmp_path,
-        timeout=120,
         env={"GPTLAB_CACHE_DIR": str(tmp_path / "cache")},
     )
     assert result.returncode == 2

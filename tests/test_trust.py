@@ -240,7 +240,7 @@ def other_host(monkeypatch):
 def test_a_url_that_parsers_read_differently_is_refused_before_any_request(tmp_path, other_host):
     url = f"http://127.0.0.2:{other_host.port}\\@localhost/book.txt"
     args = ["debug=fast", "hydra.run.dir=run", f"data.url={url}", f"paths.data_dir={tmp_path}/d"]
-    result = run_cli(*args, "data.path=null", "data.sha256=null", cwd=tmp_path, timeout=180)
+    result = run_main(*args, "data.path=null", "data.sha256=null", cwd=tmp_path)
     assert result.returncode == 2, result.stderr[-3000:]
     assert f"sent as 'http://127.0.0.2:{other_host.port}/%5C@localhost/book.txt'" in result.stderr
     assert "to host 127.0.0.2" in result.stderr and "Traceback" not in result.stderr
@@ -286,7 +286,7 @@ def test_a_corrupt_eval_json_is_refused_before_the_evaluation_and_kept(finished_
     before = corrupt.read_bytes()
     out = tmp_path / "out"
     args = [f"ckpt_path={finished_run}", f"output_dir={out}"]
-    result = run_cli(*args, cwd=tmp_path, tool="gptlab-eval", timeout=180)
+    result = run_main(*args, cwd=tmp_path, tool="gptlab-eval")
     assert result.returncode == 2, result.stderr[-3000:]
     assert f"'{corrupt}' is not gptlab-eval's JSON record" in result.stderr
     assert "Move it away" in result.stderr and "Traceback" not in result.stderr
