@@ -41,7 +41,8 @@ def run_main(
     (bad input)."""
     [script] = entry_points(group="console_scripts", name=tool)
     main = script.load()
-    out, err = io.StringIO(), io.StringIO()
+    out = io.StringIO()
+    err = io.StringIO()
     code = 0
     with process_state(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         os.environ.update(env or {})
@@ -63,9 +64,12 @@ def process_state():
 
     from gptlab.cli import app
 
-    saved_env, saved_argv, saved_cwd = dict(os.environ), sys.argv, Path.cwd()
+    saved_env = dict(os.environ)
+    saved_argv = sys.argv
+    saved_cwd = Path.cwd()
     root = logging.getLogger()
-    saved_handlers, saved_level = root.handlers[:], root.level
+    saved_handlers = root.handlers[:]
+    saved_level = root.level
     GlobalHydra.instance().clear()
     app.task_started = False
     try:

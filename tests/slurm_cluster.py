@@ -120,7 +120,8 @@ class Cluster:
         return {"SLURM_CONF": str(self.conf)}
 
     def slurm_conf(self, ctld_port: int, node_ports: list[int]) -> str:
-        host, d = socket.gethostname(), self.dir
+        host = socket.gethostname()
+        d = self.dir
         nodes = "\n".join(
             f"NodeName={name} NodeHostname={host} NodeAddr=127.0.0.1 Port={port} "
             f"CPUs={NODE_CPUS} RealMemory={NODE_MEMORY_MB} State=UNKNOWN"

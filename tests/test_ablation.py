@@ -65,7 +65,8 @@ def test_summary_has_deltas_and_verdicts_against_the_baseline(sweep_dir):
     def values(name: str, key: str) -> list[float]:
         return [m[key] for m in jobs if f"+ablation={name}" in m["overrides"]]
 
-    other, base = configs["ablation=less_dropout"], configs["ablation=baseline"]
+    other = configs["ablation=less_dropout"]
+    base = configs["ablation=baseline"]
     for prefix, key in (("", "best_val_loss"), ("test_", "test_loss")):
         expected = statistics.fmean(values("less_dropout", key)) - statistics.fmean(
             values("baseline", key)

@@ -249,7 +249,8 @@ def test_val_windows_cover_val_split_once(dm):
     assert starts == list(range(0, n_val - T, T))
     assert len(starts) == (n_val - 1) // T  # what is left over is shorter than one window
     xs, ys = zip(*loader, strict=True)
-    x, y = torch.cat(xs), torch.cat(ys)
+    x = torch.cat(xs)
+    y = torch.cat(ys)
     assert len(x) == len(starts)
     assert torch.equal(x.flatten(), dm.val_tokens[: len(starts) * T])
     assert torch.equal(y.flatten(), dm.val_tokens[1 : len(starts) * T + 1])
@@ -287,7 +288,8 @@ def test_test_split_comes_after_train_and_val(dm, corpus_path, tmp_path):
     assert torch.equal(held.test_tokens, everything[n - int(n * 0.1) :])  # the last tokens
     # the test loader walks every non-overlapping window of the test split once, in order
     xs, ys = zip(*held.test_dataloader(), strict=True)
-    x, y = torch.cat(xs), torch.cat(ys)
+    x = torch.cat(xs)
+    y = torch.cat(ys)
     assert len(x) == (len(held.test_tokens) - 1) // T
     assert torch.equal(x.flatten(), held.test_tokens[: len(x) * T])
     assert torch.equal(y.flatten(), held.test_tokens[1 : len(x) * T + 1])

@@ -42,7 +42,8 @@ def openmp_settings(cmd: list[str], cwd: Path, env: dict, timeout: float = 300) 
     assert result.returncode == 0, (
         f"exit {result.returncode}\n{result.stdout}\n{result.stderr[-4000:]}"
     )
-    spin, policy = SPIN.search(result.stderr), POLICY.search(result.stderr)
+    spin = SPIN.search(result.stderr)
+    policy = POLICY.search(result.stderr)
     if not (spin and policy):
         pytest.skip(
             "torch's OpenMP runtime is not libgomp (no GOMP_SPINCOUNT in its OMP_DISPLAY_ENV)"

@@ -304,7 +304,8 @@ def test_killed_before_metrics_json_resume_restores_them(finished, tmp_path):
     shutil.copytree(finished, run_dir)
     (run_dir / "metrics.json").unlink()
     check(run_cli(f"resume={run_dir}", cwd=tmp_path))
-    whole, restored = read_metrics(finished), finite_metrics(run_dir)
+    whole = read_metrics(finished)
+    restored = finite_metrics(run_dir)
     for key in ("best_val_loss", "final_val_loss", "best_val_bpb", "final_val_bpb"):
         assert abs(restored[key] - whole[key]) <= 1e-6, key
     assert restored["tokens_seen"] == whole["tokens_seen"] > 0

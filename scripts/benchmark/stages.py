@@ -151,8 +151,13 @@ def reference_target(setup: Setup, settings: dict, gptlab: dict, startup_s: floa
         if wall is None:
             wall = startup_s + steps / gptlab["steps_per_s_incl_val"]
             source = f"estimated: start-up + {steps} steps at the measured rate"
-        loss, loss_source = settings["reference_val_loss"], "--reference-val-loss"
-        return {"loss": loss, "source": loss_source, "wall_s": wall, "wall_source": source}
+        loss = settings["reference_val_loss"]
+        return {
+            "loss": loss,
+            "source": "--reference-val-loss",
+            "wall_s": wall,
+            "wall_source": source,
+        }
     run = gptlab
     if steps != gptlab["steps"]:
         stage(f"5. gptlab-train experiment=reference, {steps} steps")

@@ -72,7 +72,8 @@ def add_deltas(configs: list[dict], baseline: str = BASELINE) -> dict | None:
         return None
     for config in configs:
         for prefix, metric in METRICS.items():
-            a, b = config.get(f"_{metric}") or [], base.get(f"_{metric}") or []
+            a = config.get(f"_{metric}") or []
+            b = base.get(f"_{metric}") or []
             if not a or not b:
                 continue
             delta, half, p = welch(a, b) if config is not base else (0.0, None, None)
