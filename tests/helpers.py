@@ -59,8 +59,9 @@ def run_main(
 def process_state():
     """What a tool changes in its process, put back afterwards: the environment, argv, the
     working directory, the root logger (Hydra's job logging), warning filters, Hydra's global
-    state and gptlab's task-started flag."""
+    state and job config, and gptlab's task-started flag."""
     from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
 
     from gptlab.cli import app
 
@@ -70,6 +71,7 @@ def process_state():
     root = logging.getLogger()
     saved_handlers = root.handlers[:]
     saved_level = root.level
+    saved_hydra_config = HydraConfig.instance().cfg
     GlobalHydra.instance().clear()
     app.task_started = False
     try:
@@ -77,6 +79,7 @@ def process_state():
             yield
     finally:
         GlobalHydra.instance().clear()
+        HydraConfig.instance().cfg = saved_hydra_config  # --help and --cfg set it too
         app.task_started = False
         sys.argv = saved_argv
         os.chdir(saved_cwd)

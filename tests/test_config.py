@@ -7,7 +7,9 @@ from typing import Any, Optional
 
 import lightning as L
 import pytest
+from helpers import run_main
 from hydra import compose, initialize_config_module
+from hydra.core.hydra_config import HydraConfig
 from hydra.errors import ConfigCompositionException
 from omegaconf import MISSING, OmegaConf
 
@@ -184,6 +186,29 @@ def test_the_run_names_outside_a_hydra_run_are_empty():
     assert resolvers.run_info("gptlab.") == {}
     assert resolvers.run_id() is None
     assert resolvers.mlflow_run("sqlite:///nowhere.db", "gptlab", resume="x") is None
+
+
+def test_a_composed_hydra_config_without_a_run_dir_has_no_run_names():
+    """A notebook may compose with the Hydra config and set it, as --help and --cfg do: it has
+    no output_dir, so still no names."""
+    with initialize_config_module("gptlab.conf", version_base="1.3"):
+        cfg = compose("train", return_hydra_config=True)
+    HydraConfig.instance().set_config(cfg)
+    try:
+        assert OmegaConf.is_missing(HydraConfig.get().runtime, "output_dir")
+        assert resolvers.run_name() is None
+        assert resolvers.sweep_name("default") == "default"
+        assert resolvers.run_info("gptlab.") == {}
+    finally:
+        HydraConfig.instance().cfg = None
+
+
+def test_the_in_process_help_leaves_no_hydra_job_config_behind(tmp_path):
+    """run_main puts Hydra's job config back, so later tests in this worker see no run."""
+    result = run_main("--help", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert not HydraConfig.initialized()
+    assert resolvers.run_name() is None
 
 
 def test_mlflow_artifacts_live_beside_a_local_store(tmp_path):

@@ -9,6 +9,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from lightning.fabric.utilities.rank_zero import rank_zero_only
 from lightning.pytorch.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
+from omegaconf import OmegaConf
 
 from gptlab.run import directory
 
@@ -34,10 +35,13 @@ def ddp_start_method() -> str:
 
 
 def _dirs() -> tuple[Path, Path | None, Path] | None:
-    """(run dir, sweep dir or None, cwd) of this Hydra job; None outside one (--cfg job)."""
+    """(run dir, sweep dir or None, cwd) of this Hydra job; None outside one (--cfg job, --help,
+    or a config composed with return_hydra_config)."""
     if not HydraConfig.initialized():
         return None
     hc = HydraConfig.get()
+    if OmegaConf.is_missing(hc.runtime, "output_dir"):
+        return None
     out = Path(hc.runtime.output_dir).resolve()
     return out, out.parent if hc.mode == RunMode.MULTIRUN else None, Path(hc.runtime.cwd).resolve()
 
