@@ -59,7 +59,8 @@ def run_main(
 def process_state():
     """What a tool changes in its process, put back afterwards: the environment, argv, the
     working directory, the root logger (Hydra's job logging), warning filters, Hydra's global
-    state and job config, and gptlab's task-started flag."""
+    state and job config, torch's thread count and gptlab's task-started flag."""
+    import torch
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.hydra_config import HydraConfig
 
@@ -72,6 +73,7 @@ def process_state():
     saved_handlers = root.handlers[:]
     saved_level = root.level
     saved_hydra_config = HydraConfig.instance().cfg
+    saved_threads = torch.get_num_threads()  # num_threads is set before a data file is checked
     GlobalHydra.instance().clear()
     app.task_started = False
     try:
@@ -81,6 +83,7 @@ def process_state():
         GlobalHydra.instance().clear()
         HydraConfig.instance().cfg = saved_hydra_config  # --help and --cfg set it too
         app.task_started = False
+        torch.set_num_threads(saved_threads)
         sys.argv = saved_argv
         os.chdir(saved_cwd)
         os.environ.clear()

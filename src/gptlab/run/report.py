@@ -30,6 +30,11 @@ log = logging.getLogger("gptlab.train")
 GROUPS = ("data", "model", "optim", "trainer", "callbacks", "logger", "paths")
 
 
+def not_an_advert(record: logging.LogRecord) -> bool:
+    """Lightning's rank-zero advert for litlogger is dropped."""
+    return "litlogger" not in record.getMessage()
+
+
 def route_lightning_logs() -> None:
     """Lightning installs its own stderr handlers when imported before Hydra sets up logging;
     send its messages through Hydra's handlers instead, so they also reach the run's log file."""
@@ -41,7 +46,7 @@ def route_lightning_logs() -> None:
         for handler in logging.getLogger().handlers:
             handler.setLevel(logging.WARNING)
     rank_zero = logging.getLogger("lightning.pytorch.utilities.rank_zero")
-    rank_zero.addFilter(lambda record: "litlogger" not in record.getMessage())  # an advert
+    rank_zero.addFilter(not_an_advert)  # added once, however many jobs a multirun runs here
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
     warnings.filterwarnings("ignore", message=r"The `srun` command is available")  # a local run
 
