@@ -162,6 +162,25 @@ def test_corpus_too_short_for_a_val_window(tmp_path):
         _ = module.vocab_size
 
 
+@pytest.mark.parametrize(
+    "fractions, split, advice",
+    [
+        ({"val_fraction": 0.5, "test_fraction": 0.5}, "train", "lower data.val_fraction or data"),
+        ({"val_fraction": 0.0001}, "val", "raise data.val_fraction"),
+        ({"test_fraction": 0.0001}, "test", "raise data.test_fraction"),
+    ],
+)
+def test_a_split_too_short_says_which_fraction_to_change(tmp_path, fractions, split, advice):
+    """The advice names keys that exist: train gets what val and test leave."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("The quick brown fox jumps over the lazy dog. " * 200, encoding="utf-8")
+    module = make_dm(tmp_path, corpus, **fractions)
+    module.prepare_data()
+    with pytest.raises(ConfigError, match=rf"the {split} split holds only") as err:
+        module.setup("fit")
+    assert advice in str(err.value)
+
+
 # ------------------------------------------------------------------ token cache
 def test_second_setup_loads_cache_without_tokenizing(tmp_path, corpus_path, caplog, monkeypatch):
     caplog.set_level(logging.INFO, logger="gptlab.data")

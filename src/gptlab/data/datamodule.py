@@ -30,6 +30,14 @@ SALES_TEXTBOOK_URL = (
 SALES_TEXTBOOK_SHA256 = "1994f20f5becd3f0b3d7a632e5a68513cc38cf6c9737a9f38243f1b652e962da"
 
 
+# how to give a split that is too short more tokens (train gets what val and test leave)
+SPLIT_SIZE = {
+    "train": "lower data.val_fraction or data.test_fraction",
+    "val": "raise data.val_fraction",
+    "test": "raise data.test_fraction",
+}
+
+
 class Windows(Dataset):
     """Windows of `context_length + 1` tokens. An item is a whole batch, given its start offsets:
     one gather instead of collating `batch_size` small tensors (it matters at batch 4 x context
@@ -225,7 +233,7 @@ class GPTDataModule(L.LightningDataModule):
                 raise ConfigError(
                     f"data.context_length={self.context_length}: the {split} split holds only "
                     f"{len(part)} tokens, fewer than one window of context_length + 1. Lower "
-                    f"data.context_length, change data.{split}_fraction, or use a longer corpus."
+                    f"data.context_length, {SPLIT_SIZE[split]}, or use a longer corpus."
                 )
         # set only once the split is valid: `self.tokenizer` marks setup as done
         self.train_tokens = train_tokens
