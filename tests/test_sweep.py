@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import BIN, check, read_metrics, run_cli, scalars
+from helpers import BIN, check, read_metrics, run_cli, run_main, scalars
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -24,7 +24,7 @@ from tensorboard.plugins.hparams import plugin_data_pb2
 from gptlab.config.schemas import register_configs
 from gptlab.sweep import jobs as sweep
 from gptlab.sweep.jobs import sweep_job
-from gptlab.sweep.summary import aggregate, collect, write_summary
+from gptlab.sweep.summary import aggregate, collect, failure_message, write_summary
 
 register_configs()  # the config schemas and resolvers that composing conf/train.yaml needs
 
@@ -170,6 +170,39 @@ def test_an_invalid_job_is_recorded_the_others_finish_and_the_sweep_exits_non_ze
     assert "| failed |" in md and "not divisible" in md
     threads = max(1, len(os.sched_getaffinity(0)) // 2)
     assert f"{threads} torch thread(s) for this job" in (sweep / "0" / "train.log").read_text()
+
+
+def test_a_sweep_of_nothing_but_bad_input_exits_2_with_each_reason_once(tmp_path):
+    """Every job fails on the same bad key: one reason, its jobs as a range, exit 2 as for a run."""
+    sweep = tmp_path / "sweep"
+    result = run_main(
+        "-m",
+        *FAST,
+        "model.activation=tanh2",
+        "seed=1,2,3",
+        f"hydra.sweep.dir={sweep}",
+        cwd=tmp_path,
+    )
+    assert result.returncode == 2, result.stderr[-3000:]
+    [message] = [line for line in result.stderr.splitlines() if line.startswith("Sweep failed")]
+    assert message.startswith("Sweep failed: 3 of 3 jobs failed: jobs 0-2: model.activation=")
+    assert message.count("tanh2") == 1
+    assert "No job finished" in message
+    assert all(read_metrics(sweep / str(job))["bad_input"] is True for job in range(3))
+
+
+def test_the_failure_message_groups_jobs_by_reason(tmp_path):
+    rows = [
+        {"job": job, "status": "failed", "reason": "bad key.", "overrides": f"seed={job}"}
+        for job in ("0", "1", "2", "5", "7", "8")
+    ]
+    rows.append({"job": "9", "status": "failed", "reason": "diverged", "overrides": "lr=9"})
+    rows.append({"job": "3", "status": "ok", "reason": "", "overrides": "seed=3"})
+    message = failure_message(rows[:-1], rows, tmp_path)
+    assert message == (
+        "Sweep failed: 7 of 8 jobs failed: jobs 0-2, 5, 7-8: bad key; job 9 (lr=9): diverged. "
+        f"The other jobs finished; see {tmp_path / 'summary.md'}."
+    )
 
 
 def test_submitit_local_runs_two_jobs_and_reports(tmp_path):

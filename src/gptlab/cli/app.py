@@ -3,7 +3,8 @@
 Bad input ends in one paragraph and exit code 2. Hydra ends a command line it cannot compose
 (unknown key or option, wrong type) with exit code 1, before any task starts; `run_hydra_app`
 turns that 1 into 2, but only while no task has started. Once Hydra has handed a composed config
-to a task, every exit code is the task's own (1: a sweep's job failed, 130/143: stopped), so
+to a task, every exit code is the task's own (1: a sweep's job failed, 2: every job of a sweep
+failed on bad input, 130/143: stopped), so
 whatever starts a task calls `mark_task_started()`, the flag's only writer: `run_task` (each
 tool's task), `gptlab.sweep.jobs.sweep_job` (a job of a multirun) and
 `gptlab.sweep.summary.SweepSummary` (a sweep's verdict)."""

@@ -125,7 +125,8 @@ def write_delta_plot(configs: list[dict], base: dict, path: Path) -> None:
     ax.axvline(0, color="grey", lw=1)
     ax.set_yticks(list(ys), [c["config"].removeprefix("ablation=") for c in rows])
     ax.set_xlabel("loss minus the baseline's (nats; < 0 is better), mean ± 95% CI")
-    ax.legend(loc="lower right", fontsize=8)
+    if ax.get_legend_handles_labels()[0]:  # no job finished: nothing to label
+        ax.legend(loc="lower right", fontsize=8)
     fig.suptitle(f"Against {base['config']} ({base['n_seeds']} seeds each)", fontsize=10)
     fig.savefig(path, dpi=80)
 

@@ -49,7 +49,8 @@ def job_threads(cfg: DictConfig) -> None:
         return
     import torch
 
-    cores, n_jobs = len(os.sched_getaffinity(0)), int(launcher.get("n_jobs") or -1)
+    cores = len(os.sched_getaffinity(0))
+    n_jobs = int(launcher.get("n_jobs") or -1)
     if n_jobs < 0:  # joblib's convention: -1 all cores, -2 all but one, ...
         n_jobs = max(1, cores + 1 + n_jobs)
     threads = max(1, cores // n_jobs)
@@ -68,10 +69,10 @@ def finished_result(output_dir: Path, overrides: list[str]) -> float | None:
     """Best val loss of a job finished with these overrides, by its metrics.json (Hydra rewrites
     .hydra/)."""
     metrics = read_json(directory.metrics_file(output_dir))
-    best, recorded = number(metrics.get("best_val_loss")), metrics.get("overrides")
-    same = isinstance(recorded, list) and sorted(job_identity(recorded)) == sorted(
-        job_identity(overrides)
-    )
+    best = number(metrics.get("best_val_loss"))
+    recorded = metrics.get("overrides")
+    same = isinstance(recorded, list)
+    same = same and sorted(job_identity(recorded)) == sorted(job_identity(overrides))
     if metrics.get("status") == "ok" and best is not None and same:
         log.info(
             "Kept job %s: finished with the same overrides (best val loss %.4f)",
@@ -86,9 +87,12 @@ def finished_result(output_dir: Path, overrides: list[str]) -> float | None:
     return None
 
 
-def record_failure(output_dir: Path, overrides: list[str], error: str | BaseException) -> float:
-    """Mark the job failed in its metrics.json with a one-line reason; +inf, the worst to every
-    sweeper."""
+def record_failure(
+    output_dir: Path, overrides: list[str], error: str | BaseException, bad_input: bool = False
+) -> float:
+    """Mark the job failed in its metrics.json with a one-line reason, and whether its input was
+    bad (a sweep of nothing but bad input exits 2); +inf, the worst to every sweeper."""
+    bad_input = bad_input or isinstance(error, ConfigError)
     reason = (
         str(error) if isinstance(error, (str, ConfigError)) else f"{type(error).__name__}: {error}"
     )
@@ -96,6 +100,7 @@ def record_failure(output_dir: Path, overrides: list[str], error: str | BaseExce
     log.error("Job failed: %s", reason, exc_info=not isinstance(error, (str, ConfigError)))
     metrics_file = directory.metrics_file(output_dir)
     metrics = {**read_json(metrics_file), "status": "failed", "reason": reason}
+    metrics["bad_input"] = bad_input
     directory.write_text(
         metrics_file, json.dumps({**metrics, "overrides": overrides}, indent=2) + "\n"
     )
@@ -106,11 +111,12 @@ def sweep_job(train: Callable[[DictConfig], float], cfg: DictConfig) -> float:
     """Run `train(cfg)` as a job of a sweep: a failure is recorded and returns +inf, so the sweep
     goes on."""
     mark_task_started()  # a job runs: its exit codes are its own (gptlab.cli.app)
-    output_dir, overrides = Path(cfg.paths.output_dir), job_overrides()
-    if (
-        cfg.get("resume") and (best := finished_result(output_dir, overrides)) is not None
-    ):  # continued
-        return best
+    output_dir = Path(cfg.paths.output_dir)
+    overrides = job_overrides()
+    if cfg.get("resume"):  # a continued sweep keeps the jobs that finished
+        best = finished_result(output_dir, overrides)
+        if best is not None:
+            return best
     job_threads(cfg)
     try:
         value = float(train(cfg))
@@ -118,9 +124,8 @@ def sweep_job(train: Callable[[DictConfig], float], cfg: DictConfig) -> float:
         if e.code != 2:  # stopped (143 SIGTERM, 130 Ctrl-C): recorded, then the sweep stops
             record_failure(output_dir, overrides, f"stopped (exit code {e.code})")
             raise
-        return record_failure(
-            output_dir, overrides, e.__context__ or "exited with code 2"
-        )  # a bad config
+        error = e.__context__ or "exited with code 2"
+        return record_failure(output_dir, overrides, error, bad_input=True)
     except Exception as e:
         return record_failure(output_dir, overrides, e)
     if not math.isfinite(value):

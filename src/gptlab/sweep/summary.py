@@ -203,9 +203,42 @@ def write_summary(
     return rows, head
 
 
+def job_ranges(jobs: list[str]) -> str:
+    """Job numbers as ranges: "jobs 0-3, 7" ("job 5" for one)."""
+    numbers = sorted(int(job) for job in jobs if job.isdigit())
+    names = sorted(job for job in jobs if not job.isdigit())  # a job dir someone renamed
+    ranges = []
+    for n in numbers:
+        if ranges and ranges[-1][1] == n - 1:
+            ranges[-1][1] = n
+        else:
+            ranges.append([n, n])
+    parts = [str(a) if a == b else f"{a}-{b}" for a, b in ranges] + names
+    return ("job " if len(jobs) == 1 else "jobs ") + ", ".join(parts)
+
+
+def failure_message(failed: list[dict], rows: list[dict], sweep_dir: Path) -> str:
+    """One paragraph: each distinct reason once, with the jobs that failed for it (a lone job with
+    its overrides)."""
+    by_reason = {}
+    for row in failed:
+        by_reason.setdefault(row["reason"].rstrip("."), []).append(row)
+    causes = []
+    for reason, jobs in by_reason.items():
+        where = job_ranges([r["job"] for r in jobs])
+        if len(jobs) == 1:
+            where += f" ({jobs[0]['overrides']})"
+        causes.append(f"{where}: {reason}")
+    rest = "No job finished" if len(failed) == len(rows) else "The other jobs finished"
+    return (
+        f"Sweep failed: {len(failed)} of {len(rows)} jobs failed: {'; '.join(causes)}. "
+        f"{rest}; see {sweep_dir / 'summary.md'}."
+    )
+
+
 class SweepSummary(Callback):
-    """At a multirun's end, the summary; exit 1 if a job failed (a callback's exception would
-    only be a warning)."""
+    """At a multirun's end, the summary; exit 1 if a job failed, 2 if every job failed on bad input
+    (a callback's exception would only be a warning)."""
 
     def __init__(self, target_val_loss: float | None = None, baseline: str = BASELINE):
         self.target_val_loss = target_val_loss  # see write_summary
@@ -220,13 +253,8 @@ class SweepSummary(Callback):
         print(*head, f"Summary: {sweep_dir / 'summary.md'} (also .csv, .png)", sep="\n", flush=True)
         failed = [r for r in rows if r["status"] not in ("ok", "pruned")]
         if failed:
-            jobs = "; ".join(
-                f"job {r['job']} ({r['overrides']}): {r['reason'].rstrip('.')}" for r in failed
+            print(failure_message(failed, rows, sweep_dir), file=sys.stderr, flush=True)
+            every_job_bad_input = len(failed) == len(rows) and all(
+                r.get("bad_input") is True for r in failed
             )
-            print(
-                f"Sweep failed: {len(failed)} of {len(rows)} jobs failed: {jobs}. "
-                f"The other jobs finished; see {sweep_dir / 'summary.md'}.",
-                file=sys.stderr,
-                flush=True,
-            )
-            sys.exit(1)
+            sys.exit(2 if every_job_bad_input else 1)
