@@ -197,11 +197,12 @@ def test_the_failure_message_groups_jobs_by_reason(tmp_path):
         for job in ("0", "1", "2", "5", "7", "8")
     ]
     rows.append({"job": "9", "status": "failed", "reason": "diverged", "overrides": "lr=9"})
+    rows.append({"job": "4", "status": "failed", "reason": 5, "overrides": "lr=4"})  # planted
     rows.append({"job": "3", "status": "ok", "reason": "", "overrides": "seed=3"})
     message = failure_message(rows[:-1], rows, tmp_path)
     assert message == (
-        "Sweep failed: 7 of 8 jobs failed: jobs 0-2, 5, 7-8: bad key; job 9 (lr=9): diverged. "
-        f"The other jobs finished; see {tmp_path / 'summary.md'}."
+        "Sweep failed: 8 of 9 jobs failed: jobs 0-2, 5, 7-8: bad key; job 9 (lr=9): diverged; "
+        f"job 4 (lr=4): 5. The other jobs finished; see {tmp_path / 'summary.md'}."
     )
 
 

@@ -222,7 +222,8 @@ def failure_message(failed: list[dict], rows: list[dict], sweep_dir: Path) -> st
     its overrides)."""
     by_reason = {}
     for row in failed:
-        by_reason.setdefault(row["reason"].rstrip("."), []).append(row)
+        reason = str(row.get("reason") or "no reason recorded")  # metrics.json is data
+        by_reason.setdefault(reason.rstrip("."), []).append(row)
     causes = []
     for reason, jobs in by_reason.items():
         where = job_ranges([r["job"] for r in jobs])
