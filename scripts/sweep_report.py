@@ -14,9 +14,28 @@ summary.md, which starts with the best job (and configuration).
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
+from gptlab.config.resolvers import unique_dir
+from gptlab.run import directory, ownership
 from gptlab.sweep.summary import write_summary
+
+
+def report_dir(sweep_dir: Path) -> Path:
+    """Where the report goes: the sweep directory when it is the user's own; for anyone else's
+    (read, never written) a new folder under ./outputs/sweep_report/."""
+    try:
+        ownership.check_sweep(sweep_dir)
+        return sweep_dir
+    except ownership.ForeignDirectory as e:
+        out = Path(unique_dir(time.strftime("outputs/sweep_report/%Y-%m-%d/%H-%M-%S")))
+        print(
+            f"{sweep_dir}: not a sweep directory gptlab made here for you ({e}); it is read as "
+            f"data and its report written to {out}.",
+            file=sys.stderr,
+        )
+        return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,12 +49,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     status = 0
     for sweep_dir in args.sweep_dir:
-        if not any(sweep_dir.glob("**/.hydra/config.yaml")):
+        if not any(directory.saved_config(job).is_file() for job in ownership.job_dirs(sweep_dir)):
             print(f"{sweep_dir}: no sweep jobs here (no */.hydra/config.yaml)", file=sys.stderr)
             status = 1
             continue
-        write_summary(sweep_dir, args.target_val_loss)
-        print((sweep_dir / "summary.md").read_text())
+        out = report_dir(sweep_dir)
+        write_summary(sweep_dir, args.target_val_loss, out=out)
+        print((out / "summary.md").read_text())
     return status
 
 

@@ -11,6 +11,18 @@ SHARED = Path(os.environ.get("GPTLAB_DATA_DIR", "data")).expanduser().resolve()
 SALES_TEXTBOOK = SHARED / "sales_textbook.txt"
 
 
+# This test process's own signing key (gptlab.run.ownership), outside every run directory, set
+# before any test module is imported: every process the tests start inherits it (some modules
+# copy os.environ at import), so the runs they make are this "user's" own and no test touches the
+# real user's key.
+KEY_FOLDER = Path(tempfile.mkdtemp(prefix="gptlab-key-"))
+os.environ["GPTLAB_KEY_FILE"] = str(KEY_FOLDER / "key")
+
+
+def pytest_unconfigure(config) -> None:
+    shutil.rmtree(KEY_FOLDER, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def corpus_path() -> Path:
     """Absolute path of the shared sales_textbook.txt (tests may change directory)."""

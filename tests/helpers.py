@@ -59,12 +59,12 @@ def run_main(
 def process_state():
     """What a tool changes in its process, put back afterwards: the environment, argv, the
     working directory, the root logger (Hydra's job logging), warning filters, Hydra's global
-    state and job config, torch's thread count and gptlab's task-started flag."""
+    state and job config and torch's thread count."""
     import torch
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.hydra_config import HydraConfig
 
-    from gptlab.cli import app
+    from gptlab.config.resolvers import start_subdir_of
 
     saved_env = dict(os.environ)
     saved_argv = sys.argv
@@ -75,14 +75,13 @@ def process_state():
     saved_hydra_config = HydraConfig.instance().cfg
     saved_threads = torch.get_num_threads()  # num_threads is set before a data file is checked
     GlobalHydra.instance().clear()
-    app.task_started = False
+    start_subdir_of.cache_clear()  # where a start saves its config: one per start
     try:
         with warnings.catch_warnings():
             yield
     finally:
         GlobalHydra.instance().clear()
         HydraConfig.instance().cfg = saved_hydra_config  # --help and --cfg set it too
-        app.task_started = False
         torch.set_num_threads(saved_threads)
         sys.argv = saved_argv
         os.chdir(saved_cwd)
@@ -112,3 +111,86 @@ def scalars(log_dir: Path) -> dict[str, list[tuple[int, float]]]:
     acc = EventAccumulator(str(log_dir), size_guidance={"scalars": 0, "tensors": 0})
     acc.Reload()
     return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+def own_copy(run_dir: Path, place: Path) -> Path:
+    """A copy of an own run directory that is the user's own at its new place too: copied, then
+    signed for that place with this session's key, as if gptlab had trained it there (a copy
+    alone is foreign). Saves the tests a training run where the copy's place is not the point."""
+    import shutil
+
+    from gptlab.run import ownership
+
+    shutil.copytree(run_dir, place, symlinks=True)
+    for manifest_file in sorted(place.rglob(ownership.MANIFEST)):
+        folder = manifest_file.parent
+        original = run_dir / folder.relative_to(place)
+        manifest = ownership.Manifest.load(original)
+        manifest.root = ownership.canonical(folder)
+        manifest.data["dir"] = str(manifest.root)
+        manifest.save()
+    return place
+
+
+class LocalServer:
+    """A real HTTP server on a loopback address and a free port: it serves `files` (path ->
+    bytes), answers `redirects` (path -> location) with 302 and anything else with 404, and
+    records every request path in `hits`, so a test sees any connection a tool opened."""
+
+    def __init__(self, host: str = "127.0.0.1", files=None, redirects=None):
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.files = dict(files or {})
+        self.redirects = dict(redirects or {})
+        self.hits: list[str] = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802
+                server.hits.append(self.path)
+                if self.path in server.redirects:
+                    self.send_response(302)
+                    self.send_header("Location", server.redirects[self.path])
+                    self.end_headers()
+                    return
+                body = server.files.get(self.path)
+                if body is None:
+                    self.send_error(404)
+                    return
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_HEAD = do_POST = do_PUT = do_DELETE = do_GET  # noqa: N815 - every method counts
+
+            def log_message(self, *_args):
+                pass
+
+        self.httpd = ThreadingHTTPServer((host, 0), Handler)
+        self.host = host
+        self.port = self.httpd.server_address[1]
+        threading.Thread(
+            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        ).start()
+
+    def url(self, path: str) -> str:
+        return f"http://{self.host}:{self.port}{path}"
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def sign_run(run_dir: Path) -> Path:
+    """Record a run directory made by hand as the user's own, as gptlab-train does when it
+    writes one: its manifest, with the checkpoints and metrics.json in it."""
+    from gptlab.run import ownership
+
+    ownership.record_start(run_dir, None)
+    manifest = ownership.Manifest.load(run_dir)
+    for rel in ownership.relied_files(Path(run_dir)):
+        manifest.record(rel)
+    manifest.save()
+    return Path(run_dir)

@@ -72,7 +72,7 @@ def test_the_model_schema_has_every_field_of_gptconfig_with_its_default():
     schema = fields_of(schema_for(GPTConfig))
     config_fields = dataclasses.fields(GPTConfig)
     assert list(schema) == ["_target_", *(field.name for field in config_fields)]
-    assert schema["_target_"].default == "gptlab.model.gpt.GPTConfig"
+    assert schema["_target_"].default == "gptlab.model.config.GPTConfig"
     defaults = GPTConfig()
     for field in config_fields:
         assert default_of(schema[field.name]) == getattr(defaults, field.name), field.name

@@ -411,26 +411,39 @@ def test_download_saves_and_verifies(mirror, tmp_path, corpus_path):
     url = mirror.url("/mirror/sales_textbook.txt")
     data_dir = tmp_path / "fresh" / "data"  # created on demand
     got = resolve_corpus(url, None, SALES_TEXTBOOK_SHA256, data_dir, timeout=10)
-    assert got == data_dir / "sales_textbook.txt"
+    assert got == data_dir / "sha256" / SALES_TEXTBOOK_SHA256 / "sales_textbook.txt"  # its own
     assert sha256_of(got) == SALES_TEXTBOOK_SHA256
     assert got.read_bytes() == corpus_path.read_bytes()
-    assert [p.name for p in data_dir.iterdir()] == ["sales_textbook.txt"]  # no .part left
+    assert [p.relative_to(data_dir) for p in data_dir.rglob("*") if p.is_file()] == [
+        got.relative_to(data_dir)
+    ]  # no .part left
     assert mirror.hits == {"/mirror/sales_textbook.txt": 1}
 
 
-def test_present_file_is_not_fetched_again(mirror, tmp_path):
+def test_present_file_is_not_fetched_again(mirror, tmp_path, corpus_path):
     url = mirror.url("/mirror/sales_textbook.txt")
     target = resolve_corpus(url, None, SALES_TEXTBOOK_SHA256, tmp_path, timeout=10)
     mtime = target.stat().st_mtime_ns
     assert resolve_corpus(url, None, SALES_TEXTBOOK_SHA256, tmp_path, timeout=10) == target
     assert mirror.hits["/mirror/sales_textbook.txt"] == 1
     assert target.stat().st_mtime_ns == mtime
-    target.write_text("not the corpus", encoding="utf-8")  # a wrong file is replaced
-    assert (
-        sha256_of(resolve_corpus(url, None, SALES_TEXTBOOK_SHA256, tmp_path, timeout=10))
-        == SALES_TEXTBOOK_SHA256
-    )
-    assert mirror.hits["/mirror/sales_textbook.txt"] == 2
+    placed = tmp_path / "sales_textbook.txt"  # put there by hand: used when it is the corpus
+    placed.write_bytes(corpus_path.read_bytes())
+    assert resolve_corpus(url, None, SALES_TEXTBOOK_SHA256, tmp_path, timeout=10) == placed
+
+
+def test_a_download_never_replaces_a_file_another_run_reads(mirror, tmp_path, corpus_path):
+    """A config (planted or not) naming another content for the same file name downloads it
+    under a name of its own: the book another run reads stays as it is."""
+    placed = tmp_path / "sales_textbook.txt"
+    placed.write_bytes(corpus_path.read_bytes())
+    other = b"not the book " * 100
+    mirror.files["/evil/sales_textbook.txt"] = other
+    other_sha = hashlib.sha256(other).hexdigest()
+    got = resolve_corpus(mirror.url("/evil/sales_textbook.txt"), None, other_sha, tmp_path)
+    assert got == tmp_path / "sha256" / other_sha / "sales_textbook.txt" != placed
+    assert got.read_bytes() == other and placed.read_bytes() == corpus_path.read_bytes()
+    assert resolve_corpus(mirror.url("/mirror/sales_textbook.txt"), None, None, tmp_path) == placed
 
 
 def test_datamodule_downloads_through_mirror(mirror, tmp_path):
@@ -444,7 +457,7 @@ def test_datamodule_downloads_through_mirror(mirror, tmp_path):
         context_length=T,
     )
     assert module.vocab_size == 3771
-    assert (tmp_path / "data" / "sales_textbook.txt").is_file()
+    assert (tmp_path / "data" / "sha256" / SALES_TEXTBOOK_SHA256 / "sales_textbook.txt").is_file()
     assert [p.suffix for p in (tmp_path / "cache").iterdir()] == [".npz"]
 
 
@@ -459,7 +472,7 @@ def test_every_redirect_hop_is_checked_and_an_untrusted_one_saves_nothing(
         resolve_corpus(
             mirror.url("/evil/sales_textbook.txt"), None, SALES_TEXTBOOK_SHA256, tmp_path / "bad"
         )
-    assert not (tmp_path / "bad").exists() or not list((tmp_path / "bad").iterdir())
+    assert not [p for p in (tmp_path / "bad").rglob("*") if p.is_file()]  # nothing saved
     moved = mirror.url("/moved/sales_textbook.txt")
     assert (
         resolve_corpus(moved, None, SALES_TEXTBOOK_SHA256, tmp_path / "ok").read_bytes()
@@ -470,8 +483,8 @@ def test_every_redirect_hop_is_checked_and_an_untrusted_one_saves_nothing(
 def test_a_killed_download_leaves_nothing_after_the_next_start(mirror, tmp_path):
     """A download killed mid-way leaves .<name>.<pid>.part behind (its pid gone); the next start
     removes it. A part file of a live download (another running process) is left alone."""
-    data_dir = tmp_path / "data"
-    data_dir.mkdir()
+    data_dir = tmp_path / "data" / "sha256"  # where downloads are made
+    data_dir.mkdir(parents=True)
     dead = subprocess.Popen(["true"])
     dead.wait()
     (data_dir / f".sales_textbook.txt.{dead.pid}.part").write_bytes(b"half a file")
@@ -480,12 +493,12 @@ def test_a_killed_download_leaves_nothing_after_the_next_start(mirror, tmp_path)
     live.write_bytes(b"in progress")
     try:
         resolve_corpus(
-            mirror.url("/mirror/sales_textbook.txt"), None, SALES_TEXTBOOK_SHA256, data_dir
+            mirror.url("/mirror/sales_textbook.txt"), None, SALES_TEXTBOOK_SHA256, data_dir.parent
         )
     finally:
         running.kill()
         running.wait()
-    assert sorted(p.name for p in data_dir.iterdir()) == [live.name, "sales_textbook.txt"]
+    assert sorted(p.name for p in data_dir.iterdir()) == [live.name, SALES_TEXTBOOK_SHA256]
 
 
 def test_download_wrong_sha256_leaves_nothing(mirror, tmp_path):
@@ -495,7 +508,7 @@ def test_download_wrong_sha256_leaves_nothing(mirror, tmp_path):
         resolve_corpus(url, None, wrong, tmp_path / "data", timeout=10)
     assert url in str(err.value) and SALES_TEXTBOOK_SHA256 in str(err.value)
     assert mirror.hits == {"/mirror/sales_textbook.txt": 1}
-    assert list((tmp_path / "data").iterdir()) == []  # neither the file nor a .part
+    assert not [p for p in (tmp_path / "data").rglob("*") if p.is_file()]  # no file, no .part
 
 
 def test_download_without_server(tmp_path, monkeypatch):
@@ -508,9 +521,8 @@ def test_download_without_server(tmp_path, monkeypatch):
     with pytest.raises(ConfigError) as err:
         resolve_corpus(url, None, SALES_TEXTBOOK_SHA256, tmp_path / "data", timeout=5)
     message = str(err.value)
-    assert url in message and str(target) in message
-    assert "place the file there" in message and "data.path" in message
-    assert list((tmp_path / "data").iterdir()) == []
+    assert url in message and f"place the file as {target}" in message and "data.path" in message
+    assert not [p for p in (tmp_path / "data").rglob("*") if p.is_file()]
 
 
 def test_plain_http_to_other_hosts_is_refused(tmp_path):
@@ -522,10 +534,10 @@ def test_plain_http_to_other_hosts_is_refused(tmp_path):
         with pytest.raises(ConfigError, match="data.url") as err:
             check_url(url)
         assert url in str(err.value)
-    target = tmp_path / "data" / "c.txt"
+    folder = tmp_path / "data" / "sha256"
     with pytest.raises(ConfigError, match="not an https"):
-        download("http://example.com/c.txt", target, None, timeout=0.001)
-    assert not target.parent.exists()  # refused before creating anything or connecting
+        download("http://example.com/c.txt", folder, "c.txt", None, timeout=0.001)
+    assert not folder.exists()  # refused before creating anything or connecting
     for url in ("https://example.com/c.txt", "http://127.0.0.1:8000/c.txt", "http://localhost/c"):
         check_url(url)  # allowed: returns without raising
 

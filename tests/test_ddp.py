@@ -15,7 +15,7 @@ from hydra import compose, initialize_config_module
 from gptlab.config.schemas import register_configs
 from gptlab.data.tokenizer import Tokenizer
 from gptlab.model.gpt import GPTConfig
-from gptlab.run.checkpoints import load_module
+from gptlab.training.loading import load_module
 from gptlab.training.module import GPTModule, OptimConfig
 
 register_configs()  # the config schemas and resolvers that composing conf/train.yaml needs

@@ -8,7 +8,7 @@ import matplotlib.image
 import numpy as np
 import pytest
 import torch
-from helpers import check, run_cli
+from helpers import check, run_cli, sign_run
 from hydra import compose, initialize_config_module
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -78,6 +78,7 @@ def fake_run_dir(run) -> None:
         },
         run / "checkpoints" / "best.ckpt",
     )
+    sign_run(run)
 
 
 def test_cli_prints_the_articles_shapes_in_order_and_draws_the_figures(tmp_path):

@@ -17,7 +17,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from helpers import BIN, check, read_metrics, run_cli, scalars
+from helpers import BIN, check, read_metrics, run_cli, run_main, scalars
 
 mlflow = pytest.importorskip("mlflow")
 pytest.importorskip("wandb")
@@ -334,3 +334,21 @@ def test_sweep_jobs_are_one_wandb_group(workdir, sweep):
     runs = [wandb_run(folder) for job in ("0", "1") for folder in offline_runs(sweep / job)]
     assert [r["name"] for r in runs] == [f"{name}/0", f"{name}/1"]  # one W&B run per job
     assert {r["group"] for r in runs} == {name} and len({r["id"] for r in runs}) == 2
+
+
+def test_wandb_without_a_login_is_bad_input_with_the_fix(tmp_path, monkeypatch):
+    """Online W&B with no API key anywhere (no WANDB_API_KEY, an empty home): exit 2 before any
+    work, naming `wandb login` and the offline mode, not W&B's traceback from inside the step."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    result = run_main(
+        "debug=fast",
+        "logger=wandb",
+        f"hydra.run.dir={tmp_path / 'run'}",
+        cwd=tmp_path,
+        env={"WANDB_MODE": "online"},
+    )
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "logger=wandb: W&B has no login here" in result.stderr
+    assert "wandb login" in result.stderr and "WANDB_MODE=offline" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not list(tmp_path.rglob("*.ckpt"))

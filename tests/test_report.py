@@ -1,5 +1,6 @@
-"""gptlab.run.report: the hyperparameters the loggers compare runs by, the config tree of the first
-screen, and metrics.json and the final report after a real (tiny) Trainer fit on CPU."""
+"""The hyperparameters the trackers compare runs by (gptlab.training.trackers), the config tree of
+the first screen (gptlab.run.screen), and metrics.json and the final report after a real (tiny)
+Trainer fit on CPU (gptlab.training.report)."""
 
 import io
 import json
@@ -19,9 +20,11 @@ from torch.utils.data import DataLoader, TensorDataset
 from gptlab.config.schemas import register_configs
 from gptlab.data.tokenizer import Tokenizer
 from gptlab.model.gpt import GPTConfig
-from gptlab.run.report import GROUPS, RunReport, config_tree, hparams_of
+from gptlab.run.screen import GROUPS, config_tree
 from gptlab.training.callbacks import RunStats
 from gptlab.training.module import GPTModule, OptimConfig
+from gptlab.training.report import RunReport
+from gptlab.training.trackers import hparams_of
 
 register_configs()  # what composing conf/train.yaml needs
 torch.set_num_threads(1)  # tiny tensors: one thread is fastest and robust to a busy machine

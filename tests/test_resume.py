@@ -15,9 +15,11 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from helpers import BIN, check, read_metrics, run_cli, run_main, scalars
+from helpers import BIN, check, own_copy, read_metrics, run_cli, run_main, scalars
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
+
+from gptlab.run import ownership
 
 # A tiny model that takes a few seconds: long enough to interrupt, deterministic on CPU, with
 # dropout so that a resume must also restore the random state.
@@ -146,13 +148,15 @@ def test_sigkill_while_a_checkpoint_is_written_keeps_the_previous_one(tmp_path):
     torch.save({"step": 1}, target)
     script = textwrap.dedent(f"""
         import torch
-        from gptlab.training.callbacks import AtomicCheckpointIO
+        from gptlab.training.checkpoint_io import RunCheckpointIO
         big = {{"step": 2, "w": torch.ones(400_000_000, dtype=torch.uint8)}}
-        AtomicCheckpointIO().save_checkpoint(big, {str(target)!r})
+        RunCheckpointIO({str(tmp_path)!r}).save_checkpoint(big, {str(target)!r})
     """)
     proc = subprocess.Popen([sys.executable, "-c", script], env=ENV)
-    tmp = tmp_path / ".last.ckpt.tmp"
-    wait_for(tmp, proc, timeout=60)
+    deadline = time.monotonic() + 60
+    while not list(tmp_path.glob(".last.ckpt.*.tmp")):  # its temporary file, being written
+        assert proc.poll() is None and time.monotonic() < deadline, "no temporary file appeared"
+        time.sleep(0.01)
     proc.kill()
     proc.wait()
     assert torch.load(target, weights_only=True) == {"step": 1}
@@ -246,10 +250,9 @@ class Touch:
 
 
 def test_a_planted_run_directory_runs_nothing(tmp_path, uninterrupted):
-    """resume= of a directory someone handed over: its overrides that could run code are skipped
-    and named; the rest of the run continues normally."""
-    run_dir = tmp_path / "handed"
-    shutil.copytree(uninterrupted, run_dir)
+    """resume= of a directory someone handed over, overrides planted that could run code: refused
+    whole (it is not the user's own: gptlab.run.ownership). Even in the user's own run such
+    overrides (recorded as its own) are skipped and named; the rest of the run continues."""
     planted = [
         "debug=fast",
         "trainer.max_steps=125",
@@ -258,7 +261,18 @@ def test_a_planted_run_directory_runs_nothing(tmp_path, uninterrupted):
         "+callbacks.evil._target_=builtins.print",
         "trainer.profiler={_target_:builtins.print,end:PWNED-TRAINER}",
     ]
+    handed = tmp_path / "handed"
+    shutil.copytree(uninterrupted, handed)
+    (handed / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(planted))
+    refused = run_cli(f"resume={handed}", cwd=tmp_path)
+    assert refused.returncode == 2 and "ckpt_path=" in refused.stderr
+    assert "PWNED" not in refused.stdout + refused.stderr
+
+    run_dir = own_copy(uninterrupted, tmp_path / "own")
     (run_dir / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(planted))
+    manifest = ownership.Manifest.load(run_dir)
+    manifest.record(".hydra/overrides.yaml")
+    manifest.save()
     result = check(run_cli(f"resume={run_dir}", cwd=tmp_path))
     [skipped] = [line for line in result.stderr.splitlines() if "not re-applying" in line]
     assert "not re-applying 4 setting(s)" in skipped and "PWNED-TRAINER" in skipped

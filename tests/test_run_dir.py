@@ -1,27 +1,24 @@
-"""The run directory as untrusted input, and the crash windows around it: one finished debug=fast
-run, copied per test, planted with what a stranger's directory could hold (overrides that climb
-out of the config tree, a secret in a URL, a moved output dir, symlinks), then resumed or
-evaluated by the real console scripts. Each test checks that nothing ran, leaked or changed."""
+"""The run directory: its layout, the recorded settings a resume re-applies (as data), and the
+crash windows around a run's end, with one finished debug=fast run copied per test. What a
+directory from anyone else can and cannot do is tests/test_foreign.py's."""
 
 from __future__ import annotations
 
-import http.server
-import importlib.resources
-import json
 import math
 import os
 import shutil
-import threading
 from pathlib import Path
 
 import pytest
-import yaml
-from helpers import check, read_metrics, run_cli, run_main
+from helpers import check, own_copy, read_metrics, run_cli, run_main
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import OmegaConf
 
+from gptlab import files
 from gptlab.errors import ConfigError
 from gptlab.run import directory
-from gptlab.run.settings import checked, literal, literal_node, replayable
+from gptlab.run.overrides import literal, quote
+from gptlab.run.settings import literal_node, replay_override, replayable
 
 FAST = ["debug=fast", "trainer.max_steps=20"]
 SECRET = "s3cr3t-gptlab-token"
@@ -37,30 +34,8 @@ def finished(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def copy(finished, tmp_path) -> Path:
-    run_dir = tmp_path / "handed" / "run"
-    shutil.copytree(finished, run_dir)
-    return run_dir
-
-
-@pytest.fixture
-def server():
-    """A real HTTP server on a free port that records every request path (and answers 404)."""
-    paths: list[str] = []
-
-    class Recorder(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            paths.append(self.path)
-            self.send_error(404)
-
-        def log_message(self, *args):
-            pass
-
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield httpd.server_address[1], paths
-    httpd.shutdown()
-    httpd.server_close()
+    """The finished run, the user's own at a place of this test's."""
+    return own_copy(finished, tmp_path / "handed" / "run")
 
 
 def tree_bytes(root: Path) -> dict[str, bytes]:
@@ -75,7 +50,8 @@ def test_the_layout_lives_in_one_place(tmp_path):
     assert directory.best_checkpoint(tmp_path) == tmp_path / "checkpoints" / "best.ckpt"
     assert directory.metrics_file(tmp_path) == tmp_path / "metrics.json"
     assert directory.saved_config(tmp_path) == tmp_path / ".hydra" / "config.yaml"
-    assert directory.staging_path(tmp_path / "last.ckpt") == tmp_path / ".last.ckpt.tmp"
+    later = directory.later_start_subdir()
+    assert later.startswith(".hydra/resume-") and later != directory.later_start_subdir()
 
 
 def test_a_start_continues_with_resume_or_a_requeue_and_a_last_checkpoint(tmp_path, monkeypatch):
@@ -97,22 +73,38 @@ def test_write_text_replaces_a_symlink_and_leaves_its_target(tmp_path):
     outside.write_text("precious")
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "metrics.json").symlink_to(outside)
-    directory.write_text(tmp_path / "run" / "metrics.json", "{}\n")
+    files.write_text(tmp_path / "run" / "metrics.json", "{}\n")
     assert outside.read_text() == "precious"
     assert not (tmp_path / "run" / "metrics.json").is_symlink()
     assert (tmp_path / "run" / "metrics.json").read_text() == "{}\n"
+    assert files.read_json(tmp_path / "run" / "metrics.json") == {}
+    (tmp_path / "link.json").symlink_to(tmp_path / "run" / "metrics.json")
+    assert files.read_json(tmp_path / "link.json") is None  # never read through a link
 
 
-def test_secure_removes_stale_files_replaces_linked_files_refuses_linked_folders(tmp_path):
-    outside = tmp_path / "outside.txt"
-    outside.write_text("precious")
+def test_a_write_follows_the_umask_and_a_failed_one_leaves_nothing(tmp_path):
+    previous = os.umask(0o022)
+    try:
+        files.write_text(tmp_path / "a.json", "{}")
+        assert (tmp_path / "a.json").stat().st_mode & 0o777 == 0o644
+        os.umask(0o077)
+        files.write_text(tmp_path / "b.json", "{}")
+        assert (tmp_path / "b.json").stat().st_mode & 0o777 == 0o600
+    finally:
+        os.umask(previous)
+    with pytest.raises(ZeroDivisionError), files.atomic(tmp_path / "c.json") as f:
+        f.write("half")
+        raise ZeroDivisionError
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "b.json"]
+
+
+def test_secure_removes_stale_files_and_refuses_linked_folders(tmp_path):
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)
-    (run / "checkpoints" / ".last.ckpt.tmp").write_bytes(b"half a checkpoint")
-    (run / "train.log").symlink_to(outside)
+    (run / "checkpoints" / ".last.ckpt.x1y2.tmp").write_bytes(b"half a checkpoint")
+    (run / ".metrics.json.a8b9.tmp").write_text("{")
     directory.secure(run)
-    assert not (run / "checkpoints" / ".last.ckpt.tmp").exists()
-    assert not (run / "train.log").exists() and outside.read_text() == "precious"
+    assert not list(run.rglob("*.tmp"))
     (run / "tensorboard").symlink_to(tmp_path)
     with pytest.raises(ConfigError, match="tensorboard"):
         directory.secure(run)
@@ -136,12 +128,14 @@ def test_secure_removes_stale_files_replaces_linked_files_refuses_linked_folders
         "trainer.profiler={_target_:builtins.print}",
         "hydra.callbacks.x._target_=builtins.open",
         "~callbacks.text_sample",
+        "logger.tensorboard.name=../..",
+        "logger.mlflow.artifact_location=/elsewhere",
         "model.d_model=${oc.decode:'64'}",
         'sample_prompt="a\\\'b"',
     ],
 )
 def test_a_recorded_setting_that_is_not_data_is_dropped(override):
-    assert checked(override) == (None, override)
+    assert replay_override(override) == (None, override)
 
 
 @pytest.mark.parametrize(
@@ -160,9 +154,18 @@ def test_a_recorded_setting_that_is_not_data_is_dropped(override):
     ],
 )
 def test_a_literal_is_re_emitted_so_that_hydra_reads_the_same_value(override, value):
-    kept, dropped = checked(override)
+    kept, dropped = replay_override(override)
     assert dropped is None
     assert OverridesParser.create().parse_override(kept).value() == value
+
+
+@pytest.mark.parametrize(
+    "text", ["plain", "it's", "a\\b", "ends\\", "\\'", "${oc.env:HOME}", "\\${x}", "'\"${", ""]
+)
+def test_a_quoted_string_reads_back_as_itself(text):
+    """Hydra resolves `${` inside quoted strings too: quote() escapes it with the quotes."""
+    parsed = OverridesParser.create().parse_override(f"key={quote(text)}")
+    assert OmegaConf.create({"key": parsed.value()}).key == text
 
 
 def test_resume_and_ckpt_path_are_not_re_applied_and_not_named(capsys):
@@ -177,98 +180,6 @@ def test_a_saved_config_node_keeps_only_literals():
     node = {"url": "http://h/${oc.env:S}/b.txt", "batch_size": 8, "x": {"_target_": "os.system"}}
     assert literal_node(node, "data") == ({"batch_size": 8}, ["data.url", "data.x"])
     assert literal("'${oc.env:S}'") is None
-
-
-# ------------------------------------------------------------- planted run directories, resumed
-
-
-def plant_evil_experiment(tmp_path: Path) -> tuple[str, Path]:
-    """A real YAML outside the config tree whose hydra.callbacks would create a marker file."""
-    marker = tmp_path / "PWNED"
-    evil = tmp_path / "x" / "evil.yaml"
-    evil.parent.mkdir()
-    evil.write_text(
-        "# @package _global_\n"
-        f"hydra:\n  callbacks:\n    evil:\n      _target_: builtins.open\n"
-        f"      file: {marker}\n      mode: w\n"
-    )
-    experiment_dir = importlib.resources.files("gptlab.conf") / "experiment"
-    climb = "../" * (len(Path(str(experiment_dir)).parts) - 1)  # up to /
-    return f"experiment={climb}{str(evil.with_suffix(''))[1:]}", marker
-
-
-def test_a_planted_run_directory_is_resumed_as_data(copy, tmp_path, server):
-    port, requests = server
-    traversal, marker = plant_evil_experiment(tmp_path)
-    elsewhere = tmp_path / "elsewhere"
-    planted = [
-        *FAST,
-        "trainer.max_steps=24",
-        traversal,
-        f"paths.output_dir={elsewhere}",
-        f"data.url=http://127.0.0.1:{port}/${{oc.env:GPTLAB_TEST_SECRET}}/book.txt",
-        "+callbacks.evil._target_=builtins.print",
-    ]
-    (copy / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(planted))
-    result = run_cli(f"resume={copy}", cwd=tmp_path, env={"GPTLAB_TEST_SECRET": SECRET})
-    check(result)
-    dropped = [line for line in result.stderr.splitlines() if "not re-applying" in line]
-    assert len(dropped) == 1 and "4 setting(s)" in dropped[0]
-    assert traversal in dropped[0] and "paths.output_dir" in dropped[0]
-    assert not marker.exists()  # the evil experiment's hydra.callbacks never ran
-    assert requests == []  # no request at all, so none that carries the secret
-    assert not elsewhere.exists()
-    assert read_metrics(copy)["steps"] == 24  # the run went on, in its own directory
-    assert SECRET not in (copy / "train.log").read_text()
-
-
-def test_eval_reads_a_runs_config_as_data(copy, tmp_path, server):
-    port, requests = server
-    config = yaml.safe_load((copy / ".hydra" / "config.yaml").read_text())
-    config["data"]["url"] = f"http://127.0.0.1:{port}/${{oc.env:GPTLAB_TEST_SECRET}}/book.txt"
-    (copy / ".hydra" / "config.yaml").write_text(yaml.safe_dump(config))
-    result = run_cli(
-        f"ckpt_path={copy}", tool="gptlab-eval", cwd=tmp_path, env={"GPTLAB_TEST_SECRET": SECRET}
-    )
-    assert result.returncode == 2, result.stderr[-3000:]
-    assert "data.url" in result.stderr and "Traceback" not in result.stderr
-    assert requests == []
-    assert SECRET not in result.stdout + result.stderr
-    assert not (copy / "eval.json").exists()
-
-
-def plant_links(run_dir: Path, names: list[str], tmp_path: Path) -> dict[Path, bytes]:
-    """Each name in the run dir a symlink to a file outside it; {target: its bytes}."""
-    outside = {}
-    for name in names:
-        target = tmp_path / f"outside-{Path(name).name}"
-        target.write_text(f'{{"precious": "{name}"}}\n')
-        outside[target] = target.read_bytes()
-        (run_dir / name).unlink(missing_ok=True)
-        (run_dir / name).symlink_to(target)
-    return outside
-
-
-def test_symlinks_in_a_run_directory_are_never_written_through(copy, tmp_path):
-    """resume= of the finished run (it trains nothing: it rewrites its logs and metrics.json),
-    then gptlab-eval, each with symlinks planted under the names they write."""
-    before = read_metrics(copy)
-    written = ["metrics.json", "train.log", "config_tree.log", "checkpoints/.last.ckpt.tmp"]
-    outside = plant_links(copy, written, tmp_path)
-    check(run_cli(f"resume={copy}", cwd=tmp_path))
-    outside.update(plant_links(copy, ["eval.json"], tmp_path))
-    check(run_cli(f"ckpt_path={copy}", tool="gptlab-eval", cwd=tmp_path))
-
-    for target, content in outside.items():
-        assert target.read_bytes() == content, target  # neither overwritten nor appended to
-    [label] = json.loads((copy / "eval.json").read_text())  # its own file, not the planted one
-    assert "best.ckpt" in label
-    assert not (copy / "checkpoints" / ".last.ckpt.tmp").exists()  # the stale file is gone
-    assert not any(p.is_symlink() for p in copy.rglob("*"))
-    after = finite_metrics(copy)  # resume= of a finished run: the same results, all finite
-    for key in ("best_val_loss", "final_val_loss", "final_val_bpb", "tokens_seen", "steps"):
-        assert after[key] == before[key], key
-    assert_one_output_folder(tmp_path, "eval")  # gptlab-eval left no empty run folders
 
 
 def test_a_fresh_run_into_a_finished_run_is_refused(copy, tmp_path):
@@ -300,8 +211,7 @@ def test_killed_before_metrics_json_resume_restores_them(finished, tmp_path):
     """The window between the final checkpoint and metrics.json (a kill at the end of a run), as
     the issue names it: metrics.json of a finished run deleted, then resume=; in a directory
     whose name Hydra's grammar would misread."""
-    run_dir = tmp_path / "it's a run"
-    shutil.copytree(finished, run_dir)
+    run_dir = own_copy(finished, tmp_path / "it's a run")
     (run_dir / "metrics.json").unlink()
     check(run_cli(f"resume={run_dir}", cwd=tmp_path))
     whole = read_metrics(finished)

@@ -196,6 +196,16 @@ def test_a_bad_pruner_is_refused_before_any_trial(tmp_path):
     assert not (sweep / "optuna.db").exists() and not (sweep / "0").exists()
 
 
+def test_a_storage_optuna_cannot_open_is_bad_input_not_a_composition_error(tmp_path):
+    sweep = tmp_path / "sweep"
+    args = [*SEARCH, "hydra.sweeper.storage=nosuchdb://x/y", f"hydra.sweep.dir={sweep}"]
+    result = run_main(*args, cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert "hydra.sweeper.storage: Optuna cannot open the study's storage" in result.stderr
+    assert "cannot be composed" not in result.stderr and "Traceback" not in result.stderr
+    assert not (sweep / "0").exists()
+
+
 def completed(db: Path) -> int:
     """COMPLETE trials in the study's SQLite file, read as the search writes it."""
     if not db.is_file():
@@ -235,8 +245,18 @@ def test_a_killed_search_resumes_to_n_trials_without_rerunning_finished_ones(tmp
     for trial in finished:
         path = sweep / trial.user_attrs["job"] / "metrics.json"
         kept[path] = (path.stat().st_mtime_ns, path.read_bytes())
+    # a study is data: a job name planted in the trial the kill interrupted never becomes a path
+    with sqlite3.connect(sweep / "optuna.db") as connection:
+        connection.execute(
+            "UPDATE trial_user_attributes SET value_json = ? WHERE key = 'job' AND trial_id IN "
+            "(SELECT trial_id FROM trials WHERE state = 'RUNNING')",
+            ('"../../escape"',),
+        )
+    mismatch = run_main(f"resume={sweep}", "hydra.sweeper.study_name=another", cwd=tmp_path)
+    assert mismatch.returncode == 2 and "holds no study of that name" in mismatch.stderr
 
     result = check(run_cli(f"resume={sweep}", cwd=tmp_path, timeout=400))
+    assert not (tmp_path / "escape").exists() and not (sweep.parent.parent / "escape").exists()
     study = study_of(sweep)
     assert states(study).count("COMPLETE") == 6, states(study)
     # a trial the kill interrupted ended FAIL and ran again in its own job directory

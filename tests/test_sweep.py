@@ -509,6 +509,7 @@ def test_a_sweep_stopped_by_sigterm_continues_with_resume_and_keeps_finished_job
         "trainer.max_steps=60",
         "seed=1,2,3",
         f"hydra.sweep.dir={sweep_dir}",
+        f"paths.cache_dir={tmp_path / 'cache'}",  # where a job caches is not what it trains
     ]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
     with open(tmp_path / "first.log", "w") as log_file:  # a file: a full pipe would block the sweep

@@ -19,7 +19,7 @@ from gptlab.cli.inspect_model import trace_forward
 from gptlab.errors import ConfigError
 from gptlab.model.gpt import GPT, GPTConfig, ffn_hidden
 from gptlab.model.rope import apply_rope, rope_angles
-from gptlab.run.resume import check_architecture
+from gptlab.run.checkpoints import check_architecture
 
 os.environ.setdefault("TIKTOKEN_CACHE_DIR", "/work/shared/tiktoken_cache")
 torch.set_num_threads(1)
@@ -245,11 +245,14 @@ def test_ckpt_path_refuses_a_checkpoint_with_another_toggle(key, value):
     """A toggle that changes the weights' shapes or meaning is part of the architecture check;
     zero_init only sets the start, so a checkpoint continues under either."""
     saved = asdict(GPTConfig(vocab_size=V))
-    checkpoint = {"hyper_parameters": {"model": saved, "tokenizer": {}}}
+    tokenizer = {"encoding": "cl100k_base", "vocab": None}
+    checkpoint = {"hyper_parameters": {"model": saved, "tokenizer": tokenizer}}
     with pytest.raises(ConfigError, match=f"model.{key}"):
-        check_architecture("x.ckpt", checkpoint, {"model": {**saved, key: value}, "tokenizer": {}})
+        check_architecture(
+            "x.ckpt", checkpoint, {"model": {**saved, key: value}, "tokenizer": tokenizer}
+        )
     check_architecture(
-        "x.ckpt", checkpoint, {"model": {**saved, "zero_init": True}, "tokenizer": {}}
+        "x.ckpt", checkpoint, {"model": {**saved, "zero_init": True}, "tokenizer": tokenizer}
     )
 
 

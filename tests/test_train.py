@@ -16,7 +16,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.plugins.hparams import plugin_data_pb2
 
 from gptlab.config.schemas import register_configs
-from gptlab.run.checkpoints import load_module
+from gptlab.training.loading import load_module
 
 register_configs()  # the config schemas and resolvers that composing conf/train.yaml needs
 CONF = Path(gptlab.conf.__file__).parent

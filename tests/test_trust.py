@@ -3,6 +3,7 @@ Each attack plants a marker its payload would create, and each test asserts it i
 
 from __future__ import annotations
 
+import hashlib
 import json
 import pickle
 import threading
@@ -253,7 +254,7 @@ def test_a_redirect_hop_that_parsers_read_differently_is_refused(tmp_path, other
     mirror = Server("127.0.0.1", redirect=hop)
     try:
         with pytest.raises(ConfigError, match="a redirect from") as err:
-            download(f"http://127.0.0.1:{mirror.port}/book.txt", tmp_path / "book.txt", None, 10)
+            download(f"http://127.0.0.1:{mirror.port}/book.txt", tmp_path, "book.txt", None, 10)
     finally:
         mirror.close()
     assert "to host 127.0.0.2" in str(err.value)
@@ -265,10 +266,13 @@ def test_the_prepared_url_is_what_is_fetched(tmp_path, other_host):
     """The same server reached by a plain URL works (the test above fails for the parser alone)."""
     mirror = Server("127.0.0.1")
     try:
-        download(f"http://LOCALHOST:{mirror.port}/a%20b/book.txt", tmp_path / "book.txt", None, 10)
+        got = download(
+            f"http://LOCALHOST:{mirror.port}/a%20b/book.txt", tmp_path, "book.txt", None, 10
+        )
     finally:
         mirror.close()
-    assert (tmp_path / "book.txt").read_bytes() == b"book"
+    assert got == tmp_path / hashlib.sha256(b"book").hexdigest() / "book.txt"
+    assert got.read_bytes() == b"book"
     assert mirror.hits == ["/a%20b/book.txt"]
 
 

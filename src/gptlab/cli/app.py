@@ -1,13 +1,9 @@
-"""What every command-line tool shares: the exit-code protocol, and the device it runs on.
+"""What every command-line tool shares: the exit-code protocol (gptlab.exits) around Hydra, and
+the device it runs on.
 
 Bad input ends in one paragraph and exit code 2. Hydra ends a command line it cannot compose
-(unknown key or option, wrong type) with exit code 1, before any task starts; `run_hydra_app`
-turns that 1 into 2, but only while no task has started. Once Hydra has handed a composed config
-to a task, every exit code is the task's own (1: a sweep's job failed, 2: every job of a sweep
-failed on bad input, 130/143: stopped), so
-whatever starts a task calls `mark_task_started()`, the flag's only writer: `run_task` (each
-tool's task), `gptlab.sweep.jobs.sweep_job` (a job of a multirun) and
-`gptlab.sweep.summary.SweepSummary` (a sweep's verdict)."""
+(unknown key or option, wrong type) with exit code 1; `run_hydra_app` composes the command line
+itself first, so it knows whether an exit 1 is Hydra's (then 2) or the task's own (kept)."""
 
 import argparse
 import logging
@@ -19,24 +15,16 @@ from typing import Any
 from omegaconf import DictConfig
 
 from gptlab.errors import ConfigError
-
-task_started = False  # see above; set by mark_task_started() only
-
-
-def mark_task_started() -> None:
-    """Hydra composed the config and a task runs: its exit codes are its own from here on."""
-    global task_started
-    task_started = True
+from gptlab.exits import BAD_INPUT, FAILED
 
 
 def run_task(task: Callable[[DictConfig], Any], cfg: DictConfig, log: logging.Logger) -> Any:
     """Run a tool's Hydra task; a ConfigError ends it with its paragraph and exit code 2."""
-    mark_task_started()
     try:
         return task(cfg)
     except ConfigError as e:
         log.error("%s", e)
-        sys.exit(2)
+        sys.exit(BAD_INPUT)
 
 
 def hydra_arguments(argv: list[str]) -> argparse.Namespace | None:
@@ -80,12 +68,13 @@ def compose_as_hydra(tool: str, args: argparse.Namespace):
     return None
 
 
-def check_before_hydra(tool: str, argv: list[str]) -> None:
+def check_before_hydra(tool: str, argv: list[str]) -> bool | None:
     """Hydra builds hydra.callbacks (and a sweep's launcher and sweeper) before a task starts, so
-    what it would build is checked here first, on the same command line."""
+    what it would build is checked here first, on the same command line. Returns whether the
+    command line composes (None: Hydra will only print)."""
     args = hydra_arguments(argv)
     if args is None:
-        return
+        return None
     unsupported = {
         "config_path": "--config-path: the tools read their configs from the package (add a "
         "folder of configs with --config-dir)",
@@ -95,12 +84,14 @@ def check_before_hydra(tool: str, argv: list[str]) -> None:
         if getattr(args, key):
             raise ConfigError(f"{reason}; it is not supported. Give the overrides instead.")
     cfg = compose_as_hydra(tool, args)
-    if cfg is not None:
-        from hydra.types import RunMode
+    if cfg is None:
+        return False
+    from hydra.types import RunMode
 
-        from gptlab.config.trust import check_hydra_node
+    from gptlab.config.trust import check_hydra_node
 
-        check_hydra_node(cfg, args.multirun or cfg.hydra.mode == RunMode.MULTIRUN)
+    check_hydra_node(cfg, args.multirun or cfg.hydra.mode == RunMode.MULTIRUN)
+    return True
 
 
 def run_hydra_app(hydra_main: Callable[[], object], tool: str) -> None:
@@ -108,20 +99,20 @@ def run_hydra_app(hydra_main: Callable[[], object], tool: str) -> None:
     with a pointer to `--help` (Hydra has printed the error, without a traceback). What Hydra
     builds itself (hydra.callbacks, the launcher, the sweeper) is checked first."""
     try:
-        check_before_hydra(tool, sys.argv)
+        composes = check_before_hydra(tool, sys.argv)
     except ConfigError as e:
         print(f"{tool}: {e}", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(BAD_INPUT)
     try:
         hydra_main()
     except SystemExit as e:
-        if e.code == 1 and not task_started:
+        if e.code == FAILED and composes is False:
             print(
                 f"{tool}: the configuration above cannot be composed; `{tool} --help` lists the "
                 "groups, options and keys.",
                 file=sys.stderr,
             )
-            sys.exit(2)
+            sys.exit(BAD_INPUT)
         raise
 
 

@@ -2,19 +2,18 @@
 from the run's own validation step on its own val windows, so they equal what the run logged
 (split=test: its test step on the run's held-out test split)."""
 
-import json
 import logging
 import math
 from pathlib import Path
 
 import hydra
-import yaml
 from omegaconf import DictConfig, OmegaConf
 
+from gptlab import files
 from gptlab.cli.app import resolve_device, run_hydra_app, run_task
 from gptlab.config.schemas import register_configs
 from gptlab.errors import ConfigError
-from gptlab.run import directory
+from gptlab.run import directory, ownership
 from gptlab.run.settings import WHERE, literal_node
 
 log = logging.getLogger("gptlab.eval")
@@ -26,16 +25,28 @@ def read_results(path: Path) -> dict:
     record is refused, not overwritten: it may hold results of its own."""
     if not path.is_file() or path.is_symlink():  # never read through a link
         return {}
-    try:
-        saved = json.loads(path.read_text())
-    except ValueError as e:
-        saved = e
+    saved = files.read_json(path)
     if not isinstance(saved, dict):
         raise ConfigError(
-            f"'{path}' is not gptlab-eval's JSON record of results ({saved}), so the new result "
-            "cannot be added to it. Move it away (or delete it) and run gptlab-eval again."
+            f"'{path}' is not gptlab-eval's JSON record of results, so the new result cannot be "
+            "added to it. Move it away (or delete it) and run gptlab-eval again."
         )
     return saved
+
+
+def own_run(checkpoint: Path) -> tuple[Path | None, ownership.Manifest | None]:
+    """The run directory the checkpoint lies in (as given: links are not followed), and its
+    manifest when it is the user's own; anyone else's is read for the checkpoint's tensors only."""
+    if checkpoint.parent.name != directory.CHECKPOINTS:
+        return None, None
+    run_dir = checkpoint.parent.parent
+    try:
+        return run_dir, ownership.check_run(run_dir)
+    except ownership.ForeignDirectory as e:
+        log.info(
+            "'%s' is not a run directory of yours (%s): its settings are not read.", run_dir, e
+        )
+        return run_dir, None
 
 
 def evaluate(cfg: DictConfig) -> dict:
@@ -44,11 +55,12 @@ def evaluate(cfg: DictConfig) -> dict:
     import lightning as L
 
     from gptlab.data.datamodule import GPTDataModule
-    from gptlab.run.checkpoints import find_checkpoint, load_checkpoint, load_module
+    from gptlab.run.checkpoints import find_checkpoint, load_checkpoint, step_of
+    from gptlab.training.loading import module_from
 
-    checkpoint = find_checkpoint(cfg.ckpt_path).resolve()
-    run_dir = checkpoint.parent.parent if checkpoint.parent.name == directory.CHECKPOINTS else None
-    data, trainer_cfg = run_settings(run_dir)
+    checkpoint = Path(find_checkpoint(cfg.ckpt_path).absolute())
+    run_dir, manifest = own_run(checkpoint)
+    data, trainer_cfg = run_settings(manifest)
     other = {
         k: v
         for k, v in OmegaConf.to_container(cfg.data, resolve=True).items()
@@ -56,16 +68,13 @@ def evaluate(cfg: DictConfig) -> dict:
     }
     if "path" in other or "url" in other:  # another text: none of the run's corpus, all of the text
         data.update(url=None, path=None, sha256=None, val_fraction=1.0)
-    elif not data:
-        raise ConfigError(
-            f"ckpt_path: '{checkpoint}' lies in no run directory, so there is no run data to "
-            "evaluate on. Give a text: data.path=/some/file.txt (or data.url=https://...)."
-        )
     data.update(data_dir=cfg.data.data_dir, cache_dir=cfg.data.cache_dir)  # eval's, not the run's
-    places = ([run_dir] if run_dir is not None else []) + [Path(cfg.output_dir)]
+    own = manifest is not None
+    places = ([run_dir] if own else []) + [Path(cfg.output_dir)]
     read_results(places[0] / directory.EVAL)  # a corrupt one is refused before the long part
     split = check_split(cfg.split, data, other)
-    module = load_module(checkpoint)
+    loaded = load_checkpoint(checkpoint)
+    module = module_from(loaded, checkpoint)
     most = module.config.context_length  # windows of the model's length unless the run or cfg says
     settings = {"context_length": most, **data, **other, "tokenizer": module.tokenizer_state}
     if settings["context_length"] > most:
@@ -74,12 +83,12 @@ def evaluate(cfg: DictConfig) -> dict:
             f"{most} tokens at a time; give that or less."
         )
     datamodule = GPTDataModule(**settings)
-    own = run_dir is not None and not other
+    own_data = own and not other
     trainer = L.Trainer(
         accelerator=device,
         devices=1,
         precision=trainer_cfg.get("precision") or "32-true",
-        limit_val_batches=(trainer_cfg.get("limit_val_batches") if own else None) or 1.0,
+        limit_val_batches=(trainer_cfg.get("limit_val_batches") if own_data else None) or 1.0,
         limit_test_batches=trainer_cfg.get("limit_test_batches") or 1.0,
         logger=False,
         enable_checkpointing=False,
@@ -90,7 +99,7 @@ def evaluate(cfg: DictConfig) -> dict:
     loss, bpb = (float(trainer.callback_metrics[f"{split}/{k}"]) for k in ("loss", "bpb"))
     result = {
         "checkpoint": str(checkpoint),
-        "step": load_checkpoint(checkpoint).get("global_step"),
+        "step": step_of(loaded),
         "corpus": str(datamodule.corpus_path()),
         "val_fraction": datamodule.val_fraction,
         "context_length": datamodule.context_length,
@@ -101,20 +110,13 @@ def evaluate(cfg: DictConfig) -> dict:
     lines = [
         f"Checkpoint: {checkpoint} (step {result['step']})",
         f"Data: {f'the {split} split' if datamodule.val_fraction < 1 else 'all'} of "
-        f"{result['corpus']}",
+        f"{result['corpus']}{'' if own or other else ' (default data settings: not your run)'}",
         f"{split} loss:  {' ' * (split == 'val')}{loss:.6f} nats per token",
         f"perplexity: {math.exp(loss):.4f}",
         f"bpb:        {bpb:.6f} bits per byte",
     ]
-    metrics_file = directory.metrics_file(run_dir) if own else None
-    metrics = (
-        json.loads(metrics_file.read_text()) if metrics_file and metrics_file.is_file() else {}
-    )
-    best = checkpoint == directory.best_checkpoint(run_dir) if run_dir else False
-    logged = {"val": ("best_val_loss", "final_val_loss"), "test": ("test_loss", None)}[split]
-    key = logged[0] if best else logged[1]
-    if key in metrics and (key != "final_val_loss" or result["step"] == metrics.get("steps")):
-        lines.append(f"The run logged {key} = {metrics[key]:.6f} for these weights.")
+    if own_data:
+        lines += logged_line(run_dir, checkpoint, split, result["step"])
     label = f"{checkpoint.name} on {result['corpus']} (val_fraction {datamodule.val_fraction})"
     label = label if split == "val" else f"{label}, test split"
     lines += write_result(places, label, result)
@@ -122,30 +124,46 @@ def evaluate(cfg: DictConfig) -> dict:
     return result
 
 
+def logged_line(run_dir: Path, checkpoint: Path, split: str, step: int) -> list[str]:
+    """What the run itself logged for these weights, from its own metrics.json (read as data)."""
+    from gptlab.sweep.stats import number
+
+    metrics = files.read_json(directory.metrics_file(run_dir))
+    metrics = metrics if isinstance(metrics, dict) else {}
+    best = checkpoint == directory.best_checkpoint(run_dir)
+    logged = {"val": ("best_val_loss", "final_val_loss"), "test": ("test_loss", None)}[split]
+    key = logged[0] if best else logged[1]
+    value = number(metrics.get(key))
+    if value is None or (key == "final_val_loss" and step != metrics.get("steps")):
+        return []
+    return [f"The run logged {key} = {value:.6f} for these weights."]
+
+
 def write_result(outs: list[Path], label: str, result: dict) -> list[str]:
-    """Add the result to eval.json beside the run, else (read-only) in this tool's output dir."""
+    """Add the result to eval.json beside an own run, else (anyone else's run, or read-only) in
+    this tool's output dir."""
     notes = []
     for out in outs:
         eval_file = out / directory.EVAL
         try:
             saved = read_results(eval_file)
-            directory.write_text(eval_file, json.dumps({**saved, label: result}, indent=2) + "\n")
+            files.write_json(eval_file, {**saved, label: result})
             return [*notes, f"Written: {eval_file}"]
         except OSError as e:
             notes.append(f"Could not write {eval_file} ({e.strerror}).")
     return notes
 
 
-def run_settings(run_dir: Path | None) -> tuple[dict, dict]:
-    """The run's data and trainer settings from its saved config, read as data: literal values
-    only, never resolved; where a download or cache goes is eval's own (data.data_dir)."""
-    path = directory.saved_config(run_dir) if run_dir is not None else None
-    if path is None or not path.is_file():
+def run_settings(manifest: ownership.Manifest | None) -> tuple[dict, dict]:
+    """An own run's data and trainer settings from its latest saved config (one the manifest
+    recorded), read as data: literal values only, never resolved; where a download or cache goes
+    is eval's own (data.data_dir). Anyone else's run: none (the defaults and the command line)."""
+    if manifest is None:
         return {}, {}
-    try:
-        saved = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as e:
-        raise ConfigError(f"ckpt_path: cannot read the run's config '{path}' ({e}).") from None
+    recorded = manifest.data["files"]
+    starts = [s for s in manifest.starts if f"{s}/{directory.SAVED_CONFIG}" in recorded]
+    path = directory.saved_config(manifest.root, starts[-1]) if starts else None
+    saved = files.read_yaml(path) if path is not None else None
     saved = saved if isinstance(saved, dict) else {}
     data, dropped = literal_node(saved.get("data"), "data")
     trainer, _ = literal_node(saved.get("trainer"), "trainer")
@@ -162,14 +180,17 @@ def run_settings(run_dir: Path | None) -> tuple[dict, dict]:
 
 
 def check_split(split: str, data: dict, other: dict) -> str:
-    """The split to score; split=test needs the run's own corpus and a run that held one out."""
+    """The split to score; split=test needs the run's corpus and a run that held one out (its
+    data.test_fraction: an own run's, or given on the command line)."""
     if split not in ("val", "test"):
         raise ConfigError(f"split={split!r}: choose val or test.")
-    if split == "test" and (other or not data.get("test_fraction")):
+    another_text = "path" in other or "url" in other
+    if split == "test" and (another_text or not {**data, **other}.get("test_fraction")):
         raise ConfigError(
             "split=test: the test split is the one the run held out (data.test_fraction > 0 when "
-            "it trained), so it needs a run directory's checkpoint and no data.* overrides; this "
-            "one has none. Train with data.test_fraction=0.1, or use split=val."
+            "it trained): it needs the run's corpus and its test_fraction (read from a run "
+            "directory of yours, or given as data.test_fraction=...); here there is none. Train "
+            "with data.test_fraction=0.1, or use split=val."
         )
     return split
 

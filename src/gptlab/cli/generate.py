@@ -11,9 +11,11 @@ import hydra
 from omegaconf import DictConfig
 
 from gptlab.cli.app import resolve_device, run_hydra_app, run_task
+from gptlab.config.resolvers import register
 from gptlab.errors import ConfigError, check_whole_number
 
 log = logging.getLogger("gptlab.generate")
+register()  # the resolver of the folder a start saves its config in
 
 
 def decode_stream(tokenizer, chunks: Iterable[list[int]]) -> Iterator[str]:
@@ -76,10 +78,9 @@ def generate(cfg: DictConfig) -> list[str]:
             "always the most likely token; 1 samples from the model's distribution as it is)."
         )
     device = resolve_device(cfg.device)
-    from gptlab.run.checkpoints import (
-        find_checkpoint,
-        load_module,
-    )  # torch and Lightning: after the checks
+    # torch and Lightning: after the checks
+    from gptlab.run.checkpoints import find_checkpoint
+    from gptlab.training.loading import load_module
 
     path = find_checkpoint(cfg.ckpt_path)
     module = load_module(path, map_location=device)

@@ -13,13 +13,15 @@ from matplotlib import colormaps
 from matplotlib.figure import Figure
 from omegaconf import DictConfig
 
+from gptlab import files
 from gptlab.cli.app import run_hydra_app, run_task
 from gptlab.config.schemas import register_configs
 from gptlab.data.tokenizer import Tokenizer
 from gptlab.errors import ConfigError, check_whole_number
 from gptlab.model.gpt import GPT, GPTConfig, sinusoidal_encoding
-from gptlab.run import directory
-from gptlab.run.checkpoints import find_checkpoint, load_checkpoint, load_module
+from gptlab.run import ownership
+from gptlab.run.checkpoints import find_checkpoint, load_checkpoint, step_of
+from gptlab.training.loading import module_from
 
 log = logging.getLogger("gptlab.inspect")
 register_configs()  # the unique_dir resolver of the run directory
@@ -173,7 +175,7 @@ def random_model(
         config = GPTConfig(**{**settings, "vocab_size": tokenizer.vocab_size})
     except TypeError as e:  # a key GPTConfig does not have
         raise ConfigError(
-            f"model: {e}; the keys are those of gptlab.model.gpt.GPTConfig."
+            f"model: {e}; the keys are those of gptlab.model.config.GPTConfig."
         ) from None
     torch.manual_seed(seed)
     return GPT(config).eval(), tokenizer
@@ -234,10 +236,11 @@ def look_inside(cfg: DictConfig) -> None:
     check_whole_number(cfg, "block", 0, "the block whose attention is drawn")
     if cfg.ckpt_path:
         path = find_checkpoint(cfg.ckpt_path)
-        module = load_module(path)
+        checkpoint = load_checkpoint(path)
+        module = module_from(checkpoint, path)
         model = module.model
         tokenizer = module.tokenizer
-        step = int(load_checkpoint(path).get("global_step", 0))
+        step = step_of(checkpoint)
         log.info("Model from %s (step %d)", path, step)
     else:
         model, tokenizer = random_model(
@@ -264,22 +267,27 @@ def look_inside(cfg: DictConfig) -> None:
     out_dir = Path(cfg.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     for stem, fig in figures.items():
-        fig.savefig(
-            out_dir / f"{stem}.png", dpi=100, bbox_inches="tight"
-        )  # long token labels stay whole
+        # long token labels stay whole
+        files.save_figure(fig, out_dir / f"{stem}.png", dpi=100, bbox_inches="tight")
     log.info("Figures:\n%s", "\n".join(f"  {out_dir / stem}.png" for stem in figures))
-    if (
-        cfg.ckpt_path and Path(cfg.ckpt_path).is_dir() and cfg.tensorboard
-    ):  # a run dir: with its curves
-        from torch.utils.tensorboard import SummaryWriter
+    if cfg.ckpt_path and Path(cfg.ckpt_path).is_dir() and cfg.tensorboard:
+        write_to_run(cfg.ckpt_path, figures, step)
 
-        directory.refuse_linked_folders(cfg.ckpt_path)  # writes stay inside the run directory
-        with SummaryWriter(log_dir=str(Path(cfg.ckpt_path) / "tensorboard")) as writer:
-            for stem, fig in figures.items():
-                writer.add_figure(f"inspect/{stem}", fig, global_step=step)
-        log.info(
-            "Also in TensorBoard (IMAGES tab, inspect/*): tensorboard --logdir %s", cfg.ckpt_path
-        )
+
+def write_to_run(run_dir: str, figures: dict, step: int) -> None:
+    """The figures beside a run's curves (TensorBoard's IMAGES tab), in an own run directory
+    only: anyone else's is read, never written."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    try:
+        ownership.check_run(run_dir)
+    except ownership.ForeignDirectory as e:
+        log.info("Not writing to '%s' (not a run directory of yours: %s)", run_dir, e)
+        return
+    with SummaryWriter(log_dir=str(Path(run_dir) / "tensorboard")) as writer:
+        for stem, fig in figures.items():
+            writer.add_figure(f"inspect/{stem}", fig, global_step=step)
+    log.info("Also in TensorBoard (IMAGES tab, inspect/*): tensorboard --logdir %s", run_dir)
 
 
 @hydra.main(version_base="1.3", config_path="pkg://gptlab.conf", config_name="inspect")

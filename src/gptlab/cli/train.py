@@ -10,7 +10,6 @@ from pathlib import Path
 import hydra
 import lightning as L
 import torch
-from lightning.fabric.utilities.rank_zero import rank_zero_only
 from lightning.pytorch.callbacks import LearningRateMonitor
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
@@ -19,18 +18,14 @@ from gptlab.cli.app import run_hydra_app, run_task
 from gptlab.config.schemas import register_configs
 from gptlab.config.trust import build, checked
 from gptlab.errors import ConfigError
-from gptlab.run import directory
-from gptlab.run.checkpoints import load_checkpoint
-from gptlab.run.report import (
-    RunReport,
-    best_then_test,
-    print_first_screen,
-    route_lightning_logs,
-)
-from gptlab.run.resume import check_architecture, checkpoint_to_continue, resume_argv
-from gptlab.sweep.jobs import in_multirun, job_overrides, sweep_dir, sweep_job
+from gptlab.exits import BAD_INPUT, code_of_signal
+from gptlab.run.checkpoints import check_architecture, check_weights, load_checkpoint, step_of
+from gptlab.run.checkpoints import weights as checkpoint_weights
+from gptlab.run.logs import route_lightning_logs
+from gptlab.run.resume import checkpoint_to_continue, resume_argv
+from gptlab.run.screen import print_first_screen
+from gptlab.sweep.jobs import claim, in_multirun, job_overrides, sweep_dir, sweep_job
 from gptlab.training.callbacks import (
-    AtomicCheckpointIO,
     DivergenceGuard,
     FinalValidation,
     GracefulStop,
@@ -38,7 +33,10 @@ from gptlab.training.callbacks import (
     RunStats,
     into_run_dir,
 )
+from gptlab.training.checkpoint_io import RunCheckpointIO
 from gptlab.training.module import GPTModule
+from gptlab.training.report import RunReport, best_then_test
+from gptlab.training.trackers import require_wandb_login
 
 log = logging.getLogger("gptlab.train")
 register_configs()
@@ -49,11 +47,45 @@ def build_loggers(cfg: DictConfig, resume_step: int | None) -> list:
     loggers = []
     for name, node in cfg.logger.items():
         if "_target_" in node:  # an experiment may tune a logger that logger=none removed
+            if node._target_.endswith("WandbLogger"):
+                require_wandb_login(offline=bool(node.get("offline")))
             purge = resume_step is not None and node._target_.endswith("TensorBoardLogger")
             loggers.append(
                 build(node, f"logger.{name}", **({"purge_step": resume_step} if purge else {}))
             )
     return loggers
+
+
+def checkpoint_io_for(output_dir: Path, ckpt_path: str | None, whole: bool) -> RunCheckpointIO:
+    """The plugin every checkpoint passes through, told which one this start continues."""
+    checkpoint_io = RunCheckpointIO(output_dir)
+    if ckpt_path and whole:
+        checkpoint_io.continued = Path(ckpt_path)
+    elif ckpt_path:
+        checkpoint_io.started_from = Path(ckpt_path)
+    return checkpoint_io
+
+
+def build_callbacks(cfg: DictConfig, resolved: dict, output_dir: Path, with_loggers: bool):
+    """The callbacks group's callbacks, then the ones every run has (stats, final validation,
+    stops, RNG state, divergence, the report)."""
+    # an experiment may tune a callback that `callbacks=none` removed: a node without _target_
+    callbacks = [
+        build(c, f"callbacks.{name}") for name, c in cfg.callbacks.items() if "_target_" in c
+    ]
+    if not with_loggers:  # nothing to log the learning rate to (logger=none)
+        callbacks = [c for c in callbacks if not isinstance(c, LearningRateMonitor)]
+    into_run_dir(callbacks, output_dir)
+    stats = RunStats()
+    return [
+        *callbacks,
+        stats,
+        FinalValidation(),
+        GracefulStop(),
+        RngState(),
+        DivergenceGuard(),
+        RunReport(resolved, str(output_dir), stats, job_overrides()),
+    ]
 
 
 def train(cfg: DictConfig) -> float:
@@ -66,36 +98,23 @@ def train(cfg: DictConfig) -> float:
     model_config = build(cfg.model, "model")
     optim_config = build(cfg.optim, "optim")
     output_dir = Path(cfg.paths.output_dir)
-    if rank_zero_only.rank == 0:  # a resume or requeue writes into a directory handed over
-        directory.secure(output_dir)
-    ckpt_path = checkpoint_to_continue(cfg, output_dir)
+    claim(output_dir)
+    ckpt_path, whole = checkpoint_to_continue(cfg, output_dir)
     checkpoint = load_checkpoint(ckpt_path) if ckpt_path else None
     datamodule = build(cfg.data, "data")
-    loggers = build_loggers(cfg, checkpoint["global_step"] if checkpoint else None)
-    # an experiment may tune a callback that `callbacks=none` removed: a node without _target_
-    callbacks = [
-        build(c, f"callbacks.{name}") for name, c in cfg.callbacks.items() if "_target_" in c
-    ]
-    if not loggers:  # nothing to log the learning rate to (logger=none)
-        callbacks = [c for c in callbacks if not isinstance(c, LearningRateMonitor)]
-    into_run_dir(callbacks, output_dir)
-    stats = RunStats()
+    loggers = build_loggers(cfg, step_of(checkpoint) if checkpoint else None)
     resolved = OmegaConf.to_container(cfg, resolve=True)  # plain: it travels to spawned DDP ranks
-    callbacks += [
-        stats,
-        FinalValidation(),
-        GracefulStop(),
-        RngState(),
-        DivergenceGuard(),
-        RunReport(resolved, str(output_dir), stats, job_overrides()),
-    ]
+    callbacks = build_callbacks(cfg, resolved, output_dir, with_loggers=bool(loggers))
+    checkpoint_io = checkpoint_io_for(output_dir, ckpt_path, whole)
     trainer: L.Trainer = build(
         cfg.trainer,
         "trainer",
         callbacks=callbacks,
         logger=loggers or False,
-        plugins=[AtomicCheckpointIO()],
+        plugins=[checkpoint_io],
     )
+    checkpoint_io.fit_loop = trainer.fit_loop.state_dict()  # the loops before any step
+    checkpoint_io.optimizer = optim_config.name
 
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     datamodule.prepare_data()
@@ -105,6 +124,8 @@ def train(cfg: DictConfig) -> float:
     if checkpoint:
         check_architecture(ckpt_path, checkpoint, hparams)
     module = GPTModule(**hparams)
+    if checkpoint and not whole:
+        check_weights(module, checkpoint_weights(checkpoint, ckpt_path), ckpt_path)
     if trainer.is_global_zero:
         print_first_screen(OmegaConf.create(resolved), module.model, output_dir, in_multirun())
     try:
@@ -119,7 +140,7 @@ def train(cfg: DictConfig) -> float:
                 trainer.global_step,
                 sweep_dir() or output_dir,  # a sweep's job continues with its sweep
             )
-        sys.exit(130 if stop.signal_name == "Ctrl-C" else 143)
+        sys.exit(code_of_signal(stop.signal_name))
     return best_then_test(trainer, module, datamodule)  # test_fraction > 0: test_* in metrics.json
 
 
@@ -136,7 +157,7 @@ def main() -> None:
         sys.argv = resume_argv(sys.argv)
     except ConfigError as e:
         print(f"gptlab-train: {e}", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(BAD_INPUT)
     run_hydra_app(run_job, "gptlab-train")
 
 

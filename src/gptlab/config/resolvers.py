@@ -1,8 +1,11 @@
 """The resolvers configs use: a unique run directory, DDP's start method, and the `gptlab.*` names
 that tie the loggers' runs to the run directory."""
 
+import functools
 import hashlib
 import itertools
+import os
+import sys
 from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
@@ -11,7 +14,8 @@ from lightning.fabric.utilities.rank_zero import rank_zero_only
 from lightning.pytorch.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
 from omegaconf import OmegaConf
 
-from gptlab.run import directory
+from gptlab.exits import BAD_INPUT
+from gptlab.run import directory, ownership
 
 
 def unique_dir(path: str) -> str:
@@ -26,6 +30,53 @@ def unique_dir(path: str) -> str:
             return str(candidate)
         except FileExistsError:
             candidate = Path(f"{path}_{n}")
+
+
+def process_rank() -> int:
+    """This process's rank as its launcher set it (Lightning reads the same variables)."""
+    for key in ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK"):
+        if os.environ.get(key, "").isdigit():
+            return int(os.environ[key])
+    return 0
+
+
+def start_subdir() -> str | None:
+    """hydra.output_subdir: where Hydra saves this start's config in its run directory (see
+    `start_subdir_of`); `.hydra` outside a Hydra job."""
+    if not HydraConfig.initialized():
+        return directory.HYDRA
+    runtime = HydraConfig.get().runtime
+    if OmegaConf.is_missing(runtime, "output_dir"):
+        return directory.HYDRA
+    return start_subdir_of(str(runtime.output_dir))
+
+
+@functools.cache
+def start_subdir_of(output_dir: str) -> str | None:
+    """`.hydra` for a directory's first start; for any later one (a resume, a requeue, a sweep's
+    resume) a new folder of its own with a name that cannot be guessed, so no start overwrites
+    what an earlier one saved, and only once the directory is found own: anything else ends
+    here, before Hydra writes into it, with exit code 2. Other ranks of a DDP job save nothing."""
+    if process_rank() > 0:
+        return None
+    run_dir = Path(output_dir)
+    if not (run_dir / directory.HYDRA).exists():
+        return directory.HYDRA
+    try:
+        if (run_dir / ownership.MANIFEST).exists() or directory.holds_run(run_dir):
+            ownership.check_run(run_dir)
+        else:  # a job that never got as far as a checkpoint: its folder, without links
+            ownership.check_no_symlinks(run_dir)
+    except ownership.ForeignDirectory as e:
+        print(
+            f"gptlab: '{run_dir}' is not a run directory gptlab made here for you ({e}), so "
+            "nothing is written into it. Continue its training in a new run directory of yours "
+            "with `gptlab-train ckpt_path=<it>`.",
+            file=sys.stderr,
+            flush=True,
+        )
+        sys.exit(BAD_INPUT)
+    return directory.later_start_subdir()
 
 
 def ddp_start_method() -> str:
@@ -103,3 +154,21 @@ def mlflow_run(tracking_uri: str, experiment_name: str, resume=None) -> str | No
         )
     )
     return runs[0].info.run_id if runs else None
+
+
+def register() -> None:
+    """Make the resolvers known to OmegaConf (every tool's config uses some); safe to repeat."""
+    resolvers = {
+        "unique_dir": unique_dir,
+        "gptlab.start_subdir": start_subdir,
+        "ddp_start_method": ddp_start_method,
+        "gptlab.run_name": run_name,
+        "gptlab.sweep_name": sweep_name,
+        "gptlab.run_info": run_info,
+        "gptlab.run_id": run_id,
+        "gptlab.mlflow_run": mlflow_run,
+        "gptlab.mlflow_artifacts": mlflow_artifacts,
+    }
+    for name, resolver in resolvers.items():
+        if not OmegaConf.has_resolver(name):
+            OmegaConf.register_new_resolver(name, resolver, use_cache=name == "unique_dir")

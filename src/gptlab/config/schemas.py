@@ -12,7 +12,7 @@ from typing import Any, Optional, Union
 
 import lightning as L
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, OmegaConf
+from omegaconf import MISSING
 
 from gptlab.config import resolvers as r
 from gptlab.data.datamodule import GPTDataModule
@@ -89,16 +89,4 @@ def register_configs() -> None:
     cs.store(name="model_schema", node=schema_for(GPTConfig))
     cs.store(name="optim_schema", node=schema_for(OptimConfig))
     cs.store(name="trainer_schema", node=schema_for(L.Trainer, TRAINER_EXCLUDED))
-    resolvers = {
-        "unique_dir": r.unique_dir,
-        "ddp_start_method": r.ddp_start_method,
-        "gptlab.run_name": r.run_name,
-        "gptlab.sweep_name": r.sweep_name,
-        "gptlab.run_info": r.run_info,
-        "gptlab.run_id": r.run_id,
-        "gptlab.mlflow_run": r.mlflow_run,
-        "gptlab.mlflow_artifacts": r.mlflow_artifacts,
-    }
-    for name, resolver in resolvers.items():
-        if not OmegaConf.has_resolver(name):
-            OmegaConf.register_new_resolver(name, resolver, use_cache=name == "unique_dir")
+    r.register()

@@ -1,8 +1,12 @@
 """Find, download and verify the raw text corpus.
 
-Fetched at most once: a file in the data directory with the right sha256 is reused, and a download
-lands under its final name only once its checksum matched. The data directory may be a read-only
-shared mount: nothing is written into it unless a download is really needed."""
+The corpus cache is content-addressed: a download lands under a name of its own,
+`<data dir>/sha256/<its sha256>/<file name>`, renamed into place once whole and checked, so no
+config (planted or not) can change a file another run reads: a file whose content differs from
+what a config expects is never replaced. A file placed by hand, `<data dir>/<file name>`, is used
+when its content is the one expected (any content when the config expects none). Fetched at most
+once per content; the data directory may be a read-only shared mount: nothing is written into it
+unless a download is really needed."""
 
 import contextlib
 import hashlib
@@ -16,20 +20,14 @@ from tqdm.auto import tqdm
 from urllib3.util import parse_url
 
 from gptlab.errors import ConfigError
+from gptlab.files import sha256_of
 
 log = logging.getLogger(__name__)
 
 LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "[::1]"}  # as urllib3 writes hosts
 MAX_REDIRECTS = 10
 CHUNK = 1 << 16
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(CHUNK), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+DOWNLOADS = "sha256"  # <data dir>/sha256/<digest>/<name>: each content under a name of its own
 
 
 def resolve_corpus(
@@ -56,16 +54,17 @@ def resolve_corpus(
     if not url:
         raise ConfigError("data.url and data.path are both empty: set one of them.")
 
-    name = Path(unquote(parse_url(prepared_url(url)).path or "")).name
-    target = Path(data_dir).expanduser() / (name or "corpus.txt")
-    remove_stale_parts(target)
-    if target.is_file():
-        if sha256 is None or sha256_of(target) == sha256:
-            log.info("Corpus found at %s", target)
-            return target
-        log.warning("%s has the wrong sha256; downloading it again from %s", target, url)
-    download(url, target, sha256, timeout=timeout)
-    return target
+    name = Path(unquote(parse_url(prepared_url(url)).path or "")).name or "corpus.txt"
+    data_dir = Path(data_dir).expanduser()
+    placed = data_dir / name  # put there by hand (a read-only mount, a copy)
+    if placed.is_file() and (sha256 is None or sha256_of(placed) == sha256):
+        log.info("Corpus found at %s", placed)
+        return placed
+    stored = data_dir / DOWNLOADS / (sha256 or "") / name
+    if sha256 and stored.is_file() and sha256_of(stored) == sha256:
+        log.info("Corpus found at %s", stored)
+        return stored
+    return download(url, data_dir / DOWNLOADS, name, sha256, timeout=timeout)
 
 
 def prepared_url(url: str) -> str:
@@ -128,25 +127,27 @@ def remove_stale_parts(target: Path) -> None:
             pass
 
 
-def download(url: str, target: Path, sha256: str | None, timeout: float = 30.0) -> None:
-    """Stream `url` to a temporary file beside `target`; rename it only once the sha256 matches."""
+def download(url: str, folder: Path, name: str, sha256: str | None, timeout: float = 30.0) -> Path:
+    """Stream `url` to a temporary file in `folder`; once whole, and its sha256 the expected one,
+    rename it to `folder/<its sha256>/<name>` (a name of its own) and return that path."""
     check_url(url)
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
+        folder.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise ConfigError(
-            f"paths.data_dir: cannot create '{target.parent}' ({e.strerror}). Point "
+            f"paths.data_dir: cannot create '{folder}' ({e.strerror}). Point "
             "paths.data_dir (or GPTLAB_DATA_DIR) at a writable folder, or set data.path to a "
             "local copy."
         ) from e
-    log.info("Downloading %s to %s", url, target)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.part")  # the pid tells a killed download
+    remove_stale_parts(folder / name)
+    tmp = folder / f".{name}.{os.getpid()}.part"  # the pid tells a killed download
+    log.info("Downloading %s to %s", url, folder)
     digest = hashlib.sha256()
     try:
         with open(tmp, "wb") as out, get_checked(url, timeout) as response:
             response.raise_for_status()
             total = int(response.headers.get("content-length", 0)) or None
-            with tqdm(total=total, unit="B", unit_scale=True, desc=target.name) as bar:
+            with tqdm(total=total, unit="B", unit_scale=True, desc=name) as bar:
                 for chunk in response.iter_content(CHUNK):
                     out.write(chunk)
                     digest.update(chunk)
@@ -157,11 +158,16 @@ def download(url: str, target: Path, sha256: str | None, timeout: float = 30.0) 
                 f"expected {sha256}. Nothing was saved. Check data.url, or set "
                 "data.sha256=null if the file is meant to change."
             )
+        target = folder / digest.hexdigest() / name
+        target.parent.mkdir(exist_ok=True)
         os.replace(tmp, target)
+        log.info("Saved %s", target)
+        return target
     except requests.RequestException as e:
         raise ConfigError(
-            f"Could not download the corpus from {url} to {target}: {e.__class__.__name__}. "
-            "Without a network, place the file there or set data.path to a local copy."
+            f"Could not download the corpus from {url} to {folder}: {e.__class__.__name__}. "
+            f"Without a network, place the file as {folder.parent / name} or set data.path to a "
+            "local copy."
         ) from e
     finally:
         tmp.unlink(missing_ok=True)

@@ -8,7 +8,6 @@ QK-norm, ReLU² or SwiGLU, logit soft-capping, zero-initialised output projectio
 
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -16,82 +15,7 @@ from torch import nn
 
 from gptlab.errors import ConfigError
 from gptlab.model.attention import MultiHeadAttention
-
-
-@dataclass
-class GPTConfig:
-    """Every architecture knob with gptlab's defaults (conf/model/ overrides them), checked on
-    creation, before any data is touched. `vocab_size` and `context_length` come from the data."""
-
-    vocab_size: int | None = None
-    context_length: int = 64
-    d_model: int = 128
-    num_heads: int = 4
-    num_blocks: int = 4
-    dropout: float = 0.2  # the corpus is small (78k tokens): regularise
-    ffn_mult: int = 4
-    norm: str = "pre"  # pre: LayerNorm before each sublayer; post: the article's Add & Norm
-    positional: str = "sinusoidal"  # the article's fixed formula | learned | rope (in attention)
-    attention: str = "sdpa"  # sdpa (fused) | manual (the article's steps)
-    tie_weights: bool = False
-    bias: bool = True
-    compile: bool = False
-    norm_layer: str = "layernorm"  # the articles' | rmsnorm (no mean subtracted, no bias)
-    qk_norm: bool = False  # RMSNorm of each head's queries and keys before Q·Kᵀ
-    activation: str = "relu"  # the FFN's: relu (the articles') | gelu | relu2 | swiglu
-    logit_softcap: float | None = None  # logits = cap * tanh(logits / cap); None or 0: off
-    zero_init: bool = False  # Wo and the FFN's last linear start at zero
-
-    def __post_init__(self) -> None:
-        self.check_sizes()
-        self.check_choices()
-
-    def check_sizes(self) -> None:
-        sizes = ["context_length", "d_model", "num_heads", "num_blocks", "ffn_mult"]
-        for key in sizes + (["vocab_size"] if self.vocab_size is not None else []):
-            value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"model.{key}={value}: it must be a positive integer.")
-        if self.d_model % self.num_heads:
-            raise ConfigError(
-                f"model.d_model={self.d_model} is not divisible by model.num_heads="
-                f"{self.num_heads}: each head gets head_size = d_model // num_heads features. "
-                f"Pick num_heads among the divisors of {self.d_model}, or change d_model."
-            )
-        if not 0.0 <= self.dropout < 1.0:
-            raise ConfigError(f"model.dropout={self.dropout}: it must satisfy 0 <= dropout < 1.")
-        if self.logit_softcap is not None and self.logit_softcap < 0:
-            raise ConfigError(
-                f"model.logit_softcap={self.logit_softcap}: give a positive cap (e.g. 30), "
-                "or null or 0 for no cap."
-            )
-
-    def check_choices(self) -> None:
-        for key, allowed in (
-            ("norm", ("pre", "post")),
-            ("positional", ("sinusoidal", "learned", "rope")),
-            ("attention", ("manual", "sdpa")),
-            ("norm_layer", ("layernorm", "rmsnorm")),
-            ("activation", ("relu", "gelu", "relu2", "swiglu")),
-        ):
-            if getattr(self, key) not in allowed:
-                raise ConfigError(f"model.{key}={getattr(self, key)!r}: choose one of {allowed}.")
-        if self.positional == "sinusoidal" and self.d_model % 2:
-            raise ConfigError(
-                f"model.d_model={self.d_model}: the sinusoidal encoding pairs sin and cos "
-                "features, so d_model must be even (or use model.positional=learned)."
-            )
-        if self.positional == "rope" and self.head_size % 2:
-            raise ConfigError(
-                f"model.positional=rope with head_size {self.head_size} (model.d_model="
-                f"{self.d_model} / model.num_heads={self.num_heads}): RoPE rotates pairs of "
-                "features, so head_size must be even. Change d_model or num_heads, or use "
-                "model.positional=sinusoidal or learned."
-            )
-
-    @property
-    def head_size(self) -> int:
-        return self.d_model // self.num_heads
+from gptlab.model.config import GPTConfig, ffn_hidden
 
 
 def sinusoidal_encoding(context_length: int, d_model: int) -> torch.Tensor:
@@ -104,14 +28,6 @@ def sinusoidal_encoding(context_length: int, d_model: int) -> torch.Tensor:
     pe[:, 0::2] = torch.sin(angle)
     pe[:, 1::2] = torch.cos(angle)
     return pe  # [context_length, d_model]
-
-
-def ffn_hidden(config: GPTConfig) -> int:
-    """The FFN's width: ffn_mult * d_model. SwiGLU has three matrices instead of two, so it gets
-    2/3 of that width (rounded), which keeps its parameters and FLOPs about the same (LLaMA's)."""
-    if config.activation == "swiglu":
-        return round(2 * config.ffn_mult * config.d_model / 3)
-    return config.ffn_mult * config.d_model
 
 
 class FeedForward(nn.Module):

@@ -1,20 +1,23 @@
-"""The run directory: its layout, whether a start continues the run in it, and safe writes into it.
+"""The run directory: its layout, whether a start continues the run in it, and fresh runs kept
+off other runs.
 
 The one place that knows a run's file names (nanochat's checkpoint_manager is the shape): every
-other module asks here. A run directory may come from someone else (a colleague's, a download),
-so a write never follows a symlink out of it, and a fresh run never lands on top of another.
+other module asks here. Whether a directory may be continued at all (own or foreign) is
+gptlab.run.ownership's.
 
   <run dir>/
-    .hydra/            config.yaml, overrides.yaml, hydra.yaml; resume-<time>/ for each resume
+    manifest.json      what gptlab wrote here for this user, signed (gptlab.run.ownership)
+    .hydra/            config.yaml, overrides.yaml, hydra.yaml; .hydra/resume-<time>-<random>/
+                       for each later start
     checkpoints/       best.ckpt (lowest val/loss), last.ckpt (everything a resume needs)
     tensorboard/       the curves
     metrics.json       the results (written at the end of fit)
     train.log, config_tree.log, eval.json
 """
 
-import logging
 import os
-import tempfile
+import secrets
+import time
 from pathlib import Path
 
 from gptlab.errors import ConfigError
@@ -30,8 +33,7 @@ TRAIN_LOG = "train.log"
 CONFIG_TREE = "config_tree.log"
 SAVED_CONFIG = "config.yaml"
 SAVED_OVERRIDES = "overrides.yaml"
-# What gptlab writes or appends to: a symlink there is replaced by a file of the run's own.
-WRITTEN = (METRICS, EVAL, TRAIN_LOG, CONFIG_TREE)
+MULTIRUN = "multirun.yaml"
 # Folders gptlab writes into: a symlink there would take the writes out, so it is refused.
 FOLDERS = (CHECKPOINTS, HYDRA, "tensorboard")
 # A Hydra job of a SLURM job that was requeued: it continues its run like resume= does.
@@ -54,19 +56,19 @@ def metrics_file(run_dir: str | Path) -> Path:
     return Path(run_dir) / METRICS
 
 
-def saved_config(run_dir: str | Path) -> Path:
-    return Path(run_dir) / HYDRA / SAVED_CONFIG
+def saved_config(run_dir: str | Path, start: str = HYDRA) -> Path:
+    return Path(run_dir) / start / SAVED_CONFIG
 
 
-def saved_overrides(run_dir: str | Path) -> list[Path]:
-    """The overrides files of every start of the run: the first, then each resume's."""
-    hydra_dir = Path(run_dir) / HYDRA
-    return [hydra_dir / SAVED_OVERRIDES, *hydra_dir.glob(f"resume-*/{SAVED_OVERRIDES}")]
+def saved_overrides(run_dir: str | Path, start: str = HYDRA) -> Path:
+    return Path(run_dir) / start / SAVED_OVERRIDES
 
 
-def resume_subdir(stamp: str) -> str:
-    """Where a resumed start keeps its config, beside the first start's."""
-    return f"{HYDRA}/resume-{stamp}"
+def later_start_subdir() -> str:
+    """Where a later start of a run (a resume, a requeue, a sweep's resume) saves its config,
+    beside the first start's: a new folder whose name cannot be guessed (no link planted under it
+    waits there)."""
+    return f"{HYDRA}/resume-{time.strftime('%Y-%m-%d_%H-%M-%S')}-{secrets.token_hex(4)}"
 
 
 def requeued() -> bool:
@@ -88,27 +90,6 @@ def holds_run(run_dir: str | Path) -> bool:
     )
 
 
-def staging_path(path: str | Path) -> Path:
-    """The temporary file a checkpoint is written to before its atomic rename."""
-    path = Path(path)
-    return path.with_name(f".{path.name}.tmp")
-
-
-def write_text(path: str | Path, text: str) -> None:
-    """Write a file of the run atomically, never through a symlink: a fresh file in the same
-    folder renamed over the name (a link there is replaced, its target left as it was)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except OSError:
-        Path(tmp).unlink(missing_ok=True)  # nothing half-written stays behind
-        raise
-
-
 def refuse_linked_folders(run_dir: str | Path) -> None:
     """A folder of the run that is a symlink would take the run's writes elsewhere."""
     for name in FOLDERS:
@@ -121,27 +102,20 @@ def refuse_linked_folders(run_dir: str | Path) -> None:
 
 
 def secure(run_dir: str | Path) -> None:
-    """Before a run writes into `run_dir`: refuse linked folders, replace linked files by the
-    run's own (a log handler already open on one is pointed at the new file) and remove the
-    temporary files a kill during a checkpoint save left behind."""
+    """Before a run writes into `run_dir`: refuse linked folders and remove the temporary files a
+    kill during a write left behind (every file is written under a temporary name first)."""
     run_dir = Path(run_dir)
     refuse_linked_folders(run_dir)
-    for name in WRITTEN:
-        path = run_dir / name
-        if path.is_symlink():
-            path.unlink()
-            reopen_logs(path)
-    for stale in checkpoint_dir(run_dir).glob(".*.tmp"):
-        stale.unlink()
+    for folder in (run_dir, checkpoint_dir(run_dir)):
+        for stale in folder.glob(".*.tmp"):
+            stale.unlink()
 
 
-def reopen_logs(path: Path) -> None:
-    """Point the log handlers writing to `path` (Hydra's train.log) at a new file there."""
-    for handler in logging.getLogger().handlers:
-        if isinstance(handler, logging.FileHandler) and Path(handler.baseFilename) == path:
-            old = handler.setStream(open(path, "a"))  # noqa: SIM115 - the handler closes it
-            if old is not None:
-                old.close()
+def is_new_or_empty(place: Path) -> bool:
+    """Nothing is there yet: no path, or an empty folder (not a link)."""
+    if not place.exists() and not place.is_symlink():
+        return True
+    return place.is_dir() and not place.is_symlink() and not any(place.iterdir())
 
 
 def refuse_fresh_run_over(run_dir: str | Path) -> None:

@@ -2,89 +2,80 @@
 
 `resume=<run dir>` re-applies the run's newest recorded settings, then the new command line's
 (later wins), into the same directory, which continues from its last checkpoint; so does a
-requeued SLURM job. `resume=<sweep dir>` re-launches the sweep into its directory. A directory is
-input like any other: its settings are checked as data (gptlab.run.settings), and the directory
-reaches Hydra through an environment variable, never through the override grammar."""
+requeued SLURM job. `resume=<sweep dir>` re-launches the sweep into its directory. Both continue
+own directories only (gptlab.run.ownership): anything else is refused before Hydra writes a byte,
+with the way on (`ckpt_path=`, which reads its checkpoint's tensors only, in a new directory).
+The directory reaches Hydra through an environment variable, never through the override
+grammar."""
 
 import logging
 import os
-import time
 from pathlib import Path
 
-import yaml
 from lightning.fabric.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig
 
+from gptlab import files
 from gptlab.errors import ConfigError
-from gptlab.run import directory
+from gptlab.run import directory, ownership
+from gptlab.run.checkpoints import find_checkpoint
+from gptlab.run.overrides import override_key
 from gptlab.run.settings import replayable
 
 log = logging.getLogger(__name__)
 RESUME_DIR = "GPTLAB_RESUME_DIR"  # the directory resume= continues, as Hydra reads it
 FROM_ENV = "${oc.env:" + RESUME_DIR + "}"
-# Model keys that decide the weights' shapes; dropout, attention kernel and compile may change.
-ARCHITECTURE_KEYS = (
-    "vocab_size",
-    "context_length",
-    "d_model",
-    "num_heads",
-    "num_blocks",
-    "ffn_mult",
-    "norm",
-    "positional",
-    "tie_weights",
-    "bias",
-    *("norm_layer", "qk_norm", "activation", "logit_softcap"),  # the toggles (not zero_init)
-)
 
 
-def override_key(override: str) -> str:
-    """`+model.x=1` -> `model.x`"""
-    return str(override).split("=", 1)[0].lstrip("+~")
-
-
-def read_yaml(path: Path):
-    """A YAML file of the run directory as plain data (safe_load: no tags, no objects)."""
-    try:
-        return yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as e:
-        raise ConfigError(f"resume: cannot read '{path}' ({e}). Is it a gptlab run?") from None
-
-
-def newest_overrides(run_dir: Path) -> list:
-    """The overrides of the latest start of the run: the original or its latest resume."""
-    saved = [p for p in directory.saved_overrides(run_dir) if p.is_file()]
-    if not saved:
-        raise ConfigError(
-            f"resume: '{run_dir}' is not a gptlab run directory (no .hydra/overrides.yaml) "
-            "nor a sweep directory (no multirun.yaml). Give the directory a run printed at its "
-            "start, e.g. outputs/<date>/<time>, or outputs/multirun/<date>/<time>."
+def refused(run_dir: Path, reason: ownership.ForeignDirectory, sweep: bool) -> ConfigError:
+    """Why a directory cannot be continued in place, and the way on."""
+    if sweep:
+        way = (
+            "A foreign sweep cannot be resumed; continue one of its jobs in a new run directory "
+            "of yours with `gptlab-train ckpt_path=<its job dir>`, or run the sweep afresh."
         )
-    return read_yaml(max(saved, key=lambda p: p.stat().st_mtime)) or []
+    else:
+        way = (
+            "`gptlab-train ckpt_path=<that dir>` continues its training (weights, optimizer "
+            "state, step) in a new run directory of yours."
+        )
+    kind = "sweep" if sweep else "run"
+    return ConfigError(
+        f"resume: '{run_dir}' is not a {kind} directory gptlab made here for you ({reason}), so it "
+        f"is read, never continued in place. {way}"
+    )
 
 
-def sweep_overrides(sweep_dir: Path) -> list:
-    """The task overrides a sweep was launched with. An Optuna search takes its own settings (and
-    study) from the directory when it starts again (hydra_plugins/gptlab_optuna_sweeper)."""
-    saved = read_yaml(sweep_dir / "multirun.yaml")
-    hydra = saved.get("hydra", {}) if isinstance(saved, dict) else {}
-    return hydra.get("overrides", {}).get("task", [])
+def newest_overrides(manifest: ownership.Manifest) -> list:
+    """The overrides of the run's latest recorded start (checked against the manifest)."""
+    for start in reversed(manifest.starts):
+        path = directory.saved_overrides(manifest.root, start)
+        if f"{start}/{directory.SAVED_OVERRIDES}" in manifest.data["files"] and path.is_file():
+            saved = files.read_yaml(path)
+            return saved if isinstance(saved, list) else []
+    return []
 
 
-def run_place(run_dir: Path, argv: list[str]) -> list[str]:
-    """Where a continued run goes: its own directory (from the environment) and a new .hydra/."""
+def is_sweep(place: Path) -> bool:
+    manifest = ownership.own_manifest(place)
+    kind = manifest.data.get("kind") if manifest else None
+    return kind == ownership.SWEEP or (kind is None and (place / directory.MULTIRUN).is_file())
+
+
+def own_run(run_dir: Path, argv: list[str]) -> ownership.Manifest:
+    """The manifest of the run resume= continues, or the paragraph saying why not."""
     if any(a in ("-m", "--multirun") for a in argv):
         raise ConfigError("resume= of a run directory continues one run; drop -m/--multirun.")
-    if not directory.last_checkpoint(run_dir).is_file():
+    if not directory.last_checkpoint(run_dir).is_file() and not directory.holds_run(run_dir):
         raise ConfigError(
             f"resume: '{run_dir}' holds no {directory.last_checkpoint(run_dir)}: the run stopped "
-            "before its "
-            "first checkpoint (callbacks.last_checkpoint.every_n_train_steps). Start it again "
-            "instead."
+            "before its first checkpoint (callbacks.last_checkpoint.every_n_train_steps), or it "
+            "is not a run directory. Start it again instead."
         )
-    directory.refuse_linked_folders(run_dir)
-    stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
-    return [f"hydra.run.dir={FROM_ENV}", f"hydra.output_subdir={directory.resume_subdir(stamp)}"]
+    try:
+        return ownership.check_run(run_dir)
+    except ownership.ForeignDirectory as e:
+        raise refused(run_dir, e, sweep=False) from None
 
 
 def resume_argv(argv: list[str]) -> list[str]:
@@ -105,71 +96,73 @@ def resume_argv(argv: list[str]) -> list[str]:
         raise ConfigError(
             f"resume={requests[-1]}: Hydra reads `${{` in its output directory's name as an "
             "interpolation, so no run can continue in this directory. Rename it (or copy it) "
-            "to a name without `${`, then resume= that."
+            "to a name without `${`, then continue the copy with ckpt_path=."
         )
-    os.environ[RESUME_DIR] = str(run_dir)
     flags = [a for a in argv[1:] if a.startswith("-") and a not in ("-m", "--multirun")]
     new = [a for a in argv[1:] if not a.startswith("-") and not a.startswith("resume=")]
-    if (run_dir / "multirun.yaml").is_file():
-        saved = replayable(sweep_overrides(run_dir), run_dir / "multirun.yaml", sweep=True)
+    if is_sweep(run_dir):
+        try:
+            manifest = ownership.check_sweep(run_dir)
+        except ownership.ForeignDirectory as e:
+            raise refused(run_dir, e, sweep=True) from None
+        recorded = manifest.data["settings"].get("overrides", [])
+        saved = replayable(recorded, run_dir / ownership.MANIFEST, sweep=True)
         place = ["-m", f"hydra.sweep.dir={FROM_ENV}"]
     else:
-        place = run_place(run_dir, argv)
-        saved = replayable(newest_overrides(run_dir), run_dir / ".hydra")
+        manifest = own_run(run_dir, argv)
+        saved = replayable(newest_overrides(manifest), run_dir / directory.HYDRA)
+        place = [f"hydra.run.dir={FROM_ENV}"]
+    os.environ[RESUME_DIR] = str(run_dir)
     merged = {override_key(o): o for o in [*saved, *new]}
     return [argv[0], *flags, *place, *merged.values(), f"resume={FROM_ENV}"]
 
 
 def refuse_fresh_start(argv: list[str]) -> None:
-    """A fresh start whose hydra.run.dir (or -m hydra.sweep.dir) holds a run or a sweep is
-    refused before Hydra writes anything there."""
+    """A fresh start goes into a new (or empty) directory only: a hydra.run.dir (or -m
+    hydra.sweep.dir) that holds anything is refused before Hydra writes there. A requeued SLURM
+    job continues its own run there, and only its own."""
     for arg in argv[1:]:
         key, _, raw = arg.partition("=")
         if key not in ("hydra.run.dir", "hydra.sweep.dir") or "${" in raw:
             continue
         place = Path(raw.strip("'\"")).expanduser()
-        if key == "hydra.sweep.dir" and (place / "multirun.yaml").is_file():
+        if key == "hydra.run.dir" and directory.requeued() and directory.holds_run(place):
+            try:
+                ownership.check_run(place)
+            except ownership.ForeignDirectory as e:
+                raise refused(place, e, sweep=False) from None
+            continue
+        if key == "hydra.sweep.dir" and (place / directory.MULTIRUN).is_file():
             raise ConfigError(
                 f"hydra.sweep.dir={raw}: '{place}' already holds a sweep. Continue it with "
                 f"`gptlab-train resume={place}`, or give a new sweep directory."
             )
-        if key == "hydra.run.dir" and not directory.requeued():
+        if key == "hydra.run.dir":
             directory.refuse_fresh_run_over(place)
-
-
-def checkpoint_to_continue(cfg: DictConfig, output_dir: Path) -> str | None:
-    """`ckpt_path` when given; else the run directory's last checkpoint when this start continues
-    the run (resume=, a sweep's resume=, a SLURM requeue); else None: a fresh start, refused
-    when the directory already holds a run."""
-    if cfg.ckpt_path:
-        if not Path(cfg.ckpt_path).is_file():
+        if not directory.is_new_or_empty(place):
             raise ConfigError(
-                f"ckpt_path: no checkpoint file at '{cfg.ckpt_path}'. Give the path of a "
-                ".ckpt file, or resume=<run dir> to continue a run."
+                f"{key}={raw}: '{place}' already holds files; a fresh start goes into a new or "
+                "empty directory only (Hydra would write into what is there). Give a new one, "
+                "or drop the key for a fresh one of gptlab's."
             )
-        return str(cfg.ckpt_path)
+
+
+def checkpoint_to_continue(cfg: DictConfig, output_dir: Path) -> tuple[str | None, bool]:
+    """(the checkpoint this start continues from, whether it continues it whole). `ckpt_path`
+    (a file or a run directory, anyone's) is read for its tensors only, in this new directory;
+    the run directory's own last checkpoint is continued whole when this start continues the run
+    in place (resume=, a sweep's resume=, a SLURM requeue), after checking it is own; else
+    (None, False): a fresh start, refused when the directory already holds a run."""
+    if cfg.ckpt_path:
+        return str(find_checkpoint(cfg.ckpt_path, prefer=directory.LAST)), False
     if directory.continues(output_dir, cfg.resume):
+        try:
+            ownership.check_run(output_dir)
+        except ownership.ForeignDirectory as e:
+            raise refused(output_dir, e, sweep=False) from None
         last = directory.last_checkpoint(output_dir)
         log.info("Continuing from %s (%s)", last, "resume=" if cfg.resume else "SLURM requeue")
-        return str(last)
+        return str(last), True
     if not cfg.resume and not directory.requeued() and rank_zero_only.rank == 0:
         directory.refuse_fresh_run_over(output_dir)
-    return None
-
-
-def check_architecture(path: str, checkpoint: dict, hparams: dict) -> None:
-    """Refuse a checkpoint trained with another architecture or vocabulary, naming what differs."""
-    saved = checkpoint.get("hyper_parameters", {})
-    saved_model, model = saved.get("model", {}), hparams["model"]
-    differ = [
-        f"model.{k}: checkpoint {saved_model.get(k)!r}, now {model[k]!r}"
-        for k in ARCHITECTURE_KEYS
-        if saved_model.get(k) != model[k]
-    ]
-    if saved.get("tokenizer") != hparams["tokenizer"]:
-        differ.append("the tokenizer (data.encoding / data.compact_vocab / corpus)")
-    if differ:
-        raise ConfigError(
-            f"ckpt_path: '{path}' was trained with another architecture ({'; '.join(differ)}). "
-            "Drop the overrides that change it, or start a new run without ckpt_path."
-        )
+    return None, False

@@ -8,9 +8,16 @@ distinguishable, worse), on the best val loss and on the test loss (data.test_fr
 import statistics
 from pathlib import Path
 
+from gptlab import files
 from gptlab.sweep.curves import add_time_to_loss, write_curves
-from gptlab.sweep.jobs import number
-from gptlab.sweep.stats import CONFIDENCE, ci_half_width, mean_std, welch_half_width, welch_p
+from gptlab.sweep.stats import (
+    CONFIDENCE,
+    ci_half_width,
+    mean_std,
+    number,
+    welch_half_width,
+    welch_p,
+)
 
 BASELINE = "ablation=baseline"  # the configuration the others are compared with
 METRICS = {"": "val_loss", "test_": "test_loss"}  # column prefix: per-configuration values
@@ -128,7 +135,7 @@ def write_delta_plot(configs: list[dict], base: dict, path: Path) -> None:
     if ax.get_legend_handles_labels()[0]:  # no job finished: nothing to label
         ax.legend(loc="lower right", fontsize=8)
     fig.suptitle(f"Against {base['config']} ({base['n_seeds']} seeds each)", fontsize=10)
-    fig.savefig(path, dpi=80)
+    files.save_figure(fig, path, dpi=80)
 
 
 def baseline_section(configs: list[dict], sweep_dir: Path, baseline: str = BASELINE) -> list[str]:

@@ -7,7 +7,8 @@ Each job's metrics.json holds `val_curve`, [step, wall seconds, val loss] at eac
 import statistics
 from pathlib import Path
 
-from gptlab.sweep.jobs import number
+from gptlab import files
+from gptlab.sweep.stats import number
 
 
 def reached_at(curve: list, target: float) -> float | None:
@@ -92,5 +93,5 @@ def write_curves(rows: list[dict], configs: list[dict] | None, path: Path) -> bo
     by_flops.set(xlabel="training FLOPs", ylabel="val loss", xscale="log")
     by_flops.legend(fontsize=7, loc="upper right")
     fig.suptitle(f"{path.parent.name}: val loss per second and per FLOP (mean over seeds)")
-    fig.savefig(path, dpi=80)
+    files.save_figure(fig, path, dpi=80)
     return True

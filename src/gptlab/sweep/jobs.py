@@ -7,16 +7,17 @@ import math
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from gptlab.cli.app import mark_task_started
+from gptlab import files
 from gptlab.errors import ConfigError
-from gptlab.run import directory
-from gptlab.run.resume import override_key
+from gptlab.run import directory, ownership
+from gptlab.run.overrides import override_key
+from gptlab.run.settings import NOT_REPLAYED, NOT_REPLAYED_GROUPS, WHERE_KEYS
+from gptlab.sweep.stats import number
 
 log = logging.getLogger(__name__)
 
@@ -35,10 +36,34 @@ def job_overrides() -> list[str]:
     return [str(o) for o in HydraConfig.get().overrides.task] if HydraConfig.initialized() else []
 
 
+def start_subdir() -> str | None:
+    """The folder of this start's saved config (hydra.output_subdir), None outside Hydra."""
+    return HydraConfig.get().output_subdir if HydraConfig.initialized() else None
+
+
+def claim(output_dir: Path) -> None:
+    """Before a run or a job writes anything (rank 0): its directory is made safe to write into
+    and this start is recorded in its manifest (gptlab.run.ownership)."""
+    from lightning.fabric.utilities.rank_zero import rank_zero_only
+
+    if rank_zero_only.rank == 0:
+        directory.secure(output_dir)
+        ownership.record_start(output_dir, start_subdir())
+
+
+def trains(override: str) -> bool:
+    """Does this override change what the job trains? Not how it was launched (resume,
+    ckpt_path), nor where it writes, caches or logs (paths.*, logger.*, output folders)."""
+    key = override_key(override)
+    parts = key.split(".")
+    where = parts[0] in NOT_REPLAYED_GROUPS and len(parts) > 1 or parts[-1] in WHERE_KEYS
+    return key not in NOT_REPLAYED and not where
+
+
 def job_identity(overrides: list[str]) -> list[str]:
-    """The overrides but those that say how the job was launched: a job continued by resume= is the
-    same."""
-    return [str(o) for o in overrides if override_key(o) not in ("resume", "ckpt_path")]
+    """The overrides that decide what a job trains: a job continued by resume=, or started with
+    another cache or output directory, is the same job."""
+    return [str(o) for o in overrides if trains(str(o))]
 
 
 def job_threads(cfg: DictConfig) -> None:
@@ -58,17 +83,11 @@ def job_threads(cfg: DictConfig) -> None:
     log.info("%d torch thread(s) for this job (cores shared between the launcher's jobs)", threads)
 
 
-def read_json(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-
-
 def finished_result(output_dir: Path, overrides: list[str]) -> float | None:
     """Best val loss of a job finished with these overrides, by its metrics.json (Hydra rewrites
     .hydra/)."""
-    metrics = read_json(directory.metrics_file(output_dir))
+    metrics = files.read_json(directory.metrics_file(output_dir))
+    metrics = metrics if isinstance(metrics, dict) else {}
     best = number(metrics.get("best_val_loss"))
     recorded = metrics.get("overrides")
     same = isinstance(recorded, list)
@@ -98,21 +117,20 @@ def record_failure(
     )
     reason = " ".join(reason.split())[:500]
     log.error("Job failed: %s", reason, exc_info=not isinstance(error, (str, ConfigError)))
-    metrics_file = directory.metrics_file(output_dir)
-    metrics = {**read_json(metrics_file), "status": "failed", "reason": reason}
-    metrics["bad_input"] = bad_input
-    directory.write_text(
-        metrics_file, json.dumps({**metrics, "overrides": overrides}, indent=2) + "\n"
-    )
+    saved = files.read_json(directory.metrics_file(output_dir))
+    metrics = {**(saved if isinstance(saved, dict) else {}), "status": "failed", "reason": reason}
+    metrics.update(bad_input=bad_input, overrides=overrides)
+    text = json.dumps(metrics, indent=2) + "\n"
+    ownership.write_recorded(output_dir, directory.METRICS, lambda f: f.write(text))
     return math.inf
 
 
 def sweep_job(train: Callable[[DictConfig], float], cfg: DictConfig) -> float:
     """Run `train(cfg)` as a job of a sweep: a failure is recorded and returns +inf, so the sweep
     goes on."""
-    mark_task_started()  # a job runs: its exit codes are its own (gptlab.cli.app)
     output_dir = Path(cfg.paths.output_dir)
     overrides = job_overrides()
+    claim(output_dir)  # before a failure is recorded: the job's results are its manifest's
     if cfg.get("resume"):  # a continued sweep keeps the jobs that finished
         best = finished_result(output_dir, overrides)
         if best is not None:
@@ -133,12 +151,3 @@ def sweep_job(train: Callable[[DictConfig], float], cfg: DictConfig) -> float:
             output_dir, overrides, f"diverged: no finite validation loss (best {value})"
         )
     return value
-
-
-def number(value: Any) -> float | None:
-    """value as a finite float, else None: missing, text, nan, a bool."""
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) and not isinstance(value, bool) else None

@@ -9,8 +9,9 @@ import optuna
 from hydra.core.utils import JobReturn, JobStatus
 from optuna.trial import FrozenTrial, Trial, TrialState
 
+from gptlab import files
 from gptlab.errors import ConfigError
-from gptlab.sweep.jobs import number, read_json
+from gptlab.sweep.stats import number
 from gptlab.training.pruning import make_pruner
 
 log = logging.getLogger(__name__)
@@ -18,25 +19,50 @@ FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 
 
 def storage_url(storage: str | None, sweep_dir: Path) -> str:
-    """The study's storage: the one given, else a SQLite file in the sweep directory."""
+    """The study's storage: the one given on the command line, else a SQLite file in the sweep
+    directory (never one a directory names)."""
     return storage or f"sqlite:///{sweep_dir.resolve() / 'optuna.db'}"
 
 
-def open_study(settings: dict[str, Any], url: str, sampler: Any) -> optuna.Study:
-    """Create the study, or load it when the storage holds it already (a continued search)."""
+def storage_of(url: str) -> Any:
+    """Optuna's storage at `url`, or a paragraph naming hydra.sweeper.storage."""
+    try:
+        return optuna.storages.get_storage(url)
+    except Exception as e:  # SQLAlchemy's errors: a bad URL, a missing driver, no server
+        reason = " ".join(str(e).split())[:300]
+        raise ConfigError(
+            f"hydra.sweeper.storage: Optuna cannot open the study's storage '{url}' "
+            f"({type(e).__name__}: {reason}). Give a storage URL Optuna reads "
+            "(sqlite:///path.db, postgresql://...), or null for sqlite:///<sweep dir>/optuna.db."
+        ) from None
+
+
+def open_study(settings: dict[str, Any], url: str, sampler: Any, resumed: bool) -> optuna.Study:
+    """Create the study, or load it when the storage holds it already (a continued search, which
+    must find it there)."""
+    storage = storage_of(url)
+    name = settings["study_name"]
+    held = [s.study_name for s in optuna.study.get_all_study_summaries(storage)]
+    if resumed and name not in held:
+        raise ConfigError(
+            f"hydra.sweeper.study_name={name!r}: the continued search's storage {url} holds no "
+            f"study of that name (it holds {', '.join(map(repr, held)) or 'none'}). Give the "
+            "study's name as hydra.sweeper.study_name (and its hydra.sweeper.storage, if it was "
+            "not the sweep's own optuna.db)."
+        )
     directions = settings["directions"]
     study = optuna.create_study(
-        storage=url,
-        study_name=settings["study_name"],
+        storage=storage,
+        study_name=name,
         sampler=sampler,
         pruner=make_pruner(settings["pruner_spec"]),
         directions=directions,
         load_if_exists=True,
     )
-    held = [d.name.lower() for d in study.directions]
-    if held != directions:
+    saved = [d.name.lower() for d in study.directions]
+    if saved != directions:
         raise ConfigError(
-            f"hydra.sweeper.direction: the study '{study.study_name}' in {url} is {held}, not "
+            f"hydra.sweeper.direction: the study '{study.study_name}' in {url} is {saved}, not "
             f"{directions}. Give the same directions, or another hydra.sweeper.study_name."
         )
     study.set_user_attr("gptlab_pruner", settings["pruner_spec"])  # the jobs build the same
@@ -44,12 +70,44 @@ def open_study(settings: dict[str, Any], url: str, sampler: Any) -> optuna.Study
     return study
 
 
-def rerun_killed(study: optuna.Study) -> None:
-    """Trials left RUNNING by a killed search end FAIL; their parameters are queued again, to run in
-    the same job directory (which continues from its last checkpoint)."""
+def recorded_job(study: optuna.Study, attrs: dict, number: int) -> str:
+    """The job directory a trial names in its attributes: the number of a trial of the study
+    (the one it runs again), else its own number. A study is data: a path never becomes one."""
+    job = attrs.get("job")
+    numbers = {str(t.number) for t in study.get_trials(deepcopy=False)}
+    return job if isinstance(job, str) and job.isdigit() and job in numbers else str(number)
+
+
+def job_of(trial: Trial) -> str:
+    return recorded_job(trial.study, trial.user_attrs, trial.number)
+
+
+def in_space(params: dict, space: dict) -> bool:
+    """Every parameter is one of the search space's and lies in its distribution."""
+    for name, value in params.items():
+        distribution = space.get(name)
+        if distribution is None:
+            return False
+        if isinstance(distribution, optuna.distributions.CategoricalDistribution):
+            if value not in distribution.choices:
+                return False
+        elif not (
+            isinstance(value, (int, float)) and distribution.low <= value <= distribution.high
+        ):
+            return False
+    return True
+
+
+def rerun_killed(study: optuna.Study, space: dict) -> None:
+    """Trials left RUNNING by a killed search end FAIL; their parameters (when in the search
+    space) are queued again, to run in the same job directory (which continues from its last
+    checkpoint)."""
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        job = trial.user_attrs.get("job", str(trial.number))
         study.tell(trial.number, state=TrialState.FAIL)
+        if not in_space(trial.params, space):
+            log.warning("Trial %d ran outside the search space; it is not run again", trial.number)
+            continue
+        job = recorded_job(study, trial.user_attrs, trial.number)
         study.enqueue_trial(trial.params, user_attrs={"rerun_of": trial.number, "job": job})
         log.info("Trial %d was running when the search stopped; it runs again", trial.number)
 
@@ -63,7 +121,8 @@ def done(study: optuna.Study) -> int:
 
 def tell(study: optuna.Study, trial: Trial, job_dir: Path, ret: JobReturn) -> FrozenTrial:
     """Tell the study how the trial's job ended: pruned, complete with its objectives, or failed."""
-    metrics = read_json(job_dir / "metrics.json")
+    metrics = files.read_json(job_dir / "metrics.json")
+    metrics = metrics if isinstance(metrics, dict) else {}
     values = [number(metrics.get(key)) for key in study.user_attrs["gptlab_objectives"]]
     if ret.status != JobStatus.COMPLETED:
         return study.tell(trial, state=TrialState.FAIL)

@@ -8,25 +8,23 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
+from gptlab import files
+from gptlab.run import ownership
 
 log = logging.getLogger(__name__)
-SWEEPER = "hydra_plugins.gptlab_optuna_sweeper.sweeper.GptlabOptunaSweeper"
 
 
 def study_of(sweep_dir: Path) -> Any:
-    """The sweep's Optuna study, from the storage its multirun.yaml names; None for other sweeps."""
-    try:
-        sweeper = OmegaConf.to_container(OmegaConf.load(sweep_dir / "multirun.yaml").hydra.sweeper)
-    except (OSError, AttributeError):
-        return None
-    if sweeper.get("_target_") != SWEEPER:  # another sweeper: optuna is not even imported
+    """The sweep's Optuna study, where the sweep's own (signed) manifest says it lives; None for
+    other sweeps, and for a directory that is not the user's own (its storage is never opened)."""
+    manifest = ownership.own_manifest(sweep_dir)
+    place = manifest.data["settings"].get("study") if manifest else None
+    if not isinstance(place, dict):  # not an Optuna search: optuna is not even imported
         return None
     import optuna
 
-    storage = sweeper.get("storage") or f"sqlite:///{sweep_dir.resolve() / 'optuna.db'}"
     try:
-        return optuna.load_study(study_name=sweeper.get("study_name"), storage=storage)
+        return optuna.load_study(study_name=place["name"], storage=place["url"])
     except KeyError:  # no such study in the storage
         return None
 
@@ -119,12 +117,12 @@ def add_plots(study: Any, png: Path, with_importances: bool) -> None:
         ax.imshow(image)
         ax.set_axis_off()
     fig.subplots_adjust(left=0, right=1, top=1, bottom=0, hspace=0)
-    fig.savefig(png, dpi=80)
+    files.save_figure(fig, png, dpi=80)
 
 
-def search_summary(sweep_dir: Path) -> list[str]:
-    """The Optuna section of summary.md (and the plots added to summary.png); none for a sweep
-    that is not an Optuna search."""
+def search_summary(sweep_dir: Path, png: Path) -> list[str]:
+    """The Optuna section of summary.md (and the plots added to `png`, summary.png); none for a
+    sweep that is not an Optuna search."""
     study = study_of(sweep_dir)
     if study is None:
         return []
@@ -145,5 +143,5 @@ def search_summary(sweep_dir: Path) -> list[str]:
     if found:
         lines += ["", "| parameter | importance |", "| --- | --- |"]
         lines += [f"| {name} | {value:.3f} |" for name, value in found.items()]
-    add_plots(study, sweep_dir / "summary.png", with_importances=bool(found))
+    add_plots(study, png, with_importances=bool(found))
     return lines

@@ -6,9 +6,16 @@ import math
 import statistics
 from typing import Any
 
-from gptlab.sweep.jobs import number
-
 CONFIDENCE = 0.95  # of the intervals; Welch's test against the best runs at 1 - CONFIDENCE
+
+
+def number(value: Any) -> float | None:
+    """`value` as a finite float, else None: missing, text, nan, a bool (a metrics file is data)."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) and not isinstance(value, bool) else None
 
 
 def sort_key(value: Any) -> tuple:

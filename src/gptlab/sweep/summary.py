@@ -8,17 +8,19 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from gptlab.cli.app import mark_task_started
-from gptlab.run import directory
-from gptlab.run.settings import read_yaml, saved_value
+from gptlab import files
+from gptlab.exits import BAD_INPUT, FAILED
+from gptlab.run import directory, ownership
+from gptlab.run.settings import saved_value
 from gptlab.sweep.ablation import BASELINE, summary_extras
-from gptlab.sweep.jobs import job_identity, number, read_json
+from gptlab.sweep.jobs import job_identity
 from gptlab.sweep.search import search_summary
 from gptlab.sweep.stats import (
     ci_half_width,
     group_configurations,
     job_values,
     mean_std,
+    number,
     sort_key,
     verdict,
     welch_p,
@@ -37,10 +39,12 @@ log = logging.getLogger(__name__)
 def read_job(job: Path) -> tuple[dict, list[str]]:
     """A job's row of summary.csv (metrics.json, PARAMS, its overrides' values; a missing
     metrics.json or a non-finite best val loss makes it failed) and its overrides' keys."""
-    cfg = read_yaml(job / directory.HYDRA / directory.SAVED_CONFIG)  # data: never resolved
-    overrides = job_identity(read_yaml(job / directory.HYDRA / directory.SAVED_OVERRIDES) or [])
+    cfg = files.read_yaml(directory.saved_config(job))  # data: never resolved
+    overrides = files.read_yaml(directory.saved_overrides(job))
+    overrides = job_identity(overrides if isinstance(overrides, list) else [])
     failed = {"status": "failed", "reason": f"no {directory.METRICS}"}
-    metrics = read_json(directory.metrics_file(job)) or failed
+    metrics = files.read_json(directory.metrics_file(job))
+    metrics = metrics if isinstance(metrics, dict) else failed
     row = {
         "status": "ok",
         "reason": "",
@@ -63,8 +67,10 @@ def collect(sweep_dir: Path) -> tuple[list[dict], list[str]]:
     """Every job (read_job), best first, failed last; the swept knobs (keys whose value differs)."""
     rows = []
     keys = {}  # every override key, in the order first seen
-    for path in sweep_dir.glob(f"**/{directory.HYDRA}/{directory.SAVED_CONFIG}"):
-        row, job_keys = read_job(path.parents[1])
+    for job in ownership.job_dirs(sweep_dir):
+        if not directory.saved_config(job).is_file():
+            continue
+        row, job_keys = read_job(job)
         rows.append(row)
         keys.update(dict.fromkeys(job_keys))
     rows.sort(
@@ -151,7 +157,7 @@ def write_plot(rows: list[dict], knobs: list[str], configs: list[dict] | None, p
             xscale="log" if panel == "num_params" else "linear",
         )
     fig.suptitle(f"{path.parent.name}: {len(ok)} ok jobs" + (", means ± 95% CI" if means else ""))
-    fig.savefig(path, dpi=80)
+    files.save_figure(fig, path, dpi=80)
 
 
 def headline(rows: list[dict], configs: list[dict] | None, sweep_dir: Path) -> list[str]:
@@ -180,26 +186,33 @@ def headline(rows: list[dict], configs: list[dict] | None, sweep_dir: Path) -> l
 
 
 def write_summary(
-    sweep_dir: str | Path, target_val_loss: float | None = None, baseline: str = BASELINE
+    sweep_dir: str | Path,
+    target_val_loss: float | None = None,
+    baseline: str = BASELINE,
+    out: str | Path | None = None,
 ) -> tuple[list[dict], list[str]]:
-    """Write summary.csv, .md, .png (and summary_configs.csv with `seed` swept); return the jobs
-    and the headline. `target_val_loss` and `baseline`: see gptlab.sweep.ablation."""
+    """Write summary.csv, .md, .png (and summary_configs.csv with `seed` swept) of the jobs in
+    `sweep_dir` into `out` (the sweep directory itself by default); return the jobs and the
+    headline. The jobs' files are read as data. `target_val_loss` and `baseline`: see
+    gptlab.sweep.ablation."""
     sweep_dir = Path(sweep_dir)
+    out = Path(out or sweep_dir)
+    out.mkdir(parents=True, exist_ok=True)
     rows, knobs = collect(sweep_dir)
     configs = aggregate(rows, knobs) if "seed" in knobs else None
     config_extra, job_extra, extra_lines = summary_extras(
-        rows, configs, sweep_dir, target_val_loss, baseline
+        rows, configs, out, target_val_loss, baseline
     )
-    head = headline(rows, configs, sweep_dir)
+    head = headline(rows, configs, out)
     lines = [f"# Sweep {sweep_dir}", "", *(f"- {line}" for line in head), "", *extra_lines]
     if configs is not None:
-        path = sweep_dir / "summary_configs.csv"
+        path = out / "summary_configs.csv"
         table = write_table(path, config_columns(knobs, config_extra), configs, CONFIG_SHOWN)
         lines += ["## Configurations", "", *table, "", "## Jobs", ""]
-    lines += write_table(sweep_dir / "summary.csv", job_columns(rows, knobs, job_extra), rows)
-    write_plot(rows, knobs, configs, sweep_dir / "summary.png")
-    lines += search_summary(sweep_dir)  # an Optuna search's study; its plots join summary.png
-    (sweep_dir / "summary.md").write_text("\n".join(lines) + "\n")
+    lines += write_table(out / "summary.csv", job_columns(rows, knobs, job_extra), rows)
+    write_plot(rows, knobs, configs, out / "summary.png")
+    lines += search_summary(sweep_dir, out / "summary.png")  # an Optuna search's study and plots
+    files.write_text(out / "summary.md", "\n".join(lines) + "\n")
     return rows, head
 
 
@@ -245,8 +258,15 @@ class SweepSummary(Callback):
         self.target_val_loss = target_val_loss  # see write_summary
         self.baseline = baseline
 
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        """A gptlab-train sweep records what its resume replays, in its manifest: the sweep
+        directory is its own from here on (gptlab.run.ownership)."""
+        if "trainer" not in config:  # not gptlab-train (gptlab-eval -m)
+            return
+        overrides = [o for o in config.hydra.overrides.task if not o.startswith("resume=")]
+        ownership.record_sweep(config.hydra.sweep.dir, overrides=[str(o) for o in overrides])
+
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        mark_task_started()  # the jobs ran: an exit from here is the sweep's verdict
         sweep_dir = Path(config.hydra.sweep.dir)
         if not sweep_dir.is_dir() or "trainer" not in config:  # not gptlab-train (gptlab-eval -m)
             return
@@ -258,4 +278,4 @@ class SweepSummary(Callback):
             every_job_bad_input = len(failed) == len(rows) and all(
                 r.get("bad_input") is True for r in failed
             )
-            sys.exit(2 if every_job_bad_input else 1)
+            sys.exit(BAD_INPUT if every_job_bad_input else FAILED)

@@ -4,7 +4,8 @@ one writer for the CSV and its Markdown view."""
 import csv
 from pathlib import Path
 
-from gptlab.sweep.jobs import number
+from gptlab import files
+from gptlab.sweep.stats import number
 
 PARAMS = {
     "d_model": "model.d_model",
@@ -23,7 +24,7 @@ def write_table(
 ) -> list[str]:
     """Write the rows' `cols` as CSV; return their `shown` columns (default: the same) as
     Markdown."""
-    with path.open("w", newline="") as f:
+    with files.atomic(path) as f:
         writer = csv.DictWriter(f, cols, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import lightning as L
 import torch
-from lightning.fabric.plugins import TorchCheckpointIO
 from lightning.fabric.utilities.throughput import get_available_flops
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import TensorBoardLogger
@@ -20,19 +19,6 @@ from gptlab.errors import ConfigError
 from gptlab.run import directory
 
 log = logging.getLogger(__name__)
-
-
-class AtomicCheckpointIO(TorchCheckpointIO):
-    """torch.save beside the target, then an atomic rename: a kill leaves the previous file whole.
-    (Lightning stages its saves in the system's temp dir, and across filesystems that is a copy.)"""
-
-    def save_checkpoint(self, checkpoint: dict, path, storage_options=None) -> None:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = directory.staging_path(path)
-        tmp.unlink(missing_ok=True)  # a stale one, or a planted link: never written through
-        torch.save(checkpoint, tmp)
-        os.replace(tmp, path)
 
 
 class LastCheckpoint(ModelCheckpoint):

@@ -15,7 +15,8 @@ from lightning.pytorch.plugins import MixedPrecision
 
 from gptlab.data.tokenizer import Tokenizer
 from gptlab.errors import ConfigError
-from gptlab.model.gpt import GPT, GPTConfig, ffn_hidden
+from gptlab.model.config import GPTConfig, ffn_hidden
+from gptlab.model.gpt import GPT
 from gptlab.training.optimizers import MuonWithAdamW, block_matrices
 
 
@@ -247,8 +248,10 @@ class GPTModule(L.LightningModule):
     def configure_optimizers(self):
         optimizer = self.build_optimizer(isinstance(self.trainer.precision_plugin, MixedPrecision))
         total_steps = int(self.trainer.estimated_stepping_batches)
+        # the factor follows the run's step, not the scheduler's own count: a run started from a
+        # checkpoint's tensors (ckpt_path=) keeps its schedule without any scheduler state
         scheduler = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lambda step: lr_factor(step, self.optim, total_steps)
+            optimizer, lambda _: lr_factor(self.trainer.global_step, self.optim, total_steps)
         )
         schedule = {"scheduler": scheduler, "interval": "step", "name": "train/lr"}
         return {"optimizer": optimizer, "lr_scheduler": schedule}

@@ -15,24 +15,17 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
 from gptlab.errors import ConfigError
-from gptlab.run.resume import override_key
+from gptlab.exits import BAD_INPUT
+from gptlab.run import ownership
+from gptlab.run.overrides import as_override, override_key, quote
 
 log = logging.getLogger(__name__)
 PRUNERS = ("none", "median", "hyperband")
-# what a continued search takes from its first start (multirun.yaml), unless given again
-RESUMED = ("n_trials", "n_jobs", "direction", "objectives", "storage", "study_name", "pruner")
-RESUMED += ("pruners", "max_failure_rate")
-
-
-def quoted(text: str) -> str:
-    """A value as a quoted string of Hydra's override grammar."""
-    return "'" + str(text).replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-def as_override(key: str, value: Any) -> str:
-    if isinstance(value, bool) or value is None:
-        return f"{key}={'null' if value is None else str(value).lower()}"
-    return f"{key}={quoted(value) if isinstance(value, str) else value}"
+# what a continued search takes from its first start (the sweep's manifest), unless given again;
+# never where its study lives (storage, study_name): those come from the command line, or the
+# sweep's own directory (sqlite:///<sweep dir>/optuna.db)
+RESUMED = ("n_trials", "n_jobs", "direction", "objectives", "pruner", "pruners")
+RESUMED += ("max_failure_rate",)
 
 
 def check(settings: dict[str, Any]) -> dict[str, Any]:
@@ -78,10 +71,10 @@ class GptlabOptunaSweeper(Sweeper):
         )
 
     def resumed_settings(self, sweep_dir: Path) -> dict[str, Any]:
-        """The settings of the search `resume=` continues; a key given again on the command line
-        wins. Only plain values are read from the directory (it is input, like a run's)."""
-        saved = OmegaConf.to_container(OmegaConf.load(sweep_dir / "multirun.yaml"))
-        saved = saved.get("hydra", {}).get("sweeper", {})
+        """The settings of the search `resume=` continues, from its own (signed) manifest; a key
+        given again on the command line wins."""
+        manifest = ownership.own_manifest(sweep_dir)
+        saved = manifest.data["settings"].get("sweeper", {}) if manifest else {}
         given = [override_key(o) for o in self.config.hydra.overrides.hydra]
         given = {k.split(".")[2] for k in given if k.startswith("hydra.sweeper.")}
         kept = {k: saved[k] for k in RESUMED if k in saved and k not in given}
@@ -112,9 +105,12 @@ class GptlabOptunaSweeper(Sweeper):
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         settings["url"] = studies.storage_url(settings["storage"], sweep_dir)
-        study = studies.open_study(settings, settings["url"], sampler)
+        ownership.record_sweep(sweep_dir, sweeper={k: settings[k] for k in RESUMED})
+        ownership.record_study(sweep_dir, is_open=True)  # opening it and each ask write to it
+        study = studies.open_study(settings, settings["url"], sampler, resumed=bool(resume))
+        ownership.record_sweep(sweep_dir, study={"url": settings["url"], "name": study.study_name})
         if resume:
-            studies.rerun_killed(study)
+            studies.rerun_killed(study, space)
         return study, space, fixed, settings
 
     def sweep(self, arguments: list[str]) -> None:
@@ -126,10 +122,11 @@ class GptlabOptunaSweeper(Sweeper):
             study, space, fixed, settings = self.prepare(arguments)
         except ConfigError as e:
             print(f"gptlab-train: {e}", file=sys.stderr, flush=True)
-            sys.exit(2)
+            sys.exit(BAD_INPUT)
         n_trials = settings["n_trials"]
         log.info("Study %s in %s: %d trials to finish", study.study_name, settings["url"], n_trials)
         while (left := n_trials - studies.done(study)) > 0:
+            ownership.record_study(self.config.hydra.sweep.dir, is_open=True)
             trials = [study.ask(space) for _ in range(min(settings["n_jobs"], left))]
             self.run_batch(study, trials, fixed, settings["url"], settings["max_failure_rate"])
         self.report(study, Path(self.config.hydra.sweep.dir))
@@ -137,14 +134,16 @@ class GptlabOptunaSweeper(Sweeper):
     def job_overrides(self, trial: Any, fixed: list[str], url: str, study_name: str) -> list[str]:
         """The trial's parameters, the fixed overrides, its job directory and how it finds its
         trial: a continued trial runs in its first job's directory."""
-        job = trial.user_attrs.get("job", str(trial.number))
+        from gptlab.sweep import optuna_study as studies
+
+        job = studies.job_of(trial)
         trial.set_user_attr("job", job)
         env = {"STORAGE": url, "STUDY": study_name, "TRIAL": str(trial.number)}
         return [
             *(as_override(k, v) for k, v in trial.params.items()),
             *fixed,
-            f"hydra.sweep.subdir={quoted(job)}",
-            *(f"++hydra.job.env_set.GPTLAB_OPTUNA_{k}={quoted(v)}" for k, v in env.items()),
+            f"hydra.sweep.subdir={job}",
+            *(f"++hydra.job.env_set.GPTLAB_OPTUNA_{k}={quote(v)}" for k, v in env.items()),
         ]
 
     def run_batch(self, study, trials: list, fixed: list[str], url: str, max_failure_rate) -> None:
@@ -154,12 +153,13 @@ class GptlabOptunaSweeper(Sweeper):
 
         batch = [self.job_overrides(t, fixed, url, study.study_name) for t in trials]
         log.info("Launching trials %s", ", ".join(str(t.number) for t in trials))
+        sweep_dir = Path(self.config.hydra.sweep.dir)
         returns = self.launcher.launch(batch, initial_job_idx=self.job_idx)
         self.job_idx += len(returns)
-        sweep_dir = Path(self.config.hydra.sweep.dir)
         for trial, ret in zip(trials, returns, strict=True):
             frozen = studies.tell(study, trial, sweep_dir / trial.user_attrs["job"], ret)
             log.info("Trial %d: %s %s", frozen.number, frozen.state.name, frozen.values or "")
+        ownership.record_study(sweep_dir, is_open=False)
         raised = [r for r in returns if r.status.name != "COMPLETED"]
         if raised and len(raised) / len(returns) > max_failure_rate:
             raised[0].return_value  # noqa: B018 - raises the job's own exception

@@ -1,0 +1,59 @@
+"""Hydra's override grammar, as gptlab writes and reads it: the one place that knows how a key, a
+literal value and a quoted string look on a command line (`key=value`, `+key=value`, `~key`).
+
+gptlab re-emits values it has read as data (a run's recorded overrides, a study's parameters) so
+that Hydra reads each back as exactly that literal: a number, true/false/null, a plain string, or
+a quoted string with its quotes, backslashes and `${` escaped (Hydra resolves interpolations
+inside quoted strings too)."""
+
+import re
+from typing import Any
+
+KEY = re.compile(r"[A-Za-z][A-Za-z0-9_]*(\.[A-Za-z][A-Za-z0-9_]*)*")
+NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+PLAIN = re.compile(r"[A-Za-z0-9_./:@+-]+")  # a string Hydra's grammar reads as itself, unquoted
+KEYWORDS = ("true", "false", "null")
+
+
+def override_key(override: str) -> str:
+    """`+model.x=1` -> `model.x`"""
+    return str(override).split("=", 1)[0].lstrip("+~")
+
+
+def quote(text: str) -> str:
+    """`text` as a single-quoted string Hydra reads back as `text`: a quote, and the backslashes
+    before one or at the end, are escaped; so is `${`."""
+    text = re.sub(r"(\\*)(\$\{)", lambda m: m.group(1) * 2 + "\\${", str(text))
+    text = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", text)
+    text = re.sub(r"(\\+)$", lambda m: m.group(1) * 2, text)
+    return f"'{text}'"
+
+
+def as_override(key: str, value: Any) -> str:
+    """`key=value` for a plain value (a number, a bool, None or a string)."""
+    if isinstance(value, bool) or value is None:
+        return f"{key}={'null' if value is None else str(value).lower()}"
+    return f"{key}={quote(value) if isinstance(value, str) else value}"
+
+
+def literal(raw: str) -> str | None:
+    """A recorded value re-emitted so that Hydra's grammar reads it as that literal, or None when
+    it is not a number, true/false/null or a plain string (lists, dicts, `${...}`, functions)."""
+    raw = raw.strip()
+    if len(raw) >= 2 and raw[0] == raw[-1] and raw[0] in "'\"":
+        text = raw[1:-1]
+        if raw[0] in text or "\\" in text or "${" in text:
+            return None
+        return quote(text)
+    if NUMBER.fullmatch(raw) or raw.lower() in KEYWORDS or PLAIN.fullmatch(raw):
+        return raw
+    return None
+
+
+def sweep_literal(raw: str) -> str | None:
+    """A sweep's value: a literal, or a comma-separated list of literals (`1,2,4`)."""
+    single = literal(raw)
+    if single is not None or "," not in raw:
+        return single
+    parts = [literal(part) for part in raw.split(",")]
+    return None if None in parts else ",".join(parts)

@@ -1,0 +1,320 @@
+"""Own or foreign: whether gptlab may continue a run or sweep directory in place.
+
+A directory is *own* when gptlab made it, here, for this user, and nothing gptlab relies on in it
+has changed since. Anything else is *foreign*: a copy or a move (the path is part of what is
+signed, so a byte-identical copy is foreign too), a download, a planted or edited file, a symlink
+anywhere inside. resume= and a SLURM requeue continue own directories only; every tool reads a
+foreign one for its checkpoint's tensors alone (gptlab.run.checkpoints) and writes nothing into it.
+
+How it is told: `manifest.json` at the top of each own directory, signed with HMAC-SHA256 under a
+secret key of the user's that lives outside every run directory (~/.config/gptlab/key, or the file
+GPTLAB_KEY_FILE names; made on first use, readable by the user only), the way Jupyter signs
+notebooks. It holds the directory's absolute path and kind (run or sweep) and the sha256 of each
+file gptlab relies on: a run's saved configs and overrides (one .hydra folder per start), its
+checkpoints and metrics.json; a sweep's overrides and sweeper settings (what resume= replays) and
+its Optuna study. A file is written under a temporary name, its new digest accepted beside the
+old one, renamed, then the old digest dropped: a kill at any moment leaves a file the manifest
+accepts. Cost per checkpoint save: one sha256 pass over the new file, two rewrites of the small
+manifest."""
+
+import hashlib
+import hmac
+import json
+import os
+import secrets
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+from gptlab import files
+from gptlab.errors import ConfigError
+from gptlab.run import directory
+
+MANIFEST = "manifest.json"
+KEY_FILE = "GPTLAB_KEY_FILE"
+FORMAT = 1
+RUN = "run"
+SWEEP = "sweep"
+STUDY = "optuna.db"
+HYDRA_FILES = ("config.yaml", "hydra.yaml", "overrides.yaml")
+TRACKER_FOLDER = "wandb"  # W&B keeps links of its own there (latest-run, debug logs)
+
+
+class ForeignDirectory(Exception):
+    """The directory is not an own one; the message says why, in a few words."""
+
+
+def key_file() -> Path:
+    given = os.environ.get(KEY_FILE)
+    if given:
+        return Path(given).expanduser()
+    config = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(config) / "gptlab" / "key"
+
+
+def create_key(path: Path) -> None:
+    """A new random key, readable by this user only; of two processes racing, one key wins."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+    handle = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(handle, "w") as f:
+        f.write(secrets.token_hex(32) + "\n")
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        pass  # another process made it first: theirs is the key
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def signing_key() -> bytes:
+    """This user's secret key (made on first use)."""
+    path = key_file()
+    try:
+        if not path.exists():
+            create_key(path)
+        key = bytes.fromhex(path.read_text().strip())
+    except (OSError, ValueError) as e:
+        key, reason = b"", str(e)
+    else:
+        reason = "it is shorter than 32 bytes"
+    if len(key) < 32:
+        raise ConfigError(
+            f"{KEY_FILE}: gptlab cannot use its signing key '{path}' ({reason}). It is made on "
+            f"first use; point {KEY_FILE} at a writable place, or delete a damaged key (runs "
+            "signed with it then count as foreign: continue them with ckpt_path=<run dir>)."
+        )
+    return key
+
+
+def signature(payload: dict) -> str:
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+    return hmac.new(signing_key(), text.encode(), hashlib.sha256).hexdigest()
+
+
+def canonical(root: str | Path) -> Path:
+    return Path(os.path.realpath(root))
+
+
+class Manifest:
+    """The signed record of an own directory (see the module's docstring)."""
+
+    def __init__(self, root: Path, data: dict):
+        self.root = root
+        self.data = data
+
+    @classmethod
+    def new(cls, root: str | Path, kind: str) -> "Manifest":
+        root = canonical(root)
+        data = {"format": FORMAT, "kind": kind, "dir": str(root), "files": {}, "starts": []}
+        return cls(root, {**data, "open": [], "settings": {}})
+
+    @classmethod
+    def load(cls, root: str | Path, kind: str | None = None) -> "Manifest":
+        """The directory's manifest, its signature, place and kind checked, or ForeignDirectory."""
+        root = canonical(root)
+        data = files.read_json(root / MANIFEST)
+        if not isinstance(data, dict) or "signature" not in data:
+            raise ForeignDirectory("it holds no manifest.json of gptlab's: gptlab did not make it")
+        claimed = data.pop("signature")
+        if not isinstance(claimed, str) or not hmac.compare_digest(claimed, signature(data)):
+            raise ForeignDirectory("its manifest.json is not signed with your key")
+        if data.get("dir") != str(root):
+            raise ForeignDirectory(
+                f"its manifest.json was signed for '{data.get('dir')}' (a copy or a move)"
+            )
+        if kind is not None and data.get("kind") != kind:
+            raise ForeignDirectory(f"it is a {data.get('kind')} directory, not a {kind} directory")
+        return cls(root, data)
+
+    def save(self) -> None:
+        files.write_json(self.root / MANIFEST, {**self.data, "signature": signature(self.data)})
+
+    def accepted(self, rel: str) -> list[str]:
+        return self.data["files"].get(rel, [])
+
+    def accept(self, rel: str, digest: str) -> None:
+        self.data["files"][rel] = [*self.accepted(rel)[-1:], digest]
+
+    def settle(self, rel: str, digest: str) -> None:
+        self.data["files"][rel] = [digest]
+
+    def record(self, rel: str) -> None:
+        self.settle(rel, files.sha256_of(self.root / rel))
+
+    def set_open(self, rel: str, is_open: bool) -> None:
+        """A file others write while it is open (a sweep's study during a batch of trials)."""
+        rest = [name for name in self.data["open"] if name != rel]
+        self.data["open"] = [*rest, rel] if is_open else rest
+
+    @property
+    def starts(self) -> list[str]:
+        """The .hydra folders of the recorded starts, first to latest."""
+        return list(self.data["starts"])
+
+    def verify(self, present: list[str]) -> None:
+        """Every file gptlab relies on must be one it recorded, unchanged. A recorded file that
+        is gone plants nothing: fine."""
+        for rel in sorted(set(present) | set(self.data["files"])):
+            path = self.root / rel
+            if rel in self.data["open"] or not path.is_file():
+                continue
+            if rel not in self.data["files"]:
+                raise ForeignDirectory(f"'{rel}' was not written by gptlab")
+            if files.sha256_of(path) not in self.accepted(rel):
+                raise ForeignDirectory(f"'{rel}' has changed since gptlab wrote it")
+
+
+def own_manifest(root: str | Path) -> Manifest | None:
+    """The directory's manifest when it is signed for it by this user, else None."""
+    try:
+        return Manifest.load(root)
+    except ForeignDirectory:
+        return None
+
+
+def write_recorded(root: str | Path, rel: str, write: Callable[[IO], Any], mode: str = "w"):
+    """Write root/rel whole (gptlab.files.atomic); in an own directory its digest is recorded so
+    that the manifest accepts the file before, during and after it replaces the old one."""
+    manifest = own_manifest(root)
+    written = []
+
+    def accept(tmp: Path) -> None:
+        written.append(files.sha256_of(tmp))
+        if manifest is not None:
+            manifest.accept(rel, written[0])
+            manifest.save()
+
+    with files.atomic(Path(root) / rel, mode, accept) as f:
+        write(f)
+    if manifest is not None:
+        manifest.settle(rel, written[0])
+        manifest.save()
+
+
+def record_start(root: str | Path, subdir: str | None) -> None:
+    """This process starts a run in `root` (rank 0 only): record the configs Hydra saved for this
+    start in `subdir` (.hydra, or a folder of its own for a later start), making the manifest of
+    a new run. A manifest that is not this user's is refused, never replaced."""
+    if (Path(root) / MANIFEST).exists():
+        try:
+            manifest = Manifest.load(root, RUN)
+        except ForeignDirectory as e:
+            raise ConfigError(
+                f"The run directory '{root}' is not one gptlab made here for you ({e}); gptlab "
+                "writes nothing into it. Start in a new directory: drop hydra.run.dir, or "
+                "continue its training in a new run directory: gptlab-train ckpt_path=<it>."
+            ) from None
+    else:
+        manifest = Manifest.new(root, RUN)
+    if subdir is not None and subdir not in manifest.starts:
+        for name in HYDRA_FILES:
+            if (manifest.root / subdir / name).is_file():
+                manifest.record(f"{subdir}/{name}")
+        manifest.data["starts"].append(subdir)
+    manifest.save()
+
+
+def symlinks(root: Path) -> list[Path]:
+    """Every symlink inside `root`, but those in W&B's own folder (wandb/: its latest-run and
+    debug logs, which W&B replaces at each start; neither gptlab nor W&B writes through them)."""
+    root = canonical(root)
+    found = []
+    for folder, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            path = Path(folder) / name
+            if path.is_symlink() and TRACKER_FOLDER not in path.relative_to(root).parts[:-1]:
+                found.append(path.relative_to(root))
+    return found
+
+
+def check_no_symlinks(root: Path) -> None:
+    links = symlinks(root)
+    if links:
+        shown = ", ".join(f"'{p}'" for p in links[:3]) + (" ..." if len(links) > 3 else "")
+        raise ForeignDirectory(f"it holds symlinks ({shown}), which could lead gptlab elsewhere")
+
+
+def relied_files(root: Path) -> list[str]:
+    """A run's files whose content decides what a continued run does: its checkpoints and
+    metrics.json (its saved configs are read only where recorded)."""
+    folder = directory.checkpoint_dir(root)
+    found = [directory.METRICS] if directory.metrics_file(root).exists() else []
+    if folder.is_dir():
+        names = sorted(p.name for p in folder.iterdir() if not p.name.startswith("."))
+        found += [f"{directory.CHECKPOINTS}/{name}" for name in names]
+    return found
+
+
+def check_run(root: str | Path) -> Manifest:
+    """The manifest of an own run directory, everything it relies on checked; ForeignDirectory
+    (saying why) for anything else."""
+    root = Path(root)
+    if root.is_symlink():
+        raise ForeignDirectory("it is a symlink")
+    check_no_symlinks(root)
+    manifest = Manifest.load(root, RUN)
+    manifest.verify(relied_files(root))
+    return manifest
+
+
+def job_dirs(root: str | Path) -> list[Path]:
+    """The folders of a sweep's jobs: where a run has started (its .hydra/, checkpoints, ...);
+    a job's own folders (a tracker's copies of its files) are not jobs."""
+    marks = (directory.HYDRA, directory.CHECKPOINTS, directory.METRICS, MANIFEST)
+    found = []
+    for folder, dirnames, _ in os.walk(root):
+        here = Path(folder)
+        if here != Path(root) and any((here / mark).exists() for mark in marks):
+            found.append(here)
+            dirnames.clear()  # jobs do not nest
+        dirnames[:] = [d for d in dirnames if d != ".submitit"]
+    return sorted(found)
+
+
+def check_sweep(root: str | Path) -> Manifest:
+    """The manifest of an own sweep directory, its study and every job checked (a job that never
+    got as far as a checkpoint or a result needs no manifest); ForeignDirectory otherwise."""
+    root = Path(root)
+    if root.is_symlink():
+        raise ForeignDirectory("it is a symlink")
+    check_no_symlinks(root)
+    manifest = Manifest.load(root, SWEEP)
+    manifest.verify([STUDY] if (root / STUDY).exists() else [])
+    for job in job_dirs(canonical(root)):
+        name = job.relative_to(canonical(root))
+        if (job / MANIFEST).exists():
+            try:
+                check_run(job)
+            except ForeignDirectory as e:
+                raise ForeignDirectory(f"its job '{name}' is foreign: {e}") from None
+        elif directory.holds_run(job):
+            raise ForeignDirectory(f"its job '{name}' holds results gptlab did not record")
+    return manifest
+
+
+def record_sweep(root: str | Path, **settings: Any) -> None:
+    """Record what a sweep's resume replays (its overrides, its sweeper's settings), making the
+    manifest of a new sweep (in the sweep's own process)."""
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    manifest = own_manifest(root) if (root / MANIFEST).exists() else Manifest.new(root, SWEEP)
+    if manifest is None:
+        raise ConfigError(
+            f"The sweep directory '{root}' holds a manifest.json that is not yours; gptlab writes "
+            "nothing into it. Give a new sweep directory (drop hydra.sweep.dir)."
+        )
+    manifest.data["settings"].update(settings)
+    manifest.save()
+
+
+def record_study(root: str | Path, is_open: bool) -> None:
+    """The sweep's study before a batch of trials (open: its jobs write to it) and after (its
+    digest recorded)."""
+    manifest = own_manifest(root)
+    if manifest is None:
+        return
+    if not is_open and (manifest.root / STUDY).is_file():
+        manifest.record(STUDY)
+    manifest.set_open(STUDY, is_open)
+    manifest.save()

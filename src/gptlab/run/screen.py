@@ -1,0 +1,54 @@
+"""A run's first screen: the composed config as a tree (as lightning-hydra-template prints it,
+saved as config_tree.log), the model in one line and the run directory."""
+
+import io
+import logging
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+from rich.console import Console
+from rich.tree import Tree
+
+from gptlab import files
+from gptlab.model.gpt import GPT
+from gptlab.run import directory
+
+log = logging.getLogger("gptlab.train")
+GROUPS = ("data", "model", "optim", "trainer", "callbacks", "logger", "paths")
+
+
+def config_tree(cfg: DictConfig) -> Tree:
+    """The composed config, a branch per group, as lightning-hydra-template prints it (unset keys
+    hidden)."""
+    tree = Tree("config", guide_style="dim")
+    rest = {k: v for k, v in cfg.items() if k not in GROUPS}
+    for name, node in [*((g, cfg[g]) for g in GROUPS if g in cfg), ("(top level)", rest)]:
+        settings = {
+            k: v
+            for k, v in OmegaConf.to_container(OmegaConf.create(node), resolve=True).items()
+            if v is not None
+        }  # unset keys (null) stay in .hydra/config.yaml
+        tree.add(f"[bold]{name}[/bold]").add(OmegaConf.to_yaml(settings).rstrip() or "{}")
+    return tree
+
+
+def print_first_screen(cfg: DictConfig, model: GPT, output_dir: Path, multirun: bool) -> None:
+    """The config tree (not printed by a sweep's jobs; saved in the run dir), model and run dir."""
+    c, tree = model.config, config_tree(cfg)
+    if output_dir.is_dir():
+        console = Console(file=io.StringIO(), width=110, color_system=None)
+        console.print(tree)
+        files.write_text(output_dir / directory.CONFIG_TREE, console.file.getvalue())
+    if not multirun:
+        Console(stderr=True, width=110).print(tree)
+    log.info(
+        "GPT: %s parameters (d_model %d, %d heads, %d blocks, context %d, vocab %d)\n"
+        "Run directory: %s",
+        f"{model.num_params()['total']:,}",
+        c.d_model,
+        c.num_heads,
+        c.num_blocks,
+        c.context_length,
+        c.vocab_size,
+        output_dir,
+    )

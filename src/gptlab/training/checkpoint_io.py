@@ -1,0 +1,68 @@
+"""Every checkpoint the Trainer saves, loads or removes passes through this Lightning plugin, so
+the run directory's rules hold by construction, not by checking what a file says:
+
+- a save is written whole under a temporary name, recorded in the run's manifest, then renamed
+  (a kill at any moment leaves the previous file, and the run, its own);
+- a load reads only the checkpoint gptlab chose for this start (gptlab.run.restore): the run's own
+  last checkpoint whole, the ckpt_path= checkpoint for its tensors, the run's own files for their
+  weights, and Lightning's hand-over of rank 0's weights after spawned DDP (a file of tensors by
+  name, in a fresh temporary folder). Any other (a planted hpc_ckpt, a path a checkpoint
+  remembers) is refused;
+- a removal (Lightning replacing its best checkpoint) deletes only a plain file in the run's own
+  checkpoints/, never a folder, a link or anything elsewhere."""
+
+import logging
+from pathlib import Path
+
+import torch
+from lightning.fabric.plugins import TorchCheckpointIO
+
+from gptlab import files
+from gptlab.errors import ConfigError
+from gptlab.run import directory, ownership, restore
+from gptlab.run.checkpoints import load_checkpoint
+
+log = logging.getLogger(__name__)
+
+
+class RunCheckpointIO(TorchCheckpointIO):
+    """Saves, loads and removes the checkpoints of one run directory (see above)."""
+
+    def __init__(self, run_dir: str | Path):
+        self.run_dir = Path(run_dir)
+        self.continued: Path | None = None  # own last.ckpt, continued whole
+        self.started_from: Path | None = None  # ckpt_path=: its tensors only
+        self.optimizer = "adamw"  # the run's optimizer (optim.name): whose state it can take
+        self.fit_loop: dict | None = None  # a fresh Trainer's loop state (set by gptlab-train)
+
+    def save_checkpoint(self, checkpoint: dict, path, storage_options=None) -> None:
+        path = Path(path)
+        if path.parent == directory.checkpoint_dir(self.run_dir):
+            rel = f"{directory.CHECKPOINTS}/{path.name}"
+            ownership.write_recorded(self.run_dir, rel, lambda f: torch.save(checkpoint, f), "wb")
+        else:  # Lightning's own (hpc_ckpt on SLURM): whole, not relied upon
+            with files.atomic(path, "wb") as f:
+                torch.save(checkpoint, f)
+
+    def load_checkpoint(self, path, map_location=None, weights_only=None) -> dict:
+        path = Path(path)
+        if path == self.continued:
+            return restore.own_state(load_checkpoint(path), self.run_dir)
+        if path == self.started_from:
+            checkpoint = load_checkpoint(path)
+            return restore.tensors_only(checkpoint, path, self.fit_loop, self.optimizer)
+        if restore.in_checkpoint_dir(str(path.absolute()), self.run_dir):
+            return restore.weights_only(load_checkpoint(path), path)
+        if restore.is_weights_hand_over(path):
+            return restore.handed_over(load_checkpoint(path), path)
+        raise ConfigError(
+            f"Lightning was about to load '{path}', a checkpoint gptlab did not choose for this "
+            "run (gptlab loads the run's own checkpoints and the one ckpt_path= names). Remove "
+            "it, or give it as ckpt_path= to train on from its weights."
+        )
+
+    def remove_checkpoint(self, path) -> None:
+        if restore.in_checkpoint_dir(str(Path(path).absolute()), self.run_dir):
+            Path(path).unlink()
+        else:
+            log.warning("Not removing '%s': it is not a checkpoint file of this run.", path)

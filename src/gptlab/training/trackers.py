@@ -1,0 +1,110 @@
+"""Publishing a run's results to its experiment trackers at the end of fit: the hyperparameters
+next to the real results, so each tracker compares runs (TensorBoard's HPARAMS tab, MLflow's
+compare view, W&B's runs table); MLflow and W&B also keep the run's config and metrics.json."""
+
+import math
+import os
+import shutil
+from pathlib import Path
+
+import lightning as L
+from lightning.pytorch.loggers import MLFlowLogger, TensorBoardLogger, WandbLogger
+from omegaconf import DictConfig, OmegaConf
+from torch.utils.tensorboard import SummaryWriter
+
+from gptlab.errors import ConfigError
+from gptlab.run import directory
+
+OFFLINE_MODES = ("offline", "disabled", "dryrun")
+
+
+def require_wandb_login(offline: bool) -> None:
+    """logger=wandb needs a W&B login, or its offline mode: checked before any long work, with
+    the fix (W&B itself fails inside the first step, in a traceback)."""
+    if offline or os.environ.get("WANDB_MODE", "").lower() in OFFLINE_MODES:
+        return
+    import wandb
+
+    try:
+        wandb.login(verify=False)  # finds a key (WANDB_API_KEY, ~/.netrc) or asks at a terminal
+    except wandb.errors.UsageError as e:
+        raise ConfigError(
+            f"logger=wandb: W&B has no login here ({e}). Run `wandb login` (or set "
+            "WANDB_API_KEY), or log without an account: WANDB_MODE=offline keeps the run on "
+            "disk and `wandb sync <run dir>/wandb/offline-run-*` uploads it later."
+        ) from None
+
+
+def hparams_of(cfg: DictConfig, metrics: dict, model: dict) -> dict:
+    """The knobs worth comparing runs by, flat and of plain types (`model`: as built)."""
+    params = {
+        **{f"model/{k}": v for k, v in model.items()},
+        **{f"optim/{k}": v for k, v in OmegaConf.to_container(cfg.optim, resolve=True).items()},
+        **{
+            f"data/{k}": cfg.data[k]
+            for k in ("encoding", "compact_vocab", "batch_size", "context_length")
+        },
+        "trainer/max_steps": cfg.trainer.max_steps,
+        "seed": cfg.seed,
+        "num_params": metrics["num_params"],
+    }
+    return {
+        k: (str(v) if isinstance(v, (list, tuple, dict, type(None))) else v)
+        for k, v in params.items()
+        if not k.endswith("_target_")
+    }
+
+
+def run_files(output_dir: Path) -> list[Path]:
+    """What a tracker keeps of the run directory: `.hydra/` (configs, overrides) and
+    metrics.json."""
+    hydra_files = sorted(p for p in (output_dir / directory.HYDRA).rglob("*") if p.is_file())
+    return [*hydra_files, directory.metrics_file(output_dir)]
+
+
+def log_results(trainer: L.Trainer, cfg: DictConfig, metrics: dict, output_dir: Path) -> None:
+    """Hyperparameters next to the real results, so each logger compares runs: TensorBoard's
+    HPARAMS tab, MLflow's compare view, W&B's runs table; MLflow and W&B also keep the run's
+    config and metrics.json."""
+    params = hparams_of(cfg, metrics, trainer.lightning_module.hparams["model"])
+    numbers = {
+        k: float(v)
+        for k, v in metrics.items()
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    }
+    results = {
+        f"hparams/{k}": metrics[k] for k in ("best_val_loss", "best_val_bpb", "final_val_loss")
+    }
+    for logger in trainer.loggers:
+        if isinstance(logger, TensorBoardLogger):  # its own folder: a continued run replaces them
+            hparams_dir = Path(logger.log_dir) / "hparams"
+            if hparams_dir.is_symlink():  # never written through
+                hparams_dir.unlink()
+            shutil.rmtree(hparams_dir, ignore_errors=True)
+            with SummaryWriter(str(hparams_dir)) as writer:
+                writer.add_hparams(params, results, run_name=".")
+        elif isinstance(logger, MLFlowLogger):
+            client, run = logger.experiment, logger.run_id
+            held = client.get_run(run).data.params  # MLflow refuses to change a logged parameter
+            logger.log_hyperparams({k: v for k, v in params.items() if k not in held})
+            logger.log_metrics(numbers, step=trainer.global_step)
+            client.set_tag(run, "gptlab.status", metrics["status"])
+            for path in run_files(output_dir):
+                folder = (
+                    path.parent.relative_to(output_dir)
+                    .as_posix()
+                    .replace(directory.HYDRA, "hydra", 1)
+                )
+                client.log_artifact(run, str(path), None if folder == "." else folder)
+        elif isinstance(logger, WandbLogger):
+            run = logger.experiment
+            run.config.update(params, allow_val_change=True)
+            run.summary.update(
+                {k: v for k, v in metrics.items() if isinstance(v, str) or k in numbers}
+            )
+            for path in run_files(output_dir):
+                run.save(str(path), base_path=str(output_dir), policy="now")
+            run.finish()  # the next job of a sweep in this process starts a W&B run of its own
+        else:
+            logger.log_hyperparams(params)
+            logger.log_metrics(results, step=trainer.global_step)
