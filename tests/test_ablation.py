@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from helpers import check, read_metrics, run_cli
 
-from gptlab.sweep.ablation import add_deltas, verdict, welch
+from gptlab.sweep.ablation import add_deltas, delta_verdict, welch
 from gptlab.sweep.curves import add_time_to_loss, mean_curve
 
 SWEEP = (
@@ -101,8 +101,8 @@ def test_welch_matches_the_textbook_formula():
     assert delta == -3.0
     assert half == pytest.approx(2.7764 * math.sqrt(2 / 3), rel=1e-4)
     assert p == pytest.approx(0.0213, abs=5e-4)
-    assert verdict(delta, p) == "better" and verdict(-delta, p) == "worse"
-    assert verdict(0.01, 0.4) == "not distinguishable"
+    assert delta_verdict(delta, p) == "better" and delta_verdict(-delta, p) == "worse"
+    assert delta_verdict(0.01, 0.4) == "not distinguishable"
     assert welch([1.0, 1.0], [1.0, 1.0])[2] == 1.0  # no spread, equal: alike
     assert welch([1.0, 1.0], [2.0, 2.0])[2] == 0.0  # no spread, different: told apart
 

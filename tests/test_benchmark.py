@@ -21,7 +21,7 @@ from scripts.benchmark.reference import reference_rates
 from scripts.benchmark.report import render
 from scripts.benchmark.runs import best_of, rates, time_to_loss
 from scripts.benchmark.stages import overhead
-from scripts.benchmark.table import TARGETS, all_rows, precision_rows, row, verdict
+from scripts.benchmark.table import TARGETS, all_rows, precision_rows, row, target_verdict
 
 REPO = Path(__file__).resolve().parents[1]
 PRECISION_ROWS = {
@@ -120,10 +120,10 @@ def by_id(rows: list[dict]) -> dict:
     ],
 )
 def test_each_verdict_goes_both_ways(target_id: str, passing: float, failing: float):
-    assert verdict(target_id, passing) == "PASS"
-    assert verdict(target_id, failing) == "FAIL"
-    assert verdict(target_id, None) == "FAIL"  # no number is no pass
-    assert verdict(target_id, math.nan) == "FAIL"
+    assert target_verdict(target_id, passing) == "PASS"
+    assert target_verdict(target_id, failing) == "FAIL"
+    assert target_verdict(target_id, None) == "FAIL"  # no number is no pass
+    assert target_verdict(target_id, math.nan) == "FAIL"
 
 
 def test_the_reference_speedup_target_is_two():
@@ -252,7 +252,7 @@ def test_quick_benchmark_writes_every_row(tmp_path: Path):
         assert isinstance(value, (int, float)) and math.isfinite(value), (row_id, value)
         assert value > 0 or row_id == "lightning_overhead_pct", (row_id, value)
     for target_id in TARGETS:  # each verdict is the one its value gives
-        assert rows[target_id]["status"] == verdict(target_id, rows[target_id]["value"])
+        assert rows[target_id]["status"] == target_verdict(target_id, rows[target_id]["value"])
     assert rows["speedup_vs_reference"]["value"] == pytest.approx(
         rows["gptlab_reference_steps_per_s"]["value"] / rows["reference_loop_steps_per_s"]["value"]
     )

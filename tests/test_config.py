@@ -15,15 +15,18 @@ from omegaconf import MISSING, OmegaConf
 
 from gptlab.config import resolvers
 from gptlab.config.schemas import (
+    DATA_MODULE,
+    TRAINER,
     TRAINER_EXCLUDED,
     TrainSchema,
     omegaconf_type,
     register_configs,
     schema_for,
+    source_schema,
 )
 from gptlab.data.datamodule import GPTDataModule
-from gptlab.model.gpt import GPTConfig
-from gptlab.training.module import OptimConfig
+from gptlab.model.config import GPTConfig
+from gptlab.training.optim_config import OptimConfig
 
 register_configs()  # what composing conf/train.yaml needs
 
@@ -84,36 +87,76 @@ def test_the_model_schema_has_every_field_of_gptconfig_with_its_default():
 def test_the_optim_schema_has_the_optimizer_defaults():
     schema = fields_of(schema_for(OptimConfig))
     defaults = OptimConfig()
-    assert schema["_target_"].default == "gptlab.training.module.OptimConfig"
+    assert schema["_target_"].default == "gptlab.training.optim_config.OptimConfig"
     for field in dataclasses.fields(OptimConfig):
         assert default_of(schema[field.name]) == getattr(defaults, field.name), field.name
     assert schema["betas"].type == list[float]
 
 
-def test_a_class_schema_follows_its_constructor_and_leaves_out_what_gptlab_passes():
-    trainer = fields_of(schema_for(L.Trainer, TRAINER_EXCLUDED))
-    parameters = inspect.signature(L.Trainer.__init__).parameters
-    named = [name for name, p in parameters.items() if p.kind == p.KEYWORD_ONLY]
-    assert set(trainer) == {"_target_", *named} - TRAINER_EXCLUDED
-    assert "callbacks" not in trainer and "logger" not in trainer
-    assert trainer["max_steps"].type is int and trainer["max_steps"].default == -1
-    assert trainer["_target_"].default == "lightning.pytorch.trainer.trainer.Trainer"
+def signature_fields(target: type, exclude=frozenset()) -> dict[str, tuple]:
+    """(type, default) of each constructor argument, from the class itself (inspect): what the
+    schema read from the source must agree with."""
+    parameters = inspect.signature(target.__init__, eval_str=True).parameters
+    return {
+        name: (omegaconf_type(p.annotation), MISSING if p.default is p.empty else p.default)
+        for name, p in list(parameters.items())[1:]
+        if name not in exclude and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    }
 
-    data = fields_of(schema_for(GPTDataModule))
+
+@pytest.mark.parametrize(
+    ("where", "target", "exclude"),
+    [(TRAINER, L.Trainer, TRAINER_EXCLUDED), (DATA_MODULE, GPTDataModule, frozenset())],
+)
+def test_a_schema_read_from_the_source_is_the_classs_real_signature(where, target, exclude):
+    """The Trainer's and the data module's schemas come from their source files (no import):
+    the same names, types and defaults as the imported class's signature."""
+    schema = fields_of(source_schema(*where, "x", exclude))
+    read = {name: (f.type, f.default) for name, f in schema.items() if name != "_target_"}
+    assert read == signature_fields(target, exclude)
+    assert exclude.isdisjoint(schema)
+
+
+def test_the_trainer_and_data_schemas_type_what_overrides_set():
+    trainer = fields_of(source_schema(*TRAINER, "t", TRAINER_EXCLUDED))
+    assert trainer["max_steps"].type is int and trainer["max_steps"].default == -1
+    data = fields_of(source_schema(*DATA_MODULE, "d"))
     assert data["batch_size"].type is int and data["batch_size"].default == 16
     assert data["path"].type == Optional[str]  # noqa: UP045
     assert data["tokenizer"].type is Any
 
 
-def test_a_constructor_argument_without_default_is_mandatory():
-    class Needs:
-        def __init__(self, size: int, name: str = "x", *args, **kwargs):
-            pass
+def test_a_constructor_argument_without_default_is_mandatory(tmp_path, monkeypatch):
+    (tmp_path / "needs_module.py").write_text(
+        "SIZE = 3\n"
+        "class Needs:\n"
+        "    def __init__(self, size: int, name: str = 'x', *args, other: int = SIZE, **kw):\n"
+        "        pass\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    schema = fields_of(source_schema("needs_module", "Needs", "needs_module.Needs"))
+    assert list(schema) == ["_target_", "size", "name", "other"]  # *args, **kwargs left out
+    assert schema["size"].default is MISSING and schema["other"].default == 3
+    structured = OmegaConf.structured(source_schema("needs_module", "Needs", "n"))
+    assert OmegaConf.is_missing(structured, "size")
 
-    schema = fields_of(schema_for(Needs))
-    assert list(schema) == ["_target_", "size", "name"]  # *args, **kwargs left out
-    assert schema["size"].default is MISSING
-    assert OmegaConf.is_missing(OmegaConf.structured(schema_for(Needs)), "size")
+
+def test_the_entry_points_check_a_command_line_without_torch_or_lightning(tmp_path):
+    """A config mistake is reported before the heavy imports: the thin entry points and what
+    composing and checking a command line needs import neither torch nor Lightning."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; import gptlab.cli.train, gptlab.cli.eval, gptlab.cli.generate; "
+        "from gptlab.cli.compose import check_command_line as check\n"
+        "try: check('gptlab-train', ['gptlab-train', 'model.num_head=8'])\n"
+        "except Exception as e: print(e)\n"
+        "print(sorted(m for m in ('torch', 'lightning') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "did you mean num_heads?" in out.stdout and out.stdout.endswith("[]\n")
 
 
 def test_the_top_level_schema_types_the_keys_of_train_yaml():

@@ -13,7 +13,7 @@ from gptlab.sweep.stats import (
     job_values,
     mean_std,
     sort_key,
-    verdict,
+    vs_best_verdict,
     welch_p,
 )
 
@@ -114,12 +114,12 @@ def test_welch_p_without_any_spread_only_equal_means_are_alike():
 
 
 def test_verdict_against_the_best():
-    assert verdict(0, None) == "best"
-    assert verdict(1, None) == "untested (fewer than 2 seeds)"
-    assert verdict(1, 1 - 0.95) == "not distinguishable"  # p >= 1 - confidence
-    assert verdict(2, 0.7) == "not distinguishable"
-    assert verdict(1, 0.0499) == "worse"
-    assert verdict(1, 0.08, confidence=0.9) == "worse"
+    assert vs_best_verdict(0, None) == "best"
+    assert vs_best_verdict(1, None) == "untested (fewer than 2 seeds)"
+    assert vs_best_verdict(1, 1 - 0.95) == "not distinguishable"  # p >= 1 - confidence
+    assert vs_best_verdict(2, 0.7) == "not distinguishable"
+    assert vs_best_verdict(1, 0.0499) == "worse"
+    assert vs_best_verdict(1, 0.08, confidence=0.9) == "worse"
 
 
 def test_jobs_grouped_by_every_knob_but_the_seed_in_the_order_first_seen():

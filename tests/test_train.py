@@ -262,9 +262,9 @@ def test_logger_many_has_both():
         ("data.batch_size=big", "batch_size"),
         ("optim.lrr=1", "lrr"),
         ("seed=abc", "seed"),
-        ("model=schema", "model/schema"),
-        ("model=model_schema", "model/model_schema"),
-        ("model=huge", "model/huge"),
+        ("model=schema", "no option 'schema'"),  # the schemas are not options
+        ("model=model_schema", "no option 'model_schema'"),
+        ("model=huge", "the model group has no option 'huge' (its options: default,"),
         ("trainer.precision=17", "precision"),
         ("num_threads=two", "num_threads"),
     ],
@@ -273,7 +273,25 @@ def test_bad_config_exits_2_with_a_paragraph_and_no_traceback(tmp_path, override
     result = run_main(override, "hydra.run.dir=run", cwd=tmp_path)
     assert result.returncode == 2, result.stderr[-2000:]
     assert key in result.stderr and "Traceback" not in result.stderr
-    assert not (tmp_path / "outputs").exists() or not any((tmp_path / "outputs").rglob("*.ckpt"))
+    assert "+" + override not in result.stderr  # no hint to add a key the schema lacks
+    assert not (tmp_path / "run").exists()  # refused before Hydra made a run directory
+
+
+def test_a_misspelt_key_gets_a_did_you_mean(tmp_path):
+    result = run_main("model.num_head=8", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "model.num_head=8: the model node has no key 'num_head'; did you mean num_heads?" in (
+        result.stderr
+    )
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_a_start_that_fails_leaves_no_directory_behind(tmp_path):
+    """Refused once Hydra has made the run directory (a missing data.path): the stub is removed,
+    and the folders above it that this start made."""
+    result = run_main("data=text_file", "data.path=missing.txt", cwd=tmp_path)
+    assert result.returncode == 2 and "data.path: no file at" in result.stderr
+    assert not (tmp_path / "outputs").exists() or not any((tmp_path / "outputs").iterdir())
 
 
 def test_bad_model_config_fails_before_any_data_work(tmp_path):

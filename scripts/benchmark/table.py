@@ -24,7 +24,7 @@ TARGETS = {  # id: (comparison, threshold, what is compared)
 }
 
 
-def verdict(target_id: str, value) -> str:
+def target_verdict(target_id: str, value) -> str:
     """PASS when `value` meets the target, FAIL when it does not or there is no number."""
     if not isinstance(value, (int, float)) or math.isnan(value):
         return "FAIL"
@@ -38,7 +38,7 @@ def row(row_id: str, name: str, value, unit: str, target_id=None, detail="", err
     if target_id:
         op, threshold, _ = TARGETS[target_id]
         entry["target"] = f"{op} {threshold:g}"
-        entry["status"] = verdict(target_id, value)
+        entry["status"] = target_verdict(target_id, value)
     if error:
         entry["status"] = "ERROR"
         entry["error"] = error

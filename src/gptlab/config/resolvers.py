@@ -1,5 +1,6 @@
-"""The resolvers configs use: a unique run directory, DDP's start method, and the `gptlab.*` names
-that tie the loggers' runs to the run directory."""
+"""The resolvers configs use: a unique run directory, where a start saves its config, DDP's start
+method, and the `gptlab.*` names that tie the loggers' runs to the run directory. Light to import
+(Lightning comes in with the one resolver that needs it): every tool registers them first."""
 
 import functools
 import hashlib
@@ -10,8 +11,6 @@ from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from lightning.fabric.utilities.rank_zero import rank_zero_only
-from lightning.pytorch.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
 from omegaconf import OmegaConf
 
 from gptlab.exits import BAD_INPUT
@@ -21,7 +20,7 @@ from gptlab.run import directory, ownership
 def unique_dir(path: str) -> str:
     """`path`, or `path_1`, `path_2`, ...: the first that did not exist, claimed by creating it, so
     two runs started in the same second get one each (other ranks of a SLURM job share rank 0's)."""
-    if rank_zero_only.rank > 0:
+    if process_rank() > 0:
         return path
     candidate = Path(path)
     for n in itertools.count(1):
@@ -82,6 +81,8 @@ def start_subdir_of(output_dir: str) -> str | None:
 def ddp_start_method() -> str:
     """How DDP starts its ranks: spawn (each job of a `-m` sweep its own; re-running the command
     line would re-run the sweep), popen where SLURM or torchrun already started one per rank."""
+    from lightning.pytorch.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
+
     return "popen" if SLURMEnvironment.detect() or TorchElasticEnvironment.detect() else "spawn"
 
 

@@ -2,27 +2,33 @@
 
 A group's schema is a dataclass derived from its target's signature, stored outside the groups
 (`model_schema`, ...) for their YAML files to extend: a mistyped key or a wrong type fails when
-Hydra composes the config."""
+Hydra composes the config. Deriving them imports nothing heavy, so a tool checks a command line
+before torch and Lightning load: the dataclass configs (GPTConfig, OptimConfig) are plain Python,
+and the data module's and the Trainer's signatures are read from their source files with `ast`
+(tests/test_config.py holds each against the class's real signature)."""
 
+import ast
 import dataclasses
-import inspect
+import importlib.util
 import types
 import typing
+from pathlib import Path
 from typing import Any, Optional, Union
 
-import lightning as L
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 from gptlab.config import resolvers as r
-from gptlab.data.datamodule import GPTDataModule
-from gptlab.model.gpt import GPTConfig
-from gptlab.training.module import OptimConfig
+from gptlab.model.config import GPTConfig
+from gptlab.training.optim_config import OptimConfig
 from hydra_plugins.gptlab_optuna_sweeper import register as register_optuna_sweeper
 
 PRIMITIVES = (int, float, bool, str)
+BY_NAME = {t.__name__: t for t in PRIMITIVES}
 # Passed to the Trainer by gptlab itself, from the callbacks/ and logger/ groups.
 TRAINER_EXCLUDED = {"callbacks", "logger"}
+DATA_MODULE = ("gptlab.data.datamodule", "GPTDataModule")
+TRAINER = ("lightning.pytorch.trainer.trainer", "Trainer")
 
 
 @dataclasses.dataclass
@@ -59,24 +65,97 @@ def omegaconf_type(annotation: Any) -> Any:
     return Any
 
 
-def schema_for(target: type, exclude: set[str] = frozenset()) -> type:
-    """A dataclass with `_target_` plus one typed field per constructor argument of `target`."""
+def schema_for(target: type) -> type:
+    """A dataclass with `_target_` plus one typed field per field of the dataclass `target`."""
     fields = [
         ("_target_", str, dataclasses.field(default=f"{target.__module__}.{target.__qualname__}"))
     ]
-    if dataclasses.is_dataclass(target):
-        hints = typing.get_type_hints(target)
-        for f in dataclasses.fields(target):
-            default = dataclasses.field(default=f.default, default_factory=f.default_factory)
-            fields.append((f.name, omegaconf_type(hints[f.name]), default))
-    else:
-        signature = inspect.signature(target.__init__, eval_str=True)
-        for name, p in list(signature.parameters.items())[1:]:
-            if name in exclude or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-                continue
-            default = MISSING if p.default is p.empty else p.default
-            fields.append((name, omegaconf_type(p.annotation), dataclasses.field(default=default)))
+    hints = typing.get_type_hints(target)
+    for f in dataclasses.fields(target):
+        default = dataclasses.field(default=f.default, default_factory=f.default_factory)
+        fields.append((f.name, omegaconf_type(hints[f.name]), default))
     return dataclasses.make_dataclass(f"{target.__name__}Schema", fields)
+
+
+def union_members(node: ast.expr) -> list[ast.expr] | None:
+    """The members of `A | B`, `Optional[A]` or `Union[A, B]` as written; None for anything else."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+        return [*(union_members(node.left) or [node.left]), node.right]
+    if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name):
+        inner = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        if node.value.id == "Optional":
+            return [*inner, ast.Constant(None)]
+        if node.value.id == "Union":
+            return list(inner)
+    return None
+
+
+def annotation_type(node: ast.expr | None) -> Any:
+    """omegaconf_type for an annotation as the source writes it."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):  # a string annotation
+        node = ast.parse(node.value, mode="eval").body
+    if isinstance(node, ast.Name):
+        return BY_NAME.get(node.id, Any)
+    members = union_members(node) if node is not None else None
+    if members is not None:
+        rest = [m for m in members if not (isinstance(m, ast.Constant) and m.value is None)]
+        if len(rest) == len(members) - 1 and len(rest) == 1 and annotation_type(rest[0]) is not Any:
+            return Optional[annotation_type(rest[0])]  # noqa: UP045 - OmegaConf wants it
+        return Any
+    if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name):
+        if node.value.id in ("list", "List") and annotation_type(node.slice) in PRIMITIVES:
+            return list[annotation_type(node.slice)]
+    return Any
+
+
+def source_of(module: str) -> Path:
+    """A module's source file, found without importing it or its packages."""
+    top, *rest = module.split(".")
+    origin = Path(importlib.util.find_spec(top).origin)  # a package's __init__.py, or a file
+    if not rest:
+        return origin
+    path = origin.parent.joinpath(*rest)
+    return path.with_suffix(".py") if path.with_suffix(".py").is_file() else path / "__init__.py"
+
+
+def constructor_fields(module: str, name: str) -> list[tuple[str, Any, Any]]:
+    """(name, OmegaConf type, default or MISSING) of each argument of `name.__init__` in
+    `module`'s source; a default that names a constant of the module is that constant."""
+    tree = ast.parse(source_of(module).read_text())
+    constants = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            try:
+                constants[getattr(node.targets[0], "id", "")] = ast.literal_eval(node.value)
+            except ValueError:
+                pass
+    [cls] = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name]
+    [init] = [n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"]
+    args = init.args
+    positional = args.args[1:]  # not self
+    defaults = [MISSING] * (len(positional) - len(args.defaults)) + list(args.defaults)
+    pairs = [
+        *zip(positional, defaults, strict=True),
+        *zip(args.kwonlyargs, args.kw_defaults, strict=True),
+    ]
+    fields = []
+    for arg, default in pairs:
+        if isinstance(default, ast.Name) and default.id in constants:
+            value = constants[default.id]
+        else:
+            value = MISSING if default in (MISSING, None) else ast.literal_eval(default)
+        fields.append((arg.arg, annotation_type(arg.annotation), value))
+    return fields
+
+
+def source_schema(module: str, name: str, target: str, exclude: set[str] = frozenset()) -> type:
+    """A dataclass with `_target_` plus one typed field per constructor argument of the class
+    `module.name`, read from its source (see the module's docstring)."""
+    fields = [("_target_", str, dataclasses.field(default=target))]
+    for arg, kind, default in constructor_fields(module, name):
+        if arg not in exclude:
+            fields.append((arg, kind, dataclasses.field(default=default)))
+    return dataclasses.make_dataclass(f"{name}Schema", fields)
 
 
 def register_configs() -> None:
@@ -85,8 +164,9 @@ def register_configs() -> None:
     register_optuna_sweeper()  # an editable install hides it from Hydra's plugin scan
     cs = ConfigStore.instance()
     cs.store(name="train_schema", node=TrainSchema)
-    cs.store(name="data_schema", node=schema_for(GPTDataModule))
+    cs.store(name="data_schema", node=source_schema(*DATA_MODULE, ".".join(DATA_MODULE)))
     cs.store(name="model_schema", node=schema_for(GPTConfig))
     cs.store(name="optim_schema", node=schema_for(OptimConfig))
-    cs.store(name="trainer_schema", node=schema_for(L.Trainer, TRAINER_EXCLUDED))
+    trainer = source_schema(*TRAINER, "lightning.pytorch.trainer.trainer.Trainer", TRAINER_EXCLUDED)
+    cs.store(name="trainer_schema", node=trainer)
     r.register()

@@ -22,7 +22,7 @@ from omegaconf.errors import OmegaConfBaseException
 from gptlab.data.datamodule import GPTDataModule
 from gptlab.errors import ConfigError
 from gptlab.model.gpt import GPTConfig
-from gptlab.training.module import OptimConfig
+from gptlab.training.optim_config import OptimConfig
 
 # What a `_target_` may name: a class from these packages that is one of these kinds.
 TRUSTED_PACKAGES = ("gptlab", "lightning", "torch")

@@ -17,6 +17,7 @@ gptlab.run.ownership's.
 
 import os
 import secrets
+import shutil
 import time
 from pathlib import Path
 
@@ -34,6 +35,8 @@ CONFIG_TREE = "config_tree.log"
 SAVED_CONFIG = "config.yaml"
 SAVED_OVERRIDES = "overrides.yaml"
 MULTIRUN = "multirun.yaml"
+MANIFEST = "manifest.json"
+HYDRA_FILES = ("config.yaml", "hydra.yaml", "overrides.yaml")
 # Folders gptlab writes into: a symlink there would take the writes out, so it is refused.
 FOLDERS = (CHECKPOINTS, HYDRA, "tensorboard")
 # A Hydra job of a SLURM job that was requeued: it continues its run like resume= does.
@@ -128,3 +131,29 @@ def refuse_fresh_run_over(run_dir: str | Path) -> None:
             f"resume={run_dir}`, or start a new run in a new directory (drop hydra.run.dir, or "
             "give one that does not hold a run)."
         )
+
+
+def is_stub(run_dir: Path) -> bool:
+    """Nothing but what a start writes before its first step: its saved config (.hydra/), its
+    log and its manifest."""
+    hydra = run_dir / HYDRA
+    if not run_dir.is_dir() or run_dir.is_symlink() or hydra.is_symlink():
+        return False
+    saved = sorted(p.name for p in hydra.iterdir()) if hydra.is_dir() else []
+    others = [p for p in run_dir.iterdir() if p.name not in (HYDRA, MANIFEST)]
+    logs = all(p.suffix == ".log" and p.is_file() and not p.is_symlink() for p in others)
+    return logs and set(saved) <= set(HYDRA_FILES)
+
+
+def remove_stub(run_dir: str | Path, stop: str | Path) -> None:
+    """Remove a failed start's run directory when it is a stub (never one that holds a run), and
+    the folders above it that are left empty, up to `stop` (./outputs)."""
+    run_dir = Path(run_dir)
+    if not is_stub(run_dir):
+        return
+    shutil.rmtree(run_dir)
+    stop = Path(stop).resolve()
+    for parent in run_dir.resolve().parents:
+        if parent == stop or not parent.is_relative_to(stop) or any(parent.iterdir()):
+            break
+        parent.rmdir()

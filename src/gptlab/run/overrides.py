@@ -17,7 +17,13 @@ KEYWORDS = ("true", "false", "null")
 
 def override_key(override: str) -> str:
     """`+model.x=1` -> `model.x`"""
-    return str(override).split("=", 1)[0].lstrip("+~")
+    return split_override(override)[0]
+
+
+def split_override(override: str) -> tuple[str, str]:
+    """`+model.x=1` -> (`model.x`, `1`): the key without its `+`/`~`, and the value as written."""
+    key, _, value = str(override).partition("=")
+    return key.lstrip("+~"), value
 
 
 def quote(text: str) -> str:

@@ -30,13 +30,13 @@ from gptlab import files
 from gptlab.errors import ConfigError
 from gptlab.run import directory
 
-MANIFEST = "manifest.json"
+MANIFEST = directory.MANIFEST
 KEY_FILE = "GPTLAB_KEY_FILE"
 FORMAT = 1
 RUN = "run"
 SWEEP = "sweep"
 STUDY = "optuna.db"
-HYDRA_FILES = ("config.yaml", "hydra.yaml", "overrides.yaml")
+HYDRA_FILES = directory.HYDRA_FILES
 TRACKER_FOLDER = "wandb"  # W&B keeps links of its own there (latest-run, debug logs)
 
 

@@ -12,7 +12,6 @@ import logging
 import os
 from pathlib import Path
 
-from lightning.fabric.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig
 
 from gptlab import files
@@ -153,6 +152,8 @@ def checkpoint_to_continue(cfg: DictConfig, output_dir: Path) -> tuple[str | Non
     the run directory's own last checkpoint is continued whole when this start continues the run
     in place (resume=, a sweep's resume=, a SLURM requeue), after checking it is own; else
     (None, False): a fresh start, refused when the directory already holds a run."""
+    from lightning.fabric.utilities.rank_zero import rank_zero_only
+
     if cfg.ckpt_path:
         return str(find_checkpoint(cfg.ckpt_path, prefer=directory.LAST)), False
     if directory.continues(output_dir, cfg.resume):

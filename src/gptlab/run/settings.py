@@ -35,7 +35,7 @@ def replay_override(override, sweep: bool = False) -> tuple[str | None, str | No
     (None, None) for what says how the run was started (resume, ckpt_path)."""
     if not isinstance(override, str) or "=" not in override:
         return None, str(override)
-    key, raw = override.split("=", 1)
+    key, raw = override.split("=", 1)  # the key as written: `+key` and `~key` are refused
     if key in NOT_REPLAYED:
         return None, None
     parts = key.split(".")

@@ -39,7 +39,7 @@ def welch(a: list[float], b: list[float]) -> tuple[float, float | None, float | 
     return delta, welch_half_width(a, b), welch_p(a, b)
 
 
-def verdict(delta: float, p: float | None) -> str:
+def delta_verdict(delta: float, p: float | None) -> str:
     """Lower loss is better; a difference Welch's test cannot see is no evidence either way."""
     if p is None:
         return "untested (fewer than 2 seeds)"
@@ -84,7 +84,7 @@ def add_deltas(configs: list[dict], baseline: str = BASELINE) -> dict | None:
             if not a or not b:
                 continue
             delta, half, p = welch(a, b) if config is not base else (0.0, None, None)
-            mark = "baseline" if config is base else verdict(delta, p)
+            mark = "baseline" if config is base else delta_verdict(delta, p)
             config[f"{prefix}delta_vs_baseline_mean"] = delta
             config[f"{prefix}delta_vs_baseline_ci95"] = half
             config[f"{prefix}p_vs_baseline"] = p

@@ -93,7 +93,7 @@ def welch_half_width(
     return float(stats.t.ppf(0.5 + confidence / 2, df)) * math.sqrt(var_a + var_b)
 
 
-def verdict(rank: int, p: float | None, confidence: float = CONFIDENCE) -> str:
+def vs_best_verdict(rank: int, p: float | None, confidence: float = CONFIDENCE) -> str:
     """A configuration against the best (rank 0, by mean val loss), from Welch's p-value."""
     if rank == 0:
         return "best"

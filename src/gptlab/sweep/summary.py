@@ -11,6 +11,7 @@ from omegaconf import DictConfig
 from gptlab import files
 from gptlab.exits import BAD_INPUT, FAILED
 from gptlab.run import directory, ownership
+from gptlab.run.overrides import split_override
 from gptlab.run.settings import saved_value
 from gptlab.sweep.ablation import BASELINE, summary_extras
 from gptlab.sweep.jobs import job_identity
@@ -22,7 +23,7 @@ from gptlab.sweep.stats import (
     mean_std,
     number,
     sort_key,
-    verdict,
+    vs_best_verdict,
     welch_p,
 )
 from gptlab.sweep.tables import (
@@ -54,7 +55,7 @@ def read_job(job: Path) -> tuple[dict, list[str]]:
         **{column: saved_value(cfg, key) for column, key in PARAMS.items()},
     }
     keys = []
-    for key, _, text in (o.lstrip("+~").partition("=") for o in overrides):
+    for key, text in map(split_override, overrides):
         row[key] = saved_value(cfg, key, text)
         keys.append(key)
     if row["status"] == "ok" and number(row.get("best_val_loss")) is None:
@@ -124,7 +125,7 @@ def aggregate(rows: list[dict], knobs: list[str]) -> list[dict]:
     for rank, config in enumerate(configs):
         p = welch_p(config["_val_loss"], configs[0]["_val_loss"]) if rank else None
         config["p_vs_best"] = p
-        config["vs_best"] = verdict(rank, p) if config["val_loss_mean"] is not None else ""
+        config["vs_best"] = vs_best_verdict(rank, p) if config["val_loss_mean"] is not None else ""
     return configs
 
 

@@ -14,6 +14,7 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
+from gptlab import files
 from gptlab.errors import ConfigError
 from gptlab.exits import BAD_INPUT
 from gptlab.run import ownership
@@ -103,7 +104,7 @@ class GptlabOptunaSweeper(Sweeper):
         space, fixed = search_space([*params, *arguments])
         sampler = self.sampler(space)
         sweep_dir.mkdir(parents=True, exist_ok=True)
-        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+        files.write_text(sweep_dir / "multirun.yaml", OmegaConf.to_yaml(self.config))
         settings["url"] = studies.storage_url(settings["storage"], sweep_dir)
         ownership.record_sweep(sweep_dir, sweeper={k: settings[k] for k in RESUMED})
         ownership.record_study(sweep_dir, is_open=True)  # opening it and each ask write to it
@@ -180,4 +181,4 @@ class GptlabOptunaSweeper(Sweeper):
             front = [{"params": t.params, "values": t.values} for t in study.best_trials]
             results = {"name": "optuna", "solutions": front}
             log.info("Pareto front: %d trials", len(front))
-        OmegaConf.save(OmegaConf.create(results), sweep_dir / "optimization_results.yaml")
+        files.write_text(sweep_dir / "optimization_results.yaml", OmegaConf.to_yaml(results))

@@ -1,0 +1,128 @@
+"""A tool's command line composed the way Hydra is about to compose it, before Hydra runs and
+before any heavy import (schemas and resolvers are light): a mistake (an unknown key or option, a
+wrong type, bad syntax) ends here in one paragraph, with "did you mean" for a misspelt name and
+without Hydra's hint to add the key with `+` (a key the schema lacks is refused later anyway);
+what Hydra builds itself (hydra.callbacks, a sweep's launcher and sweeper) is checked too."""
+
+import argparse
+import difflib
+import re
+from pathlib import Path
+from typing import Any
+
+from gptlab.errors import ConfigError
+
+UNSUPPORTED = {
+    "config_path": "--config-path: the tools read their configs from the package (add a folder "
+    "of configs with --config-dir)",
+    "experimental_rerun": "--experimental-rerun: it unpickles a file, which runs code",
+}
+
+
+def hydra_arguments(argv: list[str]) -> argparse.Namespace | None:
+    """The parts of a Hydra command line that decide its config (Hydra's own flags); None when
+    Hydra will only print (--help, --cfg, --info, ...) and so builds nothing."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("overrides", nargs="*")
+    for flag in ("--help", "-h", "--hydra-help", "--version", "--resolve", "--run", "-r"):
+        parser.add_argument(flag, action="store_true")
+    parser.add_argument("--multirun", "-m", action="store_true")
+    parser.add_argument("--shell-completion", "-sc", action="store_true")
+    for flags in (("--cfg", "-c"), ("--package", "-p"), ("--config-path", "-cp")):
+        parser.add_argument(*flags)
+    for flags in (("--config-name", "-cn"), ("--config-dir", "-cd"), ("--experimental-rerun",)):
+        parser.add_argument(*flags)
+    parser.add_argument("--info", "-i", nargs="?", const="all")
+    args, unknown = parser.parse_known_args(argv[1:])
+    prints = args.help or args.hydra_help or args.version or args.shell_completion
+    return None if unknown or prints or args.cfg or args.info else args  # Hydra refuses unknown
+
+
+def compose(tool: str, args: argparse.Namespace, overrides: list[str]) -> tuple[Any, Exception]:
+    """(the config with its hydra node, None) as Hydra composes `overrides` for this command
+    line, through Hydra's public compose API and config loader; (None, the error) when it
+    cannot."""
+    from hydra import initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.types import RunMode
+
+    if args.config_dir:
+        overrides = [*overrides, f"hydra.searchpath=[file://{Path(args.config_dir).resolve()}]"]
+    name = args.config_name or tool.removeprefix("gptlab-")  # gptlab-eval: conf/eval.yaml
+    GlobalHydra.instance().clear()
+    errors = []
+    try:
+        with initialize_config_module("gptlab.conf", version_base="1.3"):
+            loader = GlobalHydra.instance().config_loader()
+            modes = [RunMode.MULTIRUN] if args.multirun else [RunMode.RUN, RunMode.MULTIRUN]
+            for mode in modes:  # a config may ask for a multirun itself (hydra.mode=MULTIRUN)
+                try:
+                    return loader.load_configuration(name, overrides, run_mode=mode), None
+                except Exception as e:  # noqa: BLE001 - Hydra's errors, explained below
+                    errors.append(e)
+    finally:
+        GlobalHydra.instance().clear()
+    return None, errors[0]
+
+
+def did_you_mean(name: str, candidates) -> str:
+    close = difflib.get_close_matches(name, [str(c) for c in candidates], n=3, cutoff=0.6)
+    return f"; did you mean {' or '.join(close)}?" if close else ""
+
+
+def unknown_key(tool: str, args: argparse.Namespace, key: str) -> str:
+    """What the config holds where `key` was not found: a suggestion from its neighbours."""
+    from omegaconf import OmegaConf
+
+    others = [o for o in args.overrides if not o.lstrip("+~").startswith(f"{key}=")]
+    cfg, _ = compose(tool, args, others)
+    parent, _, leaf = key.rpartition(".")
+    node = OmegaConf.select(cfg, parent) if cfg is not None and parent else cfg
+    keys = list(node.keys()) if OmegaConf.is_dict(node) else []
+    where = f"the {parent} node" if parent else "the top level"
+    return f"{where} has no key {leaf!r}{did_you_mean(leaf, keys)}"
+
+
+def explain(tool: str, args: argparse.Namespace, error: Exception) -> str:
+    """Hydra's composition error as one paragraph naming the override and the way out."""
+    text = str(error)
+    missing = re.search(r"Could not override '([^']+)'", text)
+    option = re.search(r"Could not find '([^'/]+)/([^']+)'", text)
+    if missing and type(error.__cause__).__name__ == "ConfigAttributeError":
+        override = next((o for o in args.overrides if missing.group(1) in o), missing.group(1))
+        reason = unknown_key(tool, args, missing.group(1))
+    elif option:
+        group, choice = option.groups()
+        listed = re.findall(r"^\t(\S+)$", text.split("Config search path")[0], re.M)
+        override = f"{group}={choice}"
+        reason = f"the {group} group has no option {choice!r}{did_you_mean(choice, listed)}"
+        reason += f" (its options: {', '.join(listed)})" if listed else ""
+    else:
+        cause = error.__cause__ or error
+        quoted = re.findall(r"'([^']+)'", text) + [text]
+        override = next((o for o in args.overrides for q in quoted if q in o or o in q), None)
+        reason = " ".join(str(cause).split("\n")[0].split()).rstrip(".")
+    end = "" if reason.endswith("?") else "."
+    return (
+        f"{override or 'the command line'}: {reason}{end} `{tool} --help` lists the groups, "
+        "options and keys."
+    )
+
+
+def check_command_line(tool: str, argv: list[str]) -> None:
+    """Compose the command line as Hydra will and check what Hydra builds itself; a ConfigError
+    (one paragraph) for anything wrong. A command line Hydra will only print passes."""
+    args = hydra_arguments(argv)
+    if args is None:
+        return
+    for key, reason in UNSUPPORTED.items():
+        if getattr(args, key):
+            raise ConfigError(f"{reason}; it is not supported. Give the overrides instead.")
+    cfg, error = compose(tool, args, list(args.overrides))
+    if cfg is None:
+        raise ConfigError(explain(tool, args, error))
+    from hydra.types import RunMode
+
+    from gptlab.config.trust import check_hydra_node
+
+    check_hydra_node(cfg, args.multirun or cfg.hydra.mode == RunMode.MULTIRUN)
