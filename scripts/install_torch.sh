@@ -31,8 +31,10 @@ if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
     exec "${pip[@]}" "torch==$version"
 fi
 echo "install_torch: no GPU: torch $version, CPU build, from download.pytorch.org/whl/cpu"
+# that index alone (it holds torch's dependencies too): with PyPI beside it, an unreachable CPU
+# index would quietly give PyPI's CUDA build
 if "${pip[@]}" --timeout 15 --retries 1 --index-url https://download.pytorch.org/whl/cpu \
-        --extra-index-url https://pypi.org/simple "torch==$version"; then
+        "torch==$version"; then
     exit 0
 fi
 cat >&2 <<EOF
