@@ -12,7 +12,7 @@
 #
 # For each training run it prints tokens/s and MFU from the run's metrics.json (tokens_per_sec,
 # mfu: "n/a" where the device's peak is unknown, e.g. on CPU), and the steady rate: the median
-# of the run's logged train/tokens_per_sec over its second half (metrics.json's rate counts the
+# of the run's logged vitals/tokens_per_sec over its second half (metrics.json's rate counts the
 # first steps too, which carry torch.compile's compilation and CUDA's warm-up). For generation:
 # tokens/s from gptlab-generate's log. A compact table comes at the end; the exit code is 1 if
 # any step failed (every step still runs; generation needs the default run's checkpoint).
@@ -139,13 +139,13 @@ def fmt(value, digits=0):
 
 
 def steady_rate(run_dir: Path):
-    """Median of the logged train/tokens_per_sec over the run's second half (None: none logged)."""
+    """Median of the logged vitals/tokens_per_sec over the run's second half (None: none logged)."""
     try:
         from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
         acc = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"scalars": 0})
         acc.Reload()
-        values = [e.value for e in acc.Scalars("train/tokens_per_sec")]
+        values = [e.value for e in acc.Scalars("vitals/tokens_per_sec")]
     except Exception:  # no TensorBoard events, no such tag
         return None
     return statistics.median(values[len(values) // 2:]) if values else None

@@ -113,6 +113,23 @@ def scalars(log_dir: Path) -> dict[str, list[tuple[int, float]]]:
     return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
 
 
+def tensorboard_runs(log_dir: Path) -> list[str]:
+    """The TensorBoard runs under log_dir as TensorBoard names them (folders of event files)."""
+    from tensorboard.backend.event_processing.event_multiplexer import EventMultiplexer
+
+    return sorted(EventMultiplexer().AddRunsFromDirectory(str(log_dir)).Runs())
+
+
+@contextlib.contextmanager
+def umask(mask: int):
+    """This process's umask (and so that of the processes it starts) inside the block."""
+    previous = os.umask(mask)
+    try:
+        yield
+    finally:
+        os.umask(previous)
+
+
 def own_copy(run_dir: Path, place: Path) -> Path:
     """A copy of an own run directory that is the user's own at its new place too: copied, then
     signed for that place with this session's key, as if gptlab had trained it there (a copy

@@ -233,7 +233,7 @@ EDITS = [
     "metrics",
     "manifest",
     "train.log",
-    "tensorboard/hparams",
+    "tensorboard/events.out.tfevents.1.host.0.hparams",  # the HPARAMS file a start replaces
     ".hydra/resume-2026-01-01_00-00-00",
     "checkpoints/.last.ckpt.tmp",
 ]

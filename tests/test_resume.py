@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
 import shutil
 import signal
 import subprocess
@@ -100,10 +101,19 @@ def test_resume_applies_new_overrides_on_top(tmp_path, uninterrupted):
     proc.send_signal(signal.SIGINT)  # Ctrl-C: same graceful stop
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err[-3000:]
-    check(run_cli(f"resume={run_dir}", "trainer.max_steps=150", cwd=tmp_path))
+    result = check(run_cli(f"resume={run_dir}", "trainer.max_steps=150", cwd=tmp_path))
     assert read_metrics(run_dir)["steps"] == 150
-    # TensorBoard's HPARAMS tab shows the latest start's hyperparameters, not the first one's
-    acc = EventAccumulator(str(run_dir / "tensorboard" / "hparams"))
+    # the progress bar counts to its total from where the run stopped, with an ETA (not `100/?`)
+    bars = [line for line in re.split(r"[\r\n]", result.stdout) if line.startswith("Training")]
+    assert re.search(r"\| 1[0-4]\d/150 \[\d\d:\d\d<\d\d:\d\d", "\n".join(bars)), bars[-3:]
+    assert bars and all("/150" in bar for bar in bars[1:])  # after Lightning's first `0/?`
+    # and nothing from Lightning about the run's own checkpoints/ being there, or its noise
+    assert "exists and is not empty" not in result.stderr
+    assert "Trainer already configured with model summary" not in result.stderr
+    # TensorBoard's HPARAMS tab shows the latest start's hyperparameters, not the first one's:
+    # the run's own, in its one HPARAMS event file (TensorBoard keeps the first it reads)
+    assert len(list((run_dir / "tensorboard").glob("*tfevents*.hparams"))) == 1
+    acc = EventAccumulator(str(run_dir / "tensorboard"))
     acc.Reload()
     content = acc.PluginTagToContent("hparams")["_hparams_/session_start_info"]
     session = plugin_data_pb2.HParamsPluginData.FromString(content).session_start_info

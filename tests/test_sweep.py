@@ -15,13 +15,14 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import BIN, check, read_metrics, run_cli, run_main, scalars
+from helpers import BIN, check, read_metrics, run_cli, run_main, scalars, tensorboard_runs
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
 
 from gptlab.config.schemas import register_configs
+from gptlab.run import directory
 from gptlab.sweep import jobs as sweep
 from gptlab.sweep.jobs import sweep_job
 from gptlab.sweep.summary import aggregate, collect, failure_message, write_summary
@@ -96,14 +97,19 @@ def test_summary_has_one_row_a_job_sorted_by_val_loss(grid):
 
 
 def test_tensorboard_compares_every_job_with_real_hparams(grid):
+    """One TensorBoard run a job, named by what the sweep varies; its HPARAMS in that run."""
     sweep, _ = grid
+    assert tensorboard_runs(sweep) == [
+        f"{i}/tensorboard/heads={h},blocks={b}"
+        for i, (h, b) in enumerate([(1, 1), (1, 2), (2, 1), (2, 2)])
+    ]
     for job in job_dirs(sweep):
         cfg = OmegaConf.load(job / ".hydra" / "config.yaml")
         best = read_metrics(job)["best_val_loss"]
-        assert scalars(job / "tensorboard" / "hparams")["hparams/best_val_loss"][-1][
-            1
-        ] == pytest.approx(best, rel=1e-5)
-        acc = EventAccumulator(str(job / "tensorboard" / "hparams"))
+        run = directory.tensorboard_run(job)
+        assert run.name == f"heads={cfg.model.num_heads},blocks={cfg.model.num_blocks}"
+        assert scalars(run)["val_results/best_loss"][-1][1] == pytest.approx(best, rel=1e-5)
+        acc = EventAccumulator(str(run))
         acc.Reload()
         content = acc.PluginTagToContent("hparams")
         session = plugin_data_pb2.HParamsPluginData.FromString(
@@ -545,5 +551,7 @@ def test_a_sweep_stopped_by_sigterm_continues_with_resume_and_keeps_finished_job
     assert (first.read_bytes(), first.stat().st_mtime_ns) == kept
     assert "Kept job 0" in result.stderr
     assert read_metrics(sweep_dir / "1")["steps"] == 60
+    # the continued job is still one TensorBoard run, under the name its first start gave it
+    assert [p.name for p in (sweep_dir / "1" / "tensorboard").iterdir()] == ["seed=2"]
     assert "Sweep done: 3 jobs, 3 ok, 0 failed." in result.stdout
     assert len(summary_rows(sweep_dir)) == 3

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import gptlab.conf
 import pytest
 import torch
 import yaml
-from helpers import check, read_metrics, run_cli, run_main, scalars
+from helpers import check, read_metrics, run_cli, run_main, scalars, tensorboard_runs, umask
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -51,7 +52,8 @@ def fast_run(tmp_path_factory):
     """One debug=fast training run from a fresh working directory, shared by the checks below."""
     cwd = tmp_path_factory.mktemp("fast")
     run_dir = cwd / "run"
-    result = check(run_cli("debug=fast", f"hydra.run.dir={run_dir}", cwd=cwd))
+    with umask(0o022):  # files for a colleague to read: test_what_a_run_writes_...
+        result = check(run_cli("debug=fast", f"hydra.run.dir={run_dir}", cwd=cwd))
     return run_dir, result
 
 
@@ -95,7 +97,7 @@ def test_best_checkpoint_exists_when_training_ends_before_the_first_validation(t
     assert metrics["steps"] == 7 and metrics["tokens_seen"] == 7 * 8 * 32
     assert metrics["best_val_loss"] == metrics["final_val_loss"]  # the final weights were validated
     val = scalars(run_dir / "tensorboard")["val/loss"]
-    assert [step for step, _ in val] == [6]  # Lightning logs at the 0-based index of the last batch
+    assert [step for step, _ in val] == [7]  # the step metrics.json names (Lightning's is 6)
     assert val[0][1] == pytest.approx(metrics["final_val_loss"], rel=1e-6)
 
 
@@ -135,26 +137,26 @@ def test_metrics_json_is_sane(fast_run):
     )
 
 
-def test_tensorboard_holds_scalars_and_real_hparams(fast_run):
+def test_tensorboard_holds_one_run_with_its_curves_samples_and_hparams(fast_run):
+    """`tensorboard --logdir <run dir>` finds one run: the curves (no `epoch`), the text samples
+    and the HPARAMS with the real results; validations at the steps metrics.json names."""
     run_dir, _ = fast_run
+    assert tensorboard_runs(run_dir) == ["tensorboard"]
     tags = scalars(run_dir / "tensorboard")
-    for tag in (
-        "train/loss",
-        "val/loss",
-        "val/perplexity",
-        "val/bpb",
-        "train/lr/matrices",
-        "train/tokens_per_sec",
-    ):
+    for tag in ("train/loss", "val/loss", "val/perplexity", "val/bpb", "vitals/lr/matrices"):
         assert tags.get(tag), f"missing scalar {tag}; have {sorted(tags)}"
-    val_steps = [step for step, _ in tags["val/loss"]]
-    assert len(val_steps) == 3 and val_steps == sorted(set(val_steps))  # every 10 of 30 steps
-    best = read_metrics(run_dir)["best_val_loss"]
-    hparams_run = scalars(run_dir / "tensorboard" / "hparams")
-    assert hparams_run["hparams/best_val_loss"][-1][1] == pytest.approx(best, rel=1e-5)  # never -1
-
-    acc = EventAccumulator(str(run_dir / "tensorboard" / "hparams"))
+    assert tags.get("vitals/tokens_per_sec") and "epoch" not in tags
+    # TensorBoard shows groups (the tag up to its first /) in order: the losses come first
+    assert sorted({tag.split("/")[0] for tag in tags})[:2] == ["train", "val"]
+    metrics = read_metrics(run_dir)
+    acc = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"tensors": 0})
     acc.Reload()
+    val_steps = [step for step, _ in tags["val/loss"]]
+    assert val_steps == [point[0] for point in metrics["val_curve"]] == [10, 20, 30]
+    assert [event.step for event in acc.Tensors("samples/text_summary")] == val_steps
+    best = metrics["best_val_loss"]
+    assert tags["val_results/best_loss"] == [(30, pytest.approx(best, rel=1e-5))]  # never -1
+
     content = acc.PluginTagToContent("hparams")
     session = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/session_start_info"])
     hparams = session.session_start_info.hparams
@@ -162,7 +164,32 @@ def test_tensorboard_holds_scalars_and_real_hparams(fast_run):
     assert hparams["data/encoding"].string_value == "cl100k_base"
     experiment = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/experiment"])
     metric_tags = {m.name.tag for m in experiment.experiment.metric_infos}
-    assert "hparams/best_val_loss" in metric_tags
+    assert "val_results/best_loss" in metric_tags
+
+
+def test_train_log_has_a_line_per_validation(fast_run):
+    """nanoGPT's line at each validation, in train.log and on the console."""
+    run_dir, result = fast_run
+    line = re.compile(
+        r"step (\d+)/30: train loss (\d+\.\d{4}), val loss (\d+\.\d{4}), val bpb (\d+\.\d{4}), "
+        r"([\d,]+) tokens/s, (\d+:\d\d:\d\d) elapsed$"
+    )
+    found = [m for m in map(line.search, (run_dir / "train.log").read_text().splitlines()) if m]
+    curve = read_metrics(run_dir)["val_curve"]
+    assert [int(m[1]) for m in found] == [point[0] for point in curve]
+    assert [float(m[3]) for m in found] == [round(point[2], 4) for point in curve]
+    assert all(float(m[2]) > 0 and int(m[5].replace(",", "")) > 0 for m in found)
+    assert result.stderr.count("val loss ") >= 3  # the console too
+
+
+def test_what_a_run_writes_is_readable_by_group_and_others_under_umask_022(fast_run):
+    run_dir, _ = fast_run  # trained under umask 022
+    written = [p for p in run_dir.rglob("*") if p.is_file()]
+    names = {p.name for p in written}
+    assert {"metrics.json", "config_tree.log", "train.log", "best.ckpt", "manifest.json"} <= names
+    assert any(".hparams" in name for name in names) and any("tfevents" in n for n in names)
+    modes = {str(p.relative_to(run_dir)): oct(p.stat().st_mode & 0o777) for p in written}
+    assert set(modes.values()) == {"0o644"}, modes
 
 
 def test_the_end_tells_the_user_what_happened(fast_run):

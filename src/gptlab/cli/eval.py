@@ -56,7 +56,10 @@ def evaluate(cfg: DictConfig) -> dict:
 
     from gptlab.data.datamodule import GPTDataModule
     from gptlab.run.checkpoints import find_checkpoint, load_checkpoint, step_of
+    from gptlab.run.logs import route_lightning_logs
     from gptlab.training.loading import module_from
+
+    route_lightning_logs()  # Lightning's messages as the run's, its known noise left out
 
     checkpoint = Path(find_checkpoint(cfg.ckpt_path).absolute())
     run_dir, manifest = own_run(checkpoint)

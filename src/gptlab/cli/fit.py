@@ -4,6 +4,7 @@ Every check of the input runs before the corpus is downloaded or tokenized; bad 
 run with one paragraph naming the key or file, and exit code 2. The command line itself was
 composed and checked before any of this was imported (gptlab.cli.train)."""
 
+import contextlib
 import logging
 import sys
 from pathlib import Path
@@ -13,21 +14,30 @@ import torch
 from lightning.pytorch.callbacks import LearningRateMonitor
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
+from tqdm.contrib.logging import logging_redirect_tqdm
 
 from gptlab.config.trust import build, checked
 from gptlab.exits import code_of_signal
+from gptlab.run import directory
 from gptlab.run.checkpoints import check_architecture, check_weights, load_checkpoint, step_of
 from gptlab.run.checkpoints import weights as checkpoint_weights
-from gptlab.run.logs import route_lightning_logs
+from gptlab.run.logs import own_checkpoint_dir, route_lightning_logs
 from gptlab.run.resume import checkpoint_to_continue
 from gptlab.run.screen import print_first_screen
-from gptlab.sweep.jobs import claim, in_multirun, job_overrides, sweep_dir
+from gptlab.sweep.jobs import (
+    claim,
+    in_multirun,
+    job_overrides,
+    sweep_dir,
+    tensorboard_version,
+)
 from gptlab.training.callbacks import (
     DivergenceGuard,
     FinalValidation,
     GracefulStop,
     RngState,
     RunStats,
+    ValidationStep,
     into_run_dir,
 )
 from gptlab.training.checkpoint_io import RunCheckpointIO
@@ -39,17 +49,26 @@ log = logging.getLogger("gptlab.train")
 
 
 def build_loggers(cfg: DictConfig, resume_step: int | None) -> list:
-    """The logger group's loggers; a resumed TensorBoard log drops steps after the checkpoint."""
+    """The logger group's loggers (TensorBoard's: tensorboard_options)."""
     loggers = []
     for name, node in cfg.logger.items():
         if "_target_" in node:  # an experiment may tune a logger that logger=none removed
             if node._target_.endswith("WandbLogger"):
                 require_wandb_login(offline=bool(node.get("offline")))
-            purge = resume_step is not None and node._target_.endswith("TensorBoardLogger")
-            loggers.append(
-                build(node, f"logger.{name}", **({"purge_step": resume_step} if purge else {}))
-            )
+            extra = {}
+            if node._target_.endswith("TensorBoardLogger"):
+                extra = tensorboard_options(node, resume_step)
+            loggers.append(build(node, f"logger.{name}", **extra))
     return loggers
+
+
+def tensorboard_options(node: DictConfig, resume_step: int | None) -> dict:
+    """A resumed TensorBoard log drops the steps after its checkpoint; a sweep's job is a run
+    named by its settings (version=, unless the config names one)."""
+    options = {} if resume_step is None else {"purge_step": resume_step}
+    folder = Path(str(node.get("save_dir"))) / str(node.get("name", "lightning_logs"))
+    version = None if node.get("version") else tensorboard_version(folder)
+    return {**options, "version": version} if version else options
 
 
 def checkpoint_io_for(output_dir: Path, ckpt_path: str | None, whole: bool) -> RunCheckpointIO:
@@ -72,10 +91,12 @@ def build_callbacks(cfg: DictConfig, resolved: dict, output_dir: Path, with_logg
     if not with_loggers:  # nothing to log the learning rate to (logger=none)
         callbacks = [c for c in callbacks if not isinstance(c, LearningRateMonitor)]
     into_run_dir(callbacks, output_dir)
+    own_checkpoint_dir(directory.checkpoint_dir(output_dir))
     stats = RunStats()
     return [
         *callbacks,
         stats,
+        ValidationStep(),
         FinalValidation(),
         GracefulStop(),
         RngState(),
@@ -124,8 +145,11 @@ def train(cfg: DictConfig) -> float:
         check_weights(module, checkpoint_weights(checkpoint, ckpt_path), ckpt_path)
     if trainer.is_global_zero:
         print_first_screen(OmegaConf.create(resolved), module.model, output_dir, in_multirun())
+    # messages during fit on their own lines above the progress bar (tqdm.write), not glued to it
+    console = logging_redirect_tqdm() if trainer.is_global_zero else contextlib.nullcontext()
     try:
-        trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
+        with console:
+            trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
     except SIGTERMException:
         stop = next(c for c in callbacks if isinstance(c, GracefulStop))
         if trainer.is_global_zero:

@@ -19,7 +19,7 @@ from gptlab.config.schemas import register_configs
 from gptlab.data.tokenizer import Tokenizer
 from gptlab.errors import ConfigError, check_whole_number
 from gptlab.model.gpt import GPT, GPTConfig, sinusoidal_encoding
-from gptlab.run import ownership
+from gptlab.run import directory, ownership
 from gptlab.run.checkpoints import find_checkpoint, load_checkpoint, step_of
 from gptlab.training.loading import module_from
 
@@ -30,6 +30,10 @@ ATTENTION_FIGURES = {
     "masked": "after the causal mask (-inf above the diagonal, grey)",
     "softmax": "after softmax: the attention weights (each row sums to 1)",
 }
+# attention figures: tokens drawn at most, inches a token (an 8-point label fits), inches of labels
+FIGURE_TOKENS = 40
+TOKEN_INCHES = 0.15
+LABEL_INCHES = 1.1
 AXIS_LABEL = str.maketrans({"\n": "\\n", "\t": "\\t", "$": r"\$"})  # `$` would start mathtext
 
 
@@ -202,13 +206,17 @@ def positional_figure(model: GPT) -> Figure:
 
 def attention_figure(trace: dict, tokens: list[str], name: str, block: int) -> Figure:
     """The first window's `name` step, one panel per head on one colour scale; -inf (masked) is
-    grey."""
+    grey. Readable at its own size: 8-point tokens, at most FIGURE_TOKENS of them (the first
+    queries attend to the first keys only, so those rows are whole)."""
     values = trace[name][0].float().numpy()  # [num_heads, T, T]
     num_heads, _, length = values.shape
-    cols = min(num_heads, 4)  # up to 4 heads a row
-    rows = -(-num_heads // 4)
-    panel = min(9.0, 2.2 + 0.14 * length)  # inches per head
-    fig = Figure(figsize=(cols * panel + 1.2, rows * panel + 0.8), layout="constrained")
+    shown = min(length, FIGURE_TOKENS)
+    values = values[:, :shown, :shown]  # [num_heads, shown, shown]
+    panel = max(2.4, TOKEN_INCHES * shown)  # inches per head
+    cols = min(num_heads, 4 if panel <= 3.6 else 2)
+    rows = -(-num_heads // cols)
+    size = (cols * (panel + LABEL_INCHES) + 1.0, rows * (panel + LABEL_INCHES) + 0.6)
+    fig = Figure(figsize=size, layout="constrained")
     finite = values[np.isfinite(values)]
     vmin = float(finite.min())
     vmax = float(finite.max())
@@ -216,18 +224,18 @@ def attention_figure(trace: dict, tokens: list[str], name: str, block: int) -> F
         vmin = 0.0
         vmax = 1.0
     cmap = colormaps["viridis"].with_extremes(bad="lightgrey")  # imshow masks what is not finite
-    fontsize = max(5.0, min(9.0, 200 / length))
     axes = [fig.add_subplot(rows, cols, h + 1) for h in range(num_heads)]
     for h, ax in enumerate(axes):
         image = ax.imshow(values[h], vmin=vmin, vmax=vmax, cmap=cmap, interpolation="nearest")
-        ax.set_title(f"head {h}", fontsize=9)
-        ax.set_xticks(range(length), tokens, rotation=90, fontsize=fontsize)
-        ax.set_xlabel("key (attended to)", fontsize=8)
+        ax.set_title(f"head {h}", fontsize=10)
+        ax.set_xticks(range(shown), tokens[:shown], rotation=90, fontsize=8)
+        ax.set_xlabel("key (attended to)", fontsize=9)
         first = h % cols == 0  # the query tokens once per row
-        ax.set_yticks(range(length), tokens if first else [], fontsize=fontsize)
-        ax.set_ylabel("query" if first else "", fontsize=8)
-    fig.colorbar(image, ax=axes, shrink=0.8)
-    fig.suptitle(f"Block {block}: {ATTENTION_FIGURES[name]}", fontsize=11)
+        ax.set_yticks(range(shown), tokens[:shown] if first else [], fontsize=8)
+        ax.set_ylabel("query" if first else "", fontsize=9)
+    fig.colorbar(image, ax=axes, shrink=0.6)
+    window = f", the window's first {shown} of {length} tokens" if shown < length else ""
+    fig.suptitle(f"Block {block}{window}: {ATTENTION_FIGURES[name]}", fontsize=12)
     return fig
 
 
@@ -284,7 +292,7 @@ def write_to_run(run_dir: str, figures: dict, step: int) -> None:
     except ownership.ForeignDirectory as e:
         log.info("Not writing to '%s' (not a run directory of yours: %s)", run_dir, e)
         return
-    with SummaryWriter(log_dir=str(Path(run_dir) / "tensorboard")) as writer:
+    with SummaryWriter(log_dir=str(directory.tensorboard_run(run_dir))) as writer:
         for stem, fig in figures.items():
             writer.add_figure(f"inspect/{stem}", fig, global_step=step)
     log.info("Also in TensorBoard (IMAGES tab, inspect/*): tensorboard --logdir %s", run_dir)

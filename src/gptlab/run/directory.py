@@ -10,7 +10,7 @@ gptlab.run.ownership's.
     .hydra/            config.yaml, overrides.yaml, hydra.yaml; .hydra/resume-<time>-<random>/
                        for each later start
     checkpoints/       best.ckpt (lowest val/loss), last.ckpt (everything a resume needs)
-    tensorboard/       the curves
+    tensorboard/       the curves: one TensorBoard run (a sweep's job: tensorboard/<its settings>/)
     metrics.json       the results (written at the end of fit)
     train.log, config_tree.log, eval.json
 """
@@ -36,9 +36,10 @@ SAVED_CONFIG = "config.yaml"
 SAVED_OVERRIDES = "overrides.yaml"
 MULTIRUN = "multirun.yaml"
 MANIFEST = "manifest.json"
+TENSORBOARD = "tensorboard"
 HYDRA_FILES = ("config.yaml", "hydra.yaml", "overrides.yaml")
 # Folders gptlab writes into: a symlink there would take the writes out, so it is refused.
-FOLDERS = (CHECKPOINTS, HYDRA, "tensorboard")
+FOLDERS = (CHECKPOINTS, HYDRA, TENSORBOARD)
 # A Hydra job of a SLURM job that was requeued: it continues its run like resume= does.
 RESTART_COUNT = "SLURM_RESTART_COUNT"
 
@@ -53,6 +54,18 @@ def last_checkpoint(run_dir: str | Path) -> Path:
 
 def best_checkpoint(run_dir: str | Path) -> Path:
     return checkpoint_dir(run_dir) / f"{BEST}{CKPT}"
+
+
+def tensorboard_run(run_dir: str | Path) -> Path:
+    """The folder of the run's TensorBoard run: tensorboard/, or the one in it that a sweep's job
+    is named by (gptlab.sweep.jobs.tensorboard_version)."""
+    folder = Path(run_dir) / TENSORBOARD
+    named = (
+        [p for p in folder.iterdir() if p.is_dir() and not p.is_symlink()]
+        if folder.is_dir()
+        else []
+    )
+    return sorted(named)[0] if named else folder
 
 
 def metrics_file(run_dir: str | Path) -> Path:

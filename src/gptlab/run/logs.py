@@ -2,14 +2,35 @@
 run's train.log too), warnings only from other DDP ranks, and Lightning's known noise left out."""
 
 import logging
+import re
 import warnings
+from pathlib import Path
 
 from lightning.fabric.utilities.rank_zero import rank_zero_only
 
+# Lightning's messages that tell a gptlab user nothing, by their exact text
+NOISE = (
+    # adverts for Lightning's cloud services (litlogger, litmodels)
+    re.compile(
+        r"💡 Tip: For seamless cloud (logging and experiment tracking|uploads and versioning)"
+    ),
+    # gptlab's callbacks group configures the model summary on purpose
+    re.compile(
+        r"Trainer already configured with model summary callbacks: \[.*\]\. "
+        r"Skipping setting a default `ModelSummary` callback\.\Z"
+    ),
+    # a limit that is the default (gptlab-eval passes the run's own)
+    re.compile(
+        r"`Trainer\(limit_(train|val|test|predict)_batches=1(\.0)?\)` was configured so "
+        r"(1 batch|100% of the batches)( per epoch)? will be used\.+\Z"
+    ),
+)
 
-def not_an_advert(record: logging.LogRecord) -> bool:
-    """Lightning's rank-zero advert for litlogger is dropped."""
-    return "litlogger" not in record.getMessage()
+
+def not_noise(record: logging.LogRecord) -> bool:
+    """Lightning's known noise (NOISE) is dropped."""
+    message = record.getMessage()
+    return not any(pattern.match(message) for pattern in NOISE)
 
 
 def route_lightning_logs() -> None:
@@ -23,6 +44,13 @@ def route_lightning_logs() -> None:
         for handler in logging.getLogger().handlers:
             handler.setLevel(logging.WARNING)
     rank_zero = logging.getLogger("lightning.pytorch.utilities.rank_zero")
-    rank_zero.addFilter(not_an_advert)  # added once, however many jobs a multirun runs here
+    rank_zero.addFilter(not_noise)  # added once, however many jobs a multirun runs here
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
     warnings.filterwarnings("ignore", message=r"The `srun` command is available")  # a local run
+
+
+def own_checkpoint_dir(path: str | Path) -> None:
+    """No warning from Lightning's ModelCheckpoint that the run's own checkpoints/ "exists and is
+    not empty" (a resume's, a requeue's): a fresh start over another run's is refused before."""
+    text = f"Checkpoint directory {path} exists and is not empty."
+    warnings.filterwarnings("ignore", message=re.escape(text) + r"\Z")

@@ -63,3 +63,15 @@ def sweep_literal(raw: str) -> str | None:
         return single
     parts = [literal(part) for part in raw.split(",")]
     return None if None in parts else ",".join(parts)
+
+
+def short_label(overrides: list[str], sep: str = ",") -> str:
+    """Overrides as a person tells runs apart by: `key=value` with the key's last part, `num_`
+    dropped (`model.num_heads=2 model.d_model=64` -> `heads=2,d_model=64`); the whole key where
+    two would read alike."""
+    pairs = [split_override(o) for o in overrides]
+    short = [key.rsplit(".", 1)[-1].removeprefix("num_") for key, _ in pairs]
+    return sep.join(
+        f"{name if short.count(name) == 1 else key}={value}"
+        for (key, value), name in zip(pairs, short, strict=True)
+    )

@@ -108,13 +108,13 @@ def markdown(configs: list[dict], columns: dict[str, str]) -> list[str]:
     return lines
 
 
-def write_delta_plot(configs: list[dict], base: dict, path: Path) -> None:
+def delta_figure(configs: list[dict], base: dict):
     """Each configuration's delta vs the baseline with its 95% interval, on val and on test."""
     from matplotlib.figure import Figure
 
     rows = [c for c in configs if c.get("delta_vs_baseline_mean") is not None]
     rows.sort(key=lambda c: c["delta_vs_baseline_mean"], reverse=True)
-    fig = Figure(figsize=(7, 0.35 * len(rows) + 1.4), layout="constrained")
+    fig = Figure(figsize=(7, 0.35 * len(rows) + 1.7), layout="constrained")
     ax = fig.subplots()
     ys = range(len(rows))
     for offset, prefix, label in ((-0.15, "", "val"), (0.15, "test_", "test")):
@@ -132,10 +132,11 @@ def write_delta_plot(configs: list[dict], base: dict, path: Path) -> None:
     ax.axvline(0, color="grey", lw=1)
     ax.set_yticks(list(ys), [c["config"].removeprefix("ablation=") for c in rows])
     ax.set_xlabel("loss minus the baseline's (nats; < 0 is better), mean ± 95% CI")
-    if ax.get_legend_handles_labels()[0]:  # no job finished: nothing to label
-        ax.legend(loc="lower right", fontsize=8)
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:  # no job finished: nothing to label; below the axes, never on a point
+        fig.legend(handles, labels, loc="outside lower center", ncols=2, fontsize=8)
     fig.suptitle(f"Against {base['config']} ({base['n_seeds']} seeds each)", fontsize=10)
-    files.save_figure(fig, path, dpi=80)
+    return fig
 
 
 def baseline_section(configs: list[dict], sweep_dir: Path, baseline: str = BASELINE) -> list[str]:
@@ -144,7 +145,7 @@ def baseline_section(configs: list[dict], sweep_dir: Path, baseline: str = BASEL
     base = add_deltas(configs, baseline)
     if base is None:
         return []
-    write_delta_plot(configs, base, sweep_dir / "summary_deltas.png")
+    files.save_figure(delta_figure(configs, base), sweep_dir / "summary_deltas.png", dpi=80)
     ordered = sorted(configs, key=lambda c: number(c.get("delta_vs_baseline_mean")) or 0.0)
     columns = {
         "config": "config",

@@ -8,6 +8,7 @@ import statistics
 from pathlib import Path
 
 from gptlab import files
+from gptlab.run.overrides import short_label
 from gptlab.sweep.stats import number
 
 
@@ -61,27 +62,49 @@ def curve_groups(rows: list[dict], configs: list[dict] | None) -> dict[str, list
         and number(row.get("flops_per_token")) is not None
     }
     if not configs:
-        return {f"job {job}": [row] for job, row in ok.items()}
+        return {job_label(row, list(ok.values())): [row] for row in ok.values()}
     groups = {}
     for config in configs:
         jobs = [ok[job] for job in config["jobs"].split() if job in ok]
         if jobs:
-            groups[config["config"]] = jobs
+            groups[config_label(config["config"])] = jobs
     return groups
+
+
+def config_label(name: str) -> str:
+    """A configuration's name ("model.num_heads=2 model.num_blocks=4") as "heads=2, blocks=4"."""
+    parts = name.split()
+    return short_label(parts, sep=", ") if all("=" in part for part in parts) else name
+
+
+def job_label(row: dict, rows: list[dict]) -> str:
+    """A job by the overrides that set it apart from the others ("heads=2, blocks=4"), its job
+    number where it has none of its own."""
+    mine = str(row.get("overrides", "")).split()
+    shared = set.intersection(*(set(str(o.get("overrides", "")).split()) for o in rows))
+    own = [o for o in mine if o not in shared]
+    return short_label(own, sep=", ") if own else f"job {row['job']}"
 
 
 LINE_STYLES = ("-", "--", ":")
 
 
 def write_curves(rows: list[dict], configs: list[dict] | None, path: Path) -> bool:
-    """summary_curves.png: val loss against wall time and against training FLOPs, one line per
-    configuration (mean over its seeds). False (and no file) when no job has a val curve."""
+    """summary_curves.png (curves_figure), titled by the sweep directory's name. False (and no
+    file) when no job has a val curve."""
+    groups = curve_groups(rows, configs)
+    if groups:
+        figure = curves_figure(groups, bool(configs), path.parent.name)
+        files.save_figure(figure, path, dpi=80)
+    return bool(groups)
+
+
+def curves_figure(groups: dict[str, list[dict]], seeds: bool, title: str):
+    """Val loss against wall time and against training FLOPs, a line per group (curve_groups):
+    a configuration's the mean over its seeds."""
     from matplotlib.figure import Figure
 
-    groups = curve_groups(rows, configs)
-    if not groups:
-        return False
-    fig = Figure(figsize=(11, 4.2), layout="constrained")
+    fig = Figure(figsize=(12.5, 4.2), layout="constrained")
     by_time, by_flops = fig.subplots(1, 2)
     for i, (name, jobs) in enumerate(groups.items()):
         points = mean_curve(jobs)
@@ -91,7 +114,8 @@ def write_curves(rows: list[dict], configs: list[dict] | None, path: Path) -> bo
         by_flops.plot([p[1] for p in points], [p[2] for p in points], **style)
     by_time.set(xlabel="wall seconds since the run's start", ylabel="val loss")
     by_flops.set(xlabel="training FLOPs", ylabel="val loss", xscale="log")
-    by_flops.legend(fontsize=7, loc="upper right")
-    fig.suptitle(f"{path.parent.name}: val loss per second and per FLOP (mean over seeds)")
-    files.save_figure(fig, path, dpi=80)
-    return True
+    handles, labels = by_flops.get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=8, loc="outside right upper")  # beside the data
+    lines = "one line per configuration, the mean over its seeds" if seeds else "one line a job"
+    fig.suptitle(f"{title}: val loss per second and per FLOP ({lines})")
+    return fig

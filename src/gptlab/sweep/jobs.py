@@ -15,7 +15,7 @@ from omegaconf import DictConfig
 from gptlab import files
 from gptlab.errors import ConfigError
 from gptlab.run import directory, ownership
-from gptlab.run.overrides import override_key
+from gptlab.run.overrides import override_key, short_label
 from gptlab.run.settings import NOT_REPLAYED, NOT_REPLAYED_GROUPS, WHERE_KEYS
 from gptlab.sweep.stats import number
 
@@ -64,6 +64,31 @@ def job_identity(overrides: list[str]) -> list[str]:
     """The overrides that decide what a job trains: a job continued by resume=, or started with
     another cache or output directory, is the same job."""
     return [str(o) for o in overrides if trains(str(o))]
+
+
+def swept_overrides() -> list[str]:
+    """This job's overrides that the sweep varies: its identity (job_identity) less what every
+    job of the sweep was given alike (the sweep's command line, in its multirun.yaml)."""
+    saved = files.read_yaml(sweep_dir() / directory.MULTIRUN) if in_multirun() else None
+    for key in ("hydra", "overrides", "task"):  # read as data
+        saved = saved.get(key) if isinstance(saved, dict) else None
+    alike = {str(o) for o in saved} if isinstance(saved, list) else set()
+    return [o for o in job_identity(job_overrides()) if o not in alike]
+
+
+def tensorboard_version(folder: Path) -> str | None:
+    """A sweep job's TensorBoard run, named by what it varies ("heads=2,blocks=4") in
+    `folder` (the logger's save_dir/name), so runs of a sweep are told apart by their settings. A
+    continued job (resume=, a requeue) keeps the name its first start gave. None outside a sweep:
+    a run's own folder is its one TensorBoard run."""
+    if not in_multirun():
+        return None
+    if folder.is_dir() and not folder.is_symlink():
+        named = sorted(p.name for p in folder.iterdir() if p.is_dir() and not p.is_symlink())
+        if named:
+            return named[0]
+    name = short_label(swept_overrides()).replace("/", "_").replace("\\", "_").lstrip(".")[:200]
+    return name or "job"
 
 
 def job_threads(cfg: DictConfig) -> None:

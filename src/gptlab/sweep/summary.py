@@ -14,7 +14,9 @@ from gptlab.run import directory, ownership
 from gptlab.run.overrides import split_override
 from gptlab.run.settings import saved_value
 from gptlab.sweep.ablation import BASELINE, summary_extras
+from gptlab.sweep.horizon import short_horizon, smoke_test_note
 from gptlab.sweep.jobs import job_identity
+from gptlab.sweep.plots import write_plot
 from gptlab.sweep.search import search_summary
 from gptlab.sweep.stats import (
     ci_half_width,
@@ -58,6 +60,7 @@ def read_job(job: Path) -> tuple[dict, list[str]]:
     for key, text in map(split_override, overrides):
         row[key] = saved_value(cfg, key, text)
         keys.append(key)
+    row["_horizon"] = short_horizon(cfg, overrides)  # not a column: for the headline
     if row["status"] == "ok" and number(row.get("best_val_loss")) is None:
         reason = f"diverged: best val loss {row.get('best_val_loss')}"
         row.update(status="failed", reason=reason)
@@ -129,38 +132,6 @@ def aggregate(rows: list[dict], knobs: list[str]) -> list[dict]:
     return configs
 
 
-def write_plot(rows: list[dict], knobs: list[str], configs: list[dict] | None, path: Path) -> None:
-    """Best val loss against the parameter count and each swept knob: ok jobs, configurations'
-    means with their 95% CIs."""
-    from matplotlib.figure import Figure
-
-    ok = [r for r in rows if r["status"] == "ok"]
-    means = [c for c in configs or [] if c["n_seeds"]]
-    panels = ["num_params", *[k for k in knobs if k != "seed"]]
-    fig = Figure(figsize=(4 * len(panels), 3.6), layout="constrained")
-    for ax, panel in zip(fig.subplots(1, len(panels), squeeze=False)[0], panels, strict=True):
-        xs = [item.get(panel) for item in ok + means]
-        if any(number(x) is None for x in xs):  # categories
-            xs = [str(x) for x in xs]
-        losses = [r["best_val_loss"] for r in ok]
-        ax.scatter(xs[: len(ok)], losses, s=12, alpha=0.4 if means else 1.0)
-        ax.errorbar(
-            xs[len(ok) :],
-            [c["val_loss_mean"] for c in means],
-            yerr=[c["val_loss_ci95"] or 0 for c in means],
-            fmt="o",
-            capsize=3,
-            color="C1",
-        )
-        ax.set(
-            xlabel=panel,
-            ylabel="best val loss",
-            xscale="log" if panel == "num_params" else "linear",
-        )
-    fig.suptitle(f"{path.parent.name}: {len(ok)} ok jobs" + (", means ± 95% CI" if means else ""))
-    files.save_figure(fig, path, dpi=80)
-
-
 def headline(rows: list[dict], configs: list[dict] | None, sweep_dir: Path) -> list[str]:
     """What the sweep found, in a few lines: the counts, the best job, the best configuration."""
     ok = [r for r in rows if r["status"] == "ok"]
@@ -170,6 +141,9 @@ def headline(rows: list[dict], configs: list[dict] | None, sweep_dir: Path) -> l
         + (f"{pruned} pruned, " if pruned else "")
         + f"{len(rows) - len(ok) - pruned} failed."
     ]
+    smoke = smoke_test_note(rows)
+    if smoke:
+        head.append(smoke)
     if ok:
         head.append(
             f"Best: job {ok[0]['job']} ({ok[0]['overrides'] or 'no overrides'}): val loss "

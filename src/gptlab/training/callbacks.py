@@ -1,7 +1,9 @@
 """Lightning callbacks (and a checkpoint plugin) around the training loop: checkpoints that
 survive a kill, stops at a step boundary, exact resumes, divergence, throughput, samples."""
 
+import datetime
 import logging
+import math
 import os
 import signal
 import threading
@@ -69,6 +71,15 @@ class FinalValidation(L.Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if trainer.max_steps > 0 and trainer.global_step >= trainer.max_steps:
             trainer.should_stop = True
+
+
+class ValidationStep(L.Callback):
+    """Validation's values at the step they belong to in every logger, as in metrics.json and the
+    text samples: Lightning logs them one step early (before it counts the step that ran before
+    them), unless the logged values hold a `step` (Lightning's way to set the x axis)."""
+
+    def on_validation_epoch_end(self, trainer, pl_module) -> None:
+        pl_module.log("step", float(trainer.global_step), sync_dist=True)
 
 
 class GracefulStop(L.Callback):
@@ -158,9 +169,13 @@ class RunStats(L.Callback):
         self._seconds = 0.0
         # val/loss and val/bpb of the latest validation, its step
         self.last_validation: dict = {}
+        # since the previous validation: the summed train loss (on its device), steps, seconds
+        self._loss_sum: torch.Tensor | None = None
+        self._since = {"steps": 0, "train_seconds": 0.0}
 
     def on_fit_start(self, trainer, pl_module) -> None:
         self._fit_start = time.perf_counter()
+        self._since["train_seconds"] = self.train_seconds  # a resume's: the earlier starts'
         dtype = torch.bfloat16 if "bf16" in str(trainer.precision) else torch.float32
         self.peak_flops = get_available_flops(trainer.strategy.root_device, dtype)
 
@@ -171,12 +186,15 @@ class RunStats(L.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         self._steps += 1
+        loss = outputs["loss"].detach()  # summed where it is: no wait for the device
+        self._loss_sum = loss if self._loss_sum is None else self._loss_sum + loss
+        self._since["steps"] += 1
         if trainer.global_step % trainer.log_every_n_steps == 0:
             self.pause()
             rate = self._steps * self.tokens_per_step / self._seconds
-            pl_module.log("train/tokens_per_sec", rate)
+            pl_module.log("vitals/tokens_per_sec", rate)
             if self.peak_flops:
-                pl_module.log("train/mfu", self.mfu(rate, pl_module, trainer.world_size))
+                pl_module.log("vitals/mfu", self.mfu(rate, pl_module, trainer.world_size))
             self._steps = 0
             self._seconds = 0.0
 
@@ -198,6 +216,26 @@ class RunStats(L.Callback):
         # a resume may validate a step again that the checkpoint's curve already holds
         self.val_curve = [point for point in self.val_curve if point[0] < step]
         self.val_curve.append([step, round(wall, 3), self.last_validation["val/loss"]])
+        line = self.validation_line(trainer, wall)
+        if trainer.is_global_zero:
+            log.info("%s", line)
+
+    def validation_line(self, trainer, wall: float) -> str:
+        """nanoGPT's line per validation: the step, the mean train loss since the previous
+        validation, val loss and bpb, tokens/s of training since then, the run's time so far."""
+        steps = self._since["steps"]
+        seconds = self.train_seconds - self._since["train_seconds"]
+        train = f"{float(self._loss_sum) / steps:.4f}" if steps else "-"
+        rate = steps * self.tokens_per_step / seconds if seconds > 0 else 0.0
+        self._loss_sum = None
+        self._since = {"steps": 0, "train_seconds": self.train_seconds}
+        total = f"/{trainer.max_steps}" if trainer.max_steps > 0 else ""
+        bpb = self.last_validation.get("val/bpb", math.nan)
+        return (
+            f"step {trainer.global_step}{total}: train loss {train}, "
+            f"val loss {self.last_validation['val/loss']:.4f}, val bpb {bpb:.4f}, "
+            f"{rate:,.0f} tokens/s, {datetime.timedelta(seconds=round(wall))} elapsed"
+        )
 
     def pause(self) -> None:
         """End the stretch of training being timed (at a logged rate, a validation, the end)."""

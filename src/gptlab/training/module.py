@@ -55,7 +55,7 @@ class GPTModule(L.LightningModule):
         self.example_input_array = torch.zeros(
             batch_size, self.config.context_length, dtype=torch.long
         )
-        # forward + backward of one batch on one device: ThroughputMonitor and train/mfu read it
+        # forward + backward of one batch on one device: ThroughputMonitor and vitals/mfu read it
         self.flops_per_batch = (
             flops_per_token(self.config) * batch_size * self.config.context_length
         )
@@ -178,7 +178,7 @@ class GPTModule(L.LightningModule):
         scheduler = torch.optim.lr_scheduler.LambdaLR(
             optimizer, lambda _: lr_factor(self.trainer.global_step, self.optim, total_steps)
         )
-        schedule = {"scheduler": scheduler, "interval": "step", "name": "train/lr"}
+        schedule = {"scheduler": scheduler, "interval": "step", "name": "vitals/lr"}
         return {"optimizer": optimizer, "lr_scheduler": schedule}
 
     def sample(

@@ -1,21 +1,54 @@
 """Publishing a run's results to its experiment trackers at the end of fit: the hyperparameters
 next to the real results, so each tracker compares runs (TensorBoard's HPARAMS tab, MLflow's
-compare view, W&B's runs table); MLflow and W&B also keep the run's config and metrics.json."""
+compare view, W&B's runs table); MLflow and W&B also keep the run's config and metrics.json.
+Also the run's TensorBoard logger: one TensorBoard run per training run."""
 
 import math
 import os
-import shutil
 from pathlib import Path
 
 import lightning as L
 from lightning.pytorch.loggers import MLFlowLogger, TensorBoardLogger, WandbLogger
+from lightning.pytorch.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
-from torch.utils.tensorboard import SummaryWriter
+from torch.utils.tensorboard.summary import hparams, scalar
+from torch.utils.tensorboard.writer import FileWriter
 
 from gptlab.errors import ConfigError
 from gptlab.run import directory
 
 OFFLINE_MODES = ("offline", "disabled", "dryrun")
+HPARAMS_EVENTS = ".hparams"  # the suffix of the event file that holds a run's HPARAMS
+# the results beside the hyperparameters: a group TensorBoard lists after train/ and val/
+RESULTS = "val_results"
+
+
+class RunTensorBoardLogger(TensorBoardLogger):
+    """Lightning's TensorBoard logger, one TensorBoard run per training run. No `epoch` scalar
+    (Lightning adds it to every dict it logs; a run is one epoch). The hyperparameters and their
+    results (the HPARAMS tab) go to an event file of their own in the run's folder, replaced at
+    each start's end: TensorBoard keeps the first hyperparameters it reads in a run, so a resumed
+    run shows its latest start's only if the earlier ones are gone."""
+
+    @rank_zero_only
+    def log_metrics(self, metrics: dict, step: int | None = None) -> None:
+        super().log_metrics({k: v for k, v in metrics.items() if k != "epoch"}, step)
+
+    @rank_zero_only
+    def log_hyperparams(self, params, metrics: dict | None = None, step: int | None = None) -> None:
+        if not metrics:  # nothing to compare runs by (Lightning's call at the start)
+            super().log_hyperparams(params, metrics, step)
+            return
+        folder = Path(self.log_dir)
+        earlier = [p for p in folder.glob(f"*tfevents*{HPARAMS_EVENTS}") if p.is_file()]
+        writer = FileWriter(str(folder), filename_suffix=HPARAMS_EVENTS)
+        for summary in hparams(params, metrics):  # experiment, session start, session end
+            writer.add_summary(summary, step)
+        for name, value in metrics.items():
+            writer.add_summary(scalar(name, value), step)
+        writer.close()
+        for path in earlier:
+            path.unlink()
 
 
 def require_wandb_login(offline: bool) -> None:
@@ -73,17 +106,11 @@ def log_results(trainer: L.Trainer, cfg: DictConfig, metrics: dict, output_dir: 
         if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
     }
     results = {
-        f"hparams/{k}": metrics[k] for k in ("best_val_loss", "best_val_bpb", "final_val_loss")
+        f"{RESULTS}/{k.replace('_val', '')}": metrics[k]
+        for k in ("best_val_loss", "best_val_bpb", "final_val_loss")
     }
     for logger in trainer.loggers:
-        if isinstance(logger, TensorBoardLogger):  # its own folder: a continued run replaces them
-            hparams_dir = Path(logger.log_dir) / "hparams"
-            if hparams_dir.is_symlink():  # never written through
-                hparams_dir.unlink()
-            shutil.rmtree(hparams_dir, ignore_errors=True)
-            with SummaryWriter(str(hparams_dir)) as writer:
-                writer.add_hparams(params, results, run_name=".")
-        elif isinstance(logger, MLFlowLogger):
+        if isinstance(logger, MLFlowLogger):
             client, run = logger.experiment, logger.run_id
             held = client.get_run(run).data.params  # MLflow refuses to change a logged parameter
             logger.log_hyperparams({k: v for k, v in params.items() if k not in held})
@@ -105,6 +132,8 @@ def log_results(trainer: L.Trainer, cfg: DictConfig, metrics: dict, output_dir: 
             for path in run_files(output_dir):
                 run.save(str(path), base_path=str(output_dir), policy="now")
             run.finish()  # the next job of a sweep in this process starts a W&B run of its own
+        elif isinstance(logger, TensorBoardLogger):  # RunTensorBoardLogger: into the run itself
+            logger.log_hyperparams(params, metrics=results, step=trainer.global_step)
         else:
             logger.log_hyperparams(params)
             logger.log_metrics(results, step=trainer.global_step)

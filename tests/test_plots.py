@@ -1,0 +1,132 @@
+"""The figures a person reads, drawn by real matplotlib from rows as a sweep's summary holds them:
+tick labels that do not overlap, lines and points named by their settings, legends off the data,
+an attention figure readable at its own size; and a smoke test's summary that says so."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+from gptlab.cli.inspect_model import attention_figure
+from gptlab.sweep.ablation import add_deltas, delta_figure
+from gptlab.sweep.curves import curve_groups, curves_figure
+from gptlab.sweep.horizon import short_horizon
+from gptlab.sweep.plots import summary_figure
+from gptlab.sweep.summary import headline
+
+NAMES = ["baseline", "rope", "rmsnorm", "qk_norm", "relu2", "swiglu", "more_weight_decay", "all"]
+
+
+def drawn(fig):
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    return canvas.get_renderer()
+
+
+def overlapping(labels, renderer) -> list[tuple[str, str]]:
+    """Pairs of shown tick labels whose boxes overlap on the drawn figure."""
+    boxes = [(t.get_text(), t.get_window_extent(renderer)) for t in labels if t.get_text()]
+    return [
+        (a, b)
+        for (a, box_a), (b, box_b) in itertools.combinations(boxes, 2)
+        if box_a.overlaps(box_b)
+    ]
+
+
+def job(i: int, loss: float, **extra) -> dict:
+    return {"job": str(i), "status": "ok", "best_val_loss": loss, **extra}
+
+
+@pytest.mark.parametrize("counts", [[254_048, 266_752], [50_000, 400_000, 3_000_000], [10**6]])
+def test_parameter_count_labels_never_overlap(counts):
+    rows = [job(i, 5.0 - i / 10, num_params=n) for i, n in enumerate(counts)]
+    fig = summary_figure(rows, [], None, "sweep")
+    renderer = drawn(fig)
+    [ax] = fig.axes
+    labels = [*ax.get_xticklabels(), *ax.get_xticklabels(minor=True)]
+    assert [t.get_text() for t in labels if t.get_text()], "no parameter count is labelled"
+    assert overlapping(labels, renderer) == []
+
+
+def test_a_knob_of_names_is_drawn_by_name_in_the_order_of_the_means():
+    rows = [job(i, 5.0 + i / 10, num_params=254_048, ablation=name) for i, name in enumerate(NAMES)]
+    configs = [
+        {"config": f"ablation={row['ablation']}", "ablation": row["ablation"], "n_seeds": 1}
+        | {"val_loss_mean": row["best_val_loss"], "val_loss_ci95": None}
+        for row in rows
+    ]
+    fig = summary_figure(rows, ["ablation", "seed"], configs, "ablation")
+    renderer = drawn(fig)
+    panel = fig.axes[1]
+    assert [t.get_text() for t in panel.get_xticklabels()] == NAMES
+    assert overlapping(panel.get_xticklabels(), renderer) == []
+
+
+def test_curves_are_named_by_their_settings():
+    curve = [[10, 1.0, 5.0], [20, 2.0, 4.5]]
+    rows = [
+        job(
+            i,
+            4.5,
+            overrides=f"debug=fast model.num_heads={h} model.num_blocks={b}",
+            val_curve=curve,
+        )
+        | {"steps": 20, "tokens_seen": 20 * 256, "flops_per_token": 1000}
+        for i, (h, b) in enumerate([(1, 1), (1, 2), (2, 1)])
+    ]
+    groups = curve_groups(rows, None)
+    assert list(groups) == ["heads=1, blocks=1", "heads=1, blocks=2", "heads=2, blocks=1"]
+    fig = curves_figure(groups, seeds=False, title="sweep")
+    drawn(fig)
+    [legend] = fig.legends
+    assert [t.get_text() for t in legend.get_texts()] == list(groups)  # once, not once an axis
+    assert "mean over" not in fig.get_suptitle() and "one line a job" in fig.get_suptitle()
+
+
+def test_the_deltas_legend_lies_outside_the_data():
+    configs = [
+        {
+            "config": f"ablation={name}",
+            "n_seeds": 3,
+            "_val_loss": [4.0 + i / 10 + d for d in (0, 0.01, 0.02)],
+        }
+        for i, name in enumerate(NAMES)
+    ]
+    base = add_deltas(configs)
+    fig = delta_figure(configs, base)
+    renderer = drawn(fig)
+    [ax] = fig.axes
+    [legend] = fig.legends
+    assert not legend.get_window_extent(renderer).overlaps(ax.get_window_extent(renderer))
+    assert [t.get_text() for t in ax.get_yticklabels()] == NAMES[::-1]
+
+
+@pytest.mark.parametrize("length", [16, 64])
+def test_the_attention_figure_is_readable_at_its_own_size(length):
+    """Tokens at 8 points or more, on a figure no wider than a screen at its own 100 dpi."""
+    tokens = [f"token{i}" for i in range(length)]
+    scores = torch.randn(1, 4, length, length)
+    fig = attention_figure({"softmax": scores.softmax(-1)}, tokens, "softmax", block=0)
+    renderer = drawn(fig)
+    width, height = fig.get_size_inches() * 100
+    assert width <= 1600 and height <= 1600
+    for ax in fig.axes[:4]:
+        labels = ax.get_xticklabels()
+        assert min(t.get_fontsize() for t in labels) >= 8
+        assert overlapping(labels, renderer) == []
+    assert ("first 40 of 64 tokens" in fig.get_suptitle()) == (length == 64)
+
+
+def test_a_sweep_of_debug_or_warmup_long_runs_says_it_is_a_smoke_test(tmp_path):
+    real = {"trainer": {"max_steps": 1200}, "optim": {"warmup_steps": 100}}
+    short = {"trainer": {"max_steps": 150}, "optim": {"warmup_steps": 100}}
+    assert short_horizon(real, ["model.num_heads=2"]) is None
+    assert short_horizon(real, ["debug=fast", "model.num_heads=2"]) == "debug=fast"
+    assert short_horizon(short, []) == "150 steps for a 100-step warmup"
+    for horizon, smoke in ((None, False), ("debug=fast", True)):
+        rows = [job(i, 5.0, overrides="", num_params=1, _horizon=horizon) for i in range(2)]
+        head = headline(rows, None, tmp_path)
+        assert any("A smoke test, not a finding" in line for line in head) == smoke
