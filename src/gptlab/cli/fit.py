@@ -123,7 +123,8 @@ def train(cfg: DictConfig) -> float:
     if checkpoint and not whole:
         check_weights(module, checkpoint_weights(checkpoint, ckpt_path), ckpt_path)
     if trainer.is_global_zero:
-        print_first_screen(OmegaConf.create(resolved), module.model, output_dir, in_multirun())
+        first_screen = (OmegaConf.create(resolved), module.model, output_dir, in_multirun())
+        print_first_screen(*first_screen, datamodule=datamodule)
     try:
         trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
     except SIGTERMException:
