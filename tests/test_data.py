@@ -19,8 +19,9 @@ import torch
 
 from gptlab.data import datamodule
 from gptlab.data.corpus import check_url, download, resolve_corpus, sha256_of
-from gptlab.data.datamodule import SALES_TEXTBOOK_SHA256, GPTDataModule, RandomWindowSampler
+from gptlab.data.datamodule import SALES_TEXTBOOK_SHA256, GPTDataModule
 from gptlab.data.tokenizer import Tokenizer
+from gptlab.data.windows import RandomWindowSampler
 from gptlab.errors import ConfigError
 
 B, T = 4, 16  # batch_size, context_length used throughout

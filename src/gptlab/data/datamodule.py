@@ -42,7 +42,6 @@ SPLIT_SIZE = {
     "val": "raise data.val_fraction",
     "test": "raise data.test_fraction",
 }
-__all__ = ["GPTDataModule", "RandomWindowSampler", "Windows"]
 
 
 class GPTDataModule(L.LightningDataModule):

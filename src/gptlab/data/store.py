@@ -105,7 +105,13 @@ def write_store(
     `vocab`: "compact" (the ids that occur), "full" (tiktoken's own), or a checkpoint's list."""
     tmp = temporary_folder(folder)
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    try:
+        tmp.mkdir(parents=True)
+    except OSError as e:
+        raise ConfigError(
+            f"paths.cache_dir: cannot create the token store in '{folder.parent}' "
+            f"({e.strerror}). Point paths.cache_dir (or GPTLAB_CACHE_DIR) at a writable folder."
+        ) from e
     try:
         n_vocab = encoding.max_token_value + 1
         counts = np.zeros(n_vocab, dtype=np.int64)
