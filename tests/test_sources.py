@@ -69,6 +69,7 @@ def test_a_folder_and_a_glob_read_their_files_in_sorted_order(corpora, tmp_path)
     expected = joined_ids([(books / n).read_text(encoding="utf-8") for n in ("a.txt", "b.txt")])
     assert np.array_equal(tokens_of(tmp_path, path=str(books)), expected)
     assert np.array_equal(tokens_of(tmp_path, path=str(books / "*.txt")), expected)
+    assert len(list((tmp_path / "cache").iterdir())) == 1  # the same content: the same store
 
 
 @pytest.mark.parametrize("name", ["docs.jsonl", "docs.jsonl.gz", "docs.parquet"])

@@ -50,7 +50,9 @@ class TokenStore:
 
 
 def store_key(identity: list[dict], encoding: str, vocab_mode: str) -> str:
-    material = {"version": VERSION, "sources": identity, "encoding": encoding, "vocab": vocab_mode}
+    """The sources' content (not where the files lie), the encoding and the vocabulary mode."""
+    content = [{k: v for k, v in source.items() if k != "path"} for source in identity]
+    material = {"version": VERSION, "sources": content, "encoding": encoding, "vocab": vocab_mode}
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
 
 
