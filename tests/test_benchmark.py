@@ -46,6 +46,11 @@ NUMBER_ROWS = {
     "busy_tokens_per_s",
     "busy_quiet_ratio",
     *PRECISION_ROWS,
+    # row 7: --quick judges the book's tokenization in the default run
+    "corpus_tokenize_vs_bare",
+    "corpus_peak_rss_mb",
+    "corpus_store_bytes_per_byte",
+    "corpus_tokens_per_s_vs_book",
 }
 INFO = {
     "cpu_model": "Test CPU",
@@ -71,6 +76,22 @@ def gptlab_run(steps_per_s: float, val_loss: float, steps: int = 100) -> dict:
         "best_val_loss": val_loss,
     }
     return {**rates(metrics), "peak_rss_mb": 700.0, "command_wall_seconds": 60.0}
+
+
+def corpus_size(megabytes: float, bare_s: float, tokenize_s: float, rss: float) -> dict:
+    """What corpus.corpus_size makes of its three processes."""
+    warm = gptlab_run(8.0, 7.0, steps=50) | {"peak_rss_mb": rss}
+    return {
+        "megabytes": megabytes,
+        "bare": {"seconds": bare_s},
+        "cold": warm,
+        "warm": warm,
+        "tokenize_s": tokenize_s,
+        "tokenize_mb_per_s": megabytes / tokenize_s,
+        "tokenize_vs_bare": tokenize_s / bare_s,
+        "store_bytes_per_text_byte": 0.34,
+        "peak_rss_mb": rss,
+    }
 
 
 def measurements(speedup: float = 2.5, busy_ratio: float = 0.6, reached: float | None = 20.0):
@@ -99,6 +120,9 @@ def measurements(speedup: float = 2.5, busy_ratio: float = 0.6, reached: float |
             "reference_wall_s": 400.0,
             "reference_wall_source": "given",
             "default_seconds": reached,
+        },
+        "corpus": {
+            "sizes": [corpus_size(100.3, 10.0, 30.0, 2000.0), corpus_size(400, 40, 44, 900)]
         },
     }
 
@@ -141,6 +165,22 @@ def test_rows_follow_from_the_measurements():
     assert rows["experiment_reference_bf16_vs_fp32"]["value"] == pytest.approx(5.0 / 25.0)
     assert rows["cpu_bf16"]["value"] == "avx512_bf16"
     assert all(rows[t]["status"] == "PASS" for t in TARGETS)
+
+
+def test_corpus_rows_judge_the_largest_size():
+    """The 100 MB size misses every target but is not judged; the 400 MB one is."""
+    rows = by_id(all_rows(measurements(), INFO))
+    assert rows["corpus_tokenize_vs_bare"]["value"] == pytest.approx(1.1)
+    assert rows["corpus_peak_rss_mb"]["value"] == 900
+    assert rows["corpus_100mb_tokenize_vs_bare"]["value"] == pytest.approx(3.0)
+    assert "status" not in rows["corpus_100mb_tokenize_vs_bare"]  # informative
+    assert rows["corpus_400mb_bare_s"]["value"] == 40
+    assert rows["corpus_tokens_per_s_vs_book"]["value"] == pytest.approx(64 * 8.0 / (64 * 8.0))
+    slow = measurements()
+    slow["corpus"]["sizes"][-1] = corpus_size(400, 40, 53, 1600)
+    rows = by_id(all_rows(slow, INFO))
+    assert rows["corpus_tokenize_vs_bare"]["status"] == "FAIL"
+    assert rows["corpus_peak_rss_mb"]["status"] == "FAIL"
 
 
 def test_rows_fail_when_the_measurements_miss_their_targets():
@@ -261,6 +301,7 @@ def test_quick_benchmark_writes_every_row(tmp_path: Path):
     assert "trainer.precision=bf16-mixed" in data["default_run_bf16"]["command"]
     assert "experiment=reference" in data["gptlab_reference"]["command"]
     assert "num_threads" not in data["busy_machine"]["quiet"]["command"]
+    assert data["corpus"]["sizes"][0]["cold"]["run_dir"] == data["default_run"]["run_dir"]
     assert data["busy_machine"]["competitor"]["cores"] > 0
     assert data["reference_loop"]["vocab_size"] == 100_070  # the full cl100k_base vocabulary
     if sys.platform.startswith("linux") and os.confstr("CS_GNU_LIBC_VERSION"):

@@ -17,9 +17,11 @@ import pytest
 import tiktoken
 import torch
 
+from gptlab.data import datamodule
 from gptlab.data.corpus import check_url, download, resolve_corpus, sha256_of
-from gptlab.data.datamodule import SALES_TEXTBOOK_SHA256, GPTDataModule, RandomWindowSampler
+from gptlab.data.datamodule import SALES_TEXTBOOK_SHA256, GPTDataModule
 from gptlab.data.tokenizer import Tokenizer
+from gptlab.data.windows import RandomWindowSampler
 from gptlab.errors import ConfigError
 
 B, T = 4, 16  # batch_size, context_length used throughout
@@ -87,10 +89,8 @@ def test_full_vocab_size_is_tiktokens(corpus_text, cl100k_ids, tmp_path, corpus_
     assert tok.decode(tok.encode(corpus_text)) == corpus_text
     full = make_dm(tmp_path, corpus_path, compact_vocab=False)
     assert full.vocab_size == enc.n_vocab
-    assert torch.equal(
-        torch.cat([full.train_tokens, full.val_tokens]),
-        torch.from_numpy(cl100k_ids.astype(np.int64)),
-    )
+    assert np.array_equal(np.concatenate([full.train_tokens, full.val_tokens]), cl100k_ids)
+    assert full.token_store().meta["dtype"] == "uint32"  # 100,277 ids do not fit in 16 bits
 
 
 def test_unseen_token_raises_config_error(cl100k_ids):
@@ -181,56 +181,59 @@ def test_a_split_too_short_says_which_fraction_to_change(tmp_path, fractions, sp
     assert advice in str(err.value)
 
 
-# ------------------------------------------------------------------ token cache
-def test_second_setup_loads_cache_without_tokenizing(tmp_path, corpus_path, caplog, monkeypatch):
+# ------------------------------------------------------------------ token store
+def test_second_setup_loads_the_store_without_tokenizing(
+    tmp_path, corpus_path, caplog, monkeypatch
+):
     caplog.set_level(logging.INFO, logger="gptlab.data")
     first = make_dm(tmp_path, corpus_path)
     first.prepare_data()
     first.setup("fit")
-    caches = list((tmp_path / "cache").glob("*.npz"))
-    assert len(caches) == 1
-    mtime = caches[0].stat().st_mtime_ns
+    caches = list((tmp_path / "cache").iterdir())
+    assert len(caches) == 1 and (caches[0] / "tokens.bin").is_file()
+    mtime = (caches[0] / "tokens.bin").stat().st_mtime_ns
     assert sorted(p.name for p in corpus_path.parent.iterdir()) == ["sales_textbook.txt"]
     assert not (tmp_path / "data").exists()  # data_dir untouched when data.path is given
 
     def no_tokenizing(*_args, **_kw):
         raise AssertionError("tokenized again despite a valid cache")
 
-    monkeypatch.setattr(Tokenizer, "encode_tiktoken", no_tokenizing)
+    monkeypatch.setattr(datamodule, "encode_documents", no_tokenizing)
     caplog.clear()
     second = make_dm(tmp_path, corpus_path)
     second.prepare_data()
     second.setup("fit")
-    assert "Loaded token cache" in caplog.text and "Tokenizing" not in caplog.text
-    assert caches[0].stat().st_mtime_ns == mtime
+    assert "Loaded token store" in caplog.text and "Tokenizing" not in caplog.text
+    assert (caches[0] / "tokens.bin").stat().st_mtime_ns == mtime
     assert second.vocab_size == first.vocab_size == 3771
-    assert torch.equal(second.train_tokens, first.train_tokens)
-    assert torch.equal(second.val_tokens, first.val_tokens)
+    assert np.array_equal(second.train_tokens, first.train_tokens)
+    assert np.array_equal(second.val_tokens, first.val_tokens)
 
 
-def test_truncated_cache_is_rebuilt(tmp_path, corpus_path, caplog):
+def test_truncated_store_is_rebuilt(tmp_path, corpus_path, caplog):
     first = make_dm(tmp_path, corpus_path)
     first.setup("fit")
-    (cache,) = (tmp_path / "cache").glob("*.npz")
-    cache.write_bytes(cache.read_bytes()[: cache.stat().st_size // 2])
+    expected = np.concatenate([first.train_tokens, first.val_tokens])  # a copy, not the mapping
+    del first  # truncating a mapped file in place would fault its readers (gptlab never does)
+    (folder,) = (tmp_path / "cache").iterdir()
+    tokens = folder / "tokens.bin"
+    tokens.write_bytes(tokens.read_bytes()[: tokens.stat().st_size // 2])
     caplog.set_level(logging.INFO, logger="gptlab.data")
     second = make_dm(tmp_path, corpus_path)
     second.setup("fit")
     assert any(r.levelno == logging.WARNING and "damaged" in r.getMessage() for r in caplog.records)
     assert "Tokenizing" in caplog.text
-    assert torch.equal(
-        torch.cat([second.train_tokens, second.val_tokens]),
-        torch.cat([first.train_tokens, first.val_tokens]),
-    )
-    assert second.load_cache(cache) is not None  # the rebuilt cache is whole again
-    assert [p.name for p in (tmp_path / "cache").iterdir()] == [cache.name]  # no temp files
+    assert np.array_equal(np.concatenate([second.train_tokens, second.val_tokens]), expected)
+    assert tokens.stat().st_size == 2 * (len(second.train_tokens) + len(second.val_tokens))
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == [folder.name]  # no temp folder
 
 
 # ------------------------------------------------------------------ split, windows, batches
 def test_split_is_train_then_val_in_token_order(dm, cl100k_ids):
-    expected = torch.from_numpy(np.searchsorted(np.unique(cl100k_ids), cl100k_ids))
+    expected = np.searchsorted(np.unique(cl100k_ids), cl100k_ids)
     assert len(dm.train_tokens) == int(len(expected) * 0.9)
-    assert torch.equal(torch.cat([dm.train_tokens, dm.val_tokens]), expected)
+    assert np.array_equal(np.concatenate([dm.train_tokens, dm.val_tokens]), expected)
+    assert isinstance(dm.train_tokens, np.memmap) and dm.train_tokens.dtype == np.uint16
 
 
 def test_train_windows_use_train_positions_only(dm):
@@ -238,14 +241,14 @@ def test_train_windows_use_train_positions_only(dm):
     n_train = len(dm.train_tokens)
     assert loader.dataset.tokens is dm.train_tokens
     assert loader.sampler.num_starts == n_train - T  # the last start still ends inside train
-    offsets = torch.arange(T + 1)
+    offsets = np.arange(T + 1)
     highest = 0
     for starts, (x, y) in itertools.islice(
         zip(loader.sampler, loader, strict=True), 200
     ):  # endless
-        starts = torch.tensor(starts)
+        starts = np.asarray(starts)
         highest = max(highest, int(starts.max()) + T)  # last token position the window reads
-        window = dm.train_tokens[starts[:, None] + offsets]
+        window = torch.from_numpy(dm.train_tokens[starts[:, None] + offsets].astype(np.int64))
         assert torch.equal(x, window[:, :-1]) and torch.equal(y, window[:, 1:])
     assert highest < n_train  # never a val position (those start at n_train)
 
@@ -257,8 +260,8 @@ def test_batches_shape_and_shift(dm):
         assert x.shape == y.shape == (B, T)
         assert x.dtype == y.dtype == torch.int64
         assert torch.equal(y[:, :-1], x[:, 1:])
-        assert torch.equal(y[:, -1], tokens[torch.tensor(starts) + T])  # the next corpus token
-        assert torch.equal(x[:, 0], tokens[torch.tensor(starts)])
+        assert y[:, -1].tolist() == tokens[np.asarray(starts) + T].tolist()  # the next token
+        assert x[:, 0].tolist() == tokens[np.asarray(starts)].tolist()
 
 
 def test_val_windows_cover_val_split_once(dm):
@@ -271,8 +274,9 @@ def test_val_windows_cover_val_split_once(dm):
     x = torch.cat(xs)
     y = torch.cat(ys)
     assert len(x) == len(starts)
-    assert torch.equal(x.flatten(), dm.val_tokens[: len(starts) * T])
-    assert torch.equal(y.flatten(), dm.val_tokens[1 : len(starts) * T + 1])
+    assert x.flatten().tolist() == dm.val_tokens[: len(starts) * T].tolist()
+    assert y.flatten().tolist() == dm.val_tokens[1 : len(starts) * T + 1].tolist()
+    assert dm.evaluated("val") == n_val  # the default budget keeps the book's whole val split
 
 
 def test_val_loader_is_deterministic(dm):
@@ -287,8 +291,8 @@ def test_test_fraction_zero_keeps_the_articles_split(dm, corpus_path, tmp_path):
     """data.test_fraction=0 (the default): the same 90/10 split to the token, no test split."""
     zero = make_dm(tmp_path, corpus_path, sha256=SALES_TEXTBOOK_SHA256, test_fraction=0.0)
     zero.setup("fit")
-    assert torch.equal(zero.train_tokens, dm.train_tokens)
-    assert torch.equal(zero.val_tokens, dm.val_tokens)
+    assert np.array_equal(zero.train_tokens, dm.train_tokens)
+    assert np.array_equal(zero.val_tokens, dm.val_tokens)
     assert len(zero.test_tokens) == 0
     with pytest.raises(ConfigError, match="data.test_fraction=0"):
         zero.test_dataloader()
@@ -297,21 +301,41 @@ def test_test_fraction_zero_keeps_the_articles_split(dm, corpus_path, tmp_path):
 def test_test_split_comes_after_train_and_val(dm, corpus_path, tmp_path):
     held = make_dm(tmp_path, corpus_path, sha256=SALES_TEXTBOOK_SHA256, test_fraction=0.1)
     held.setup("fit")
-    everything = torch.cat([dm.train_tokens, dm.val_tokens])
+    everything = np.concatenate([dm.train_tokens, dm.val_tokens])
     n = len(everything)
     assert len(held.train_tokens) == int(n * 0.8)
     assert len(held.test_tokens) == int(n * 0.1)
-    assert torch.equal(
-        torch.cat([held.train_tokens, held.val_tokens, held.test_tokens]), everything
+    assert np.array_equal(
+        np.concatenate([held.train_tokens, held.val_tokens, held.test_tokens]), everything
     )
-    assert torch.equal(held.test_tokens, everything[n - int(n * 0.1) :])  # the last tokens
+    assert np.array_equal(held.test_tokens, everything[n - int(n * 0.1) :])  # the last tokens
     # the test loader walks every non-overlapping window of the test split once, in order
     xs, ys = zip(*held.test_dataloader(), strict=True)
     x = torch.cat(xs)
     y = torch.cat(ys)
     assert len(x) == (len(held.test_tokens) - 1) // T
-    assert torch.equal(x.flatten(), held.test_tokens[: len(x) * T])
-    assert torch.equal(y.flatten(), held.test_tokens[1 : len(x) * T + 1])
+    assert x.flatten().tolist() == held.test_tokens[: len(x) * T].tolist()
+    assert y.flatten().tolist() == held.test_tokens[1 : len(x) * T + 1].tolist()
+
+
+def test_validation_covers_a_fixed_prefix_of_its_split(corpus_path, tmp_path):
+    """data.val_tokens / data.test_tokens: every window of the first N tokens, the same each
+    time, exact over them; too few for one window is refused."""
+    capped = make_dm(tmp_path, corpus_path, val_tokens=1000, test_fraction=0.1, test_tokens=500)
+    capped.setup("fit")
+    for split, budget in (("val", 1000), ("test", 500)):
+        loader = capped.val_dataloader() if split == "val" else capped.test_dataloader()
+        tokens = capped.val_tokens if split == "val" else capped.test_tokens
+        assert capped.evaluated(split) == budget < len(tokens)
+        x = torch.cat([x for x, _ in loader])
+        assert len(x) == (budget - 1) // T  # every whole window of the prefix
+        assert x.flatten().tolist() == tokens[: len(x) * T].tolist()
+        again = torch.cat([x for x, _ in loader])
+        assert torch.equal(x, again)
+    with pytest.raises(ConfigError, match="data.val_tokens=10: fewer than one window"):
+        make_dm(tmp_path, corpus_path, val_tokens=10).setup("fit")
+    with pytest.raises(ConfigError, match="data.test_tokens=0: it must be positive or null"):
+        make_dm(tmp_path, corpus_path, test_tokens=0)
 
 
 @pytest.mark.parametrize("test_fraction, val_fraction", [(-0.1, 0.1), (1.0, 0.1), (0.5, 0.6)])
@@ -458,7 +482,8 @@ def test_datamodule_downloads_through_mirror(mirror, tmp_path):
     )
     assert module.vocab_size == 3771
     assert (tmp_path / "data" / "sha256" / SALES_TEXTBOOK_SHA256 / "sales_textbook.txt").is_file()
-    assert [p.suffix for p in (tmp_path / "cache").iterdir()] == [".npz"]
+    (store,) = (tmp_path / "cache").iterdir()
+    assert sorted(p.name for p in store.iterdir()) == ["meta.json", "tokens.bin"]
 
 
 def test_every_redirect_hop_is_checked_and_an_untrusted_one_saves_nothing(
@@ -551,4 +576,4 @@ def test_data_dir_from_env_is_not_written(corpus_path, tmp_path, monkeypatch):
     )
     module.setup("fit")
     assert {p.name: p.stat().st_mtime_ns for p in corpus_path.parent.iterdir()} == before
-    assert list((tmp_path / "cache").glob("*.npz"))
+    assert list((tmp_path / "cache").glob("*/tokens.bin"))

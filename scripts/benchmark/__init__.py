@@ -23,10 +23,14 @@ The rows (training steps/s always over training steps only; validation is timed 
 4. start-up: spawn of `gptlab-train debug=fast` to its first train/loss TensorBoard record;
 5. the default run: its peak resident memory, and the time it takes to reach the final val loss
    of experiment=reference against the reference run's wall time;
-6. a busy machine: the default run as shipped, quiet, then beside one CPU-bound process.
+6. a busy machine: the default run as shipped, quiet, then beside one CPU-bound process;
+7. a corpus of 100 and 400 MB of text (the book repeated): tokenization (a cold start minus a
+   warm one) against bare tiktoken batch-encoding the same text on every core, each run's peak
+   memory, the token store's bytes per byte of text, training tokens/s on that store.
 
 Module by module: cli (options, the order of the stages, the JSON), stages (each row's runs),
 runs (a gptlab-train process and what it wrote), processes (a child, its peak memory, the
 competitor), reference (the reference loop's process), bare_loop (the overhead row's bare side,
-a script of its own), machine (the CPU and its bf16 flags), table (targets, verdicts, the table).
+a script of its own), corpus and bare_tokenize (row 7; the latter a script of its own), machine
+(the CPU and its bf16 flags), table (targets, verdicts, the table).
 """

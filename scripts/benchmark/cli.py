@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
 
 from . import __doc__ as DESCRIPTION
-from . import stages
+from . import corpus, stages
 from .machine import machine_info
 from .reference import default_corpus
 from .report import render, write_json
@@ -51,6 +52,13 @@ def parser() -> argparse.ArgumentParser:
     add("--no-reference-eval", action="store_true", help="no estimate_loss in the reference loop")
     add("--ablations", action="store_true", help="also time gptlab-train without some callbacks")
     add("--corpus", type=Path, help="the text for the reference loop (where gptlab-train finds it)")
+    add(
+        "--corpus-mb",
+        type=float,
+        nargs="+",
+        help="row 7's sizes of text in MB, the book repeated (100 400; --quick: the book alone)",
+    )
+    add("--corpus-steps", type=int, default=50, help="training steps of row 7's runs")
     add("--workdir", type=Path, default=Path("outputs/benchmark/work"), help="the children's dir")
     add("--out", type=Path, help="the JSON (outputs/benchmark/benchmark-<date>-<time>.json)")
     return p
@@ -67,6 +75,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         args.default_steps = 20
     if args.reference_steps is None:
         args.reference_steps = args.steps if quick else 5000
+    args.corpus_mb = tuple(args.corpus_mb or corpus.FULL_MB)
     args.threads = args.threads or len(os.sched_getaffinity(0))
     args.workdir = args.workdir.resolve()
     args.corpus = args.corpus or default_corpus(args.workdir)
@@ -91,7 +100,11 @@ def measure(args, setup: Setup) -> dict:
         stages.stage("3b. Lightning variants")
         results["ablations"] = stages.ablations(setup, args.steps, results["overhead"]["bare"])
     stages.stage("5. default run, fp32 and bf16-mixed")
-    results["default_run"] = stages.default_run(setup, args.default_steps, "default")
+    cold = ()  # --quick: the default run tokenizes the book into an empty store (row 7's cold run)
+    if args.quick:
+        shutil.rmtree(setup.workdir / corpus.QUICK_CACHE, ignore_errors=True)
+        cold = (f"data.cache_dir={setup.workdir / corpus.QUICK_CACHE}",)
+    results["default_run"] = stages.default_run(setup, args.default_steps, "default", cold)
     results["default_run_bf16"] = stages.attempt(
         stages.default_run, setup, args.default_steps, "default-bf16", (BF16,)
     )
@@ -106,6 +119,13 @@ def measure(args, setup: Setup) -> dict:
     results["time_to_reference_loss"] = stages.time_to_reference_loss(
         results["default_run"], target
     )
+    if args.quick:
+        stages.stage("7. the book's tokenization in the default run, against bare tiktoken")
+        results["corpus"] = corpus.quick_stage(setup, args.corpus, results["default_run"])
+        return results
+    sizes = " and ".join(f"{mb:g}" for mb in args.corpus_mb)
+    stages.stage(f"7. a corpus of {sizes} MB of text")
+    results["corpus"] = corpus.corpus_stage(setup, args.corpus, args.corpus_mb, args.corpus_steps)
     return results
 
 

@@ -21,6 +21,10 @@ TARGETS = {  # id: (comparison, threshold, what is compared)
         0.45,
         "default run's tokens/s with one CPU-bound competitor / quiet",
     ),
+    # the largest corpus of row 7 (400 MB of text; --quick: a tiny one)
+    "corpus_tokenize_vs_bare": ("<=", 1.3, "tokenization (cold - warm) / bare tiktoken"),
+    "corpus_peak_rss_mb": ("<=", 1500.0, "peak RSS of the cold and the warm run, MB"),
+    "corpus_store_bytes_per_byte": ("<=", 0.5, "token store bytes / text bytes"),
 }
 
 
@@ -224,6 +228,42 @@ def busy_rows(busy: dict) -> list[dict]:
     ]
 
 
+def corpus_rows(corpus: dict | None, default: dict) -> list[dict]:
+    """Row 7, per size of text: bare tiktoken, gptlab's tokenization, their ratio, peak memory
+    and the store's size; the largest size is judged. Then training tokens/s on its store."""
+    if not corpus:
+        return []
+    rows = []
+    for size in corpus["sizes"]:
+        judged = size is corpus["sizes"][-1]
+        tag = f"{size['megabytes']:.3g} MB"
+        key = f"corpus_{size['megabytes']:.3g}mb"
+        rate = f"{size['tokenize_mb_per_s']:.1f} MB/s"
+        for name, label, value, unit, target in (
+            ("bare_s", "bare tiktoken read + batch-encode, all cores", "bare", "s", None),
+            ("tokenize_s", f"gptlab tokenization, cold - warm ({rate})", "tokenize_s", "s", None),
+            ("tokenize_vs_bare", "tokenization / bare tiktoken", "tokenize_vs_bare", "x", 1),
+            ("peak_rss_mb", "peak RSS of the cold and warm runs", "peak_rss_mb", "MB", 1),
+            ("store_bytes_per_byte", "store bytes / text byte", "store_bytes_per_text_byte", "", 1),
+        ):
+            number = size["bare"]["seconds"] if value == "bare" else size[value]
+            target_id = f"corpus_{name}" if judged and target else None
+            rows.append(
+                row(target_id or f"{key}_{name}", f"corpus {tag}: {label}", number, unit, target_id)
+            )
+    big = corpus["sizes"][-1]["warm"]
+    rows.append(
+        row(
+            "corpus_tokens_per_s_vs_book",
+            "training tokens/s on the largest store / the default run's on the book",
+            ratio(big["tokens_per_sec"], default["tokens_per_sec"]),
+            "x",
+            detail=f"{big['steps']} steps against {default['steps']}, validation excluded",
+        )
+    )
+    return rows
+
+
 def all_rows(results: dict, info: dict) -> list[dict]:
     """Every row of the table, from the measurements."""
     cpu = row(
@@ -250,5 +290,6 @@ def all_rows(results: dict, info: dict) -> list[dict]:
         ),
         *precision_rows("default run", results["default_run"], results["default_run_bf16"]),
         *busy_rows(results["busy_machine"]),
+        *corpus_rows(results.get("corpus"), results["default_run"]),
         *ablations,
     ]

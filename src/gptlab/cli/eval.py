@@ -70,7 +70,7 @@ def evaluate(cfg: DictConfig) -> dict:
         if v is not None and k not in WHERE
     }
     if "path" in other or "url" in other:  # another text: none of the run's corpus, all of the text
-        data.update(url=None, path=None, sha256=None, val_fraction=1.0)
+        data.update(url=None, path=None, sha256=None, val_fraction=1.0, val_tokens=None)
     data.update(data_dir=cfg.data.data_dir, cache_dir=cfg.data.cache_dir)  # eval's, not the run's
     own = manifest is not None
     places = ([run_dir] if own else []) + [Path(cfg.output_dir)]

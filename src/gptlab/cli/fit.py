@@ -144,7 +144,8 @@ def train(cfg: DictConfig) -> float:
     if checkpoint and not whole:
         check_weights(module, checkpoint_weights(checkpoint, ckpt_path), ckpt_path)
     if trainer.is_global_zero:
-        print_first_screen(OmegaConf.create(resolved), module.model, output_dir, in_multirun())
+        first_screen = (OmegaConf.create(resolved), module.model, output_dir, in_multirun())
+        print_first_screen(*first_screen, datamodule=datamodule)
     # messages during fit on their own lines above the progress bar (tqdm.write), not glued to it
     console = logging_redirect_tqdm() if trainer.is_global_zero else contextlib.nullcontext()
     try:

@@ -171,26 +171,3 @@ def download(url: str, folder: Path, name: str, sha256: str | None, timeout: flo
         ) from e
     finally:
         tmp.unlink(missing_ok=True)
-
-
-def read_text(path: Path) -> str:
-    """Read a corpus as UTF-8 text, refusing empty and binary files with a clear message."""
-    try:
-        raw = path.read_bytes()
-    except OSError as e:
-        raise ConfigError(
-            f"Cannot read the corpus '{path}' ({e.strerror}). Check its permissions."
-        ) from e
-    if not raw.strip():
-        raise ConfigError(f"The corpus file '{path}' is empty. Point data.path at a text file.")
-    if b"\x00" in raw:
-        raise ConfigError(
-            f"The corpus file '{path}' looks binary (it holds NUL bytes); use a UTF-8 text file."
-        )
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ConfigError(
-            f"The corpus file '{path}' is not UTF-8 text (bad byte at offset {e.start}). "
-            "Convert it to UTF-8, e.g. `iconv -t UTF-8`."
-        ) from e

@@ -85,17 +85,34 @@ class Tokenizer:
             ids = self.vocab[ids]
         return self.encoding.decode(ids.tolist())
 
+    def can_encode(self, text: str) -> bool:
+        """Whether every token of `text` is in the vocabulary (a prompt the corpus cannot encode
+        is skipped, not an error, by the text samples)."""
+        try:
+            self.encode(text)
+        except ConfigError:
+            return False
+        return True
+
     def token_bytes(self) -> np.ndarray:
-        """UTF-8 bytes of each model id's token (0 for ids tiktoken leaves unused), so a loss in
-        nats per token becomes bits per byte: comparable across tokenizers."""
+        """UTF-8 bytes of each model id's token (0 for ids tiktoken leaves unused and for the
+        end-of-text token that joins documents: it is no text), so a loss in nats per token
+        becomes bits per byte: comparable across tokenizers."""
         ids = range(self.vocab_size) if self.vocab is None else self.vocab.tolist()
+        special = self.special_ids()
         lengths = []
         for token in ids:
+            if token in special:
+                lengths.append(0)
+                continue
             try:
                 lengths.append(len(self.encoding.decode_single_token_bytes(int(token))))
             except KeyError:
                 lengths.append(0)
         return np.asarray(lengths, dtype=np.int64)
+
+    def special_ids(self) -> set[int]:
+        return {self.encoding.encode_single_token(t) for t in self.encoding.special_tokens_set}
 
     def state_dict(self) -> dict:
         """Plain types only, so checkpoints load with torch.load(weights_only=True)."""

@@ -32,8 +32,34 @@ def config_tree(cfg: DictConfig) -> Tree:
     return tree
 
 
-def print_first_screen(cfg: DictConfig, model: GPT, output_dir: Path, multirun: bool) -> None:
-    """The config tree (not printed by a sweep's jobs; saved in the run dir), model and run dir."""
+def data_lines(cfg: DictConfig, datamodule) -> list[str]:
+    """The corpus in tokens, how much of val a validation covers, and a sample prompt the
+    corpus's vocabulary cannot encode (its samples are skipped)."""
+    if datamodule is None:
+        return []
+    val = len(datamodule.val_tokens)
+    covered = datamodule.evaluated("val")
+    lines = [
+        f"Data: {datamodule.corpus().describe()}: {datamodule.token_store().meta['count']:,} "
+        f"tokens (train {len(datamodule.train_tokens):,}, val {val:,}, test "
+        f"{len(datamodule.test_tokens):,}); a validation covers "
+        f"{'all' if covered == val else 'the first'} {covered:,} val tokens"
+    ]
+    prompts = {cfg.get("sample_prompt"), OmegaConf.select(cfg, "callbacks.text_sample.prompt")}
+    for prompt in sorted(p for p in prompts if isinstance(p, str)):
+        if not datamodule.tokenizer.can_encode(prompt):
+            lines.append(
+                f"Sample prompt {prompt!r}: this corpus's vocabulary cannot encode it, so text "
+                "samples are skipped (set sample_prompt to text of the corpus)."
+            )
+    return lines
+
+
+def print_first_screen(
+    cfg: DictConfig, model: GPT, output_dir: Path, multirun: bool, datamodule=None
+) -> None:
+    """The config tree (not printed by a sweep's jobs; saved in the run dir), model, data and
+    run dir."""
     c, tree = model.config, config_tree(cfg)
     if output_dir.is_dir():
         console = Console(file=io.StringIO(), width=110, color_system=None)
@@ -41,6 +67,8 @@ def print_first_screen(cfg: DictConfig, model: GPT, output_dir: Path, multirun: 
         files.write_text(output_dir / directory.CONFIG_TREE, console.file.getvalue())
     if not multirun:
         Console(stderr=True, width=110).print(tree)
+    for line in data_lines(cfg, datamodule):
+        log.info(line)
     log.info(
         "GPT: %s parameters (d_model %d, %d heads, %d blocks, context %d, vocab %d)\n"
         "Run directory: %s",

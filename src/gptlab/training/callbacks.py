@@ -285,6 +285,7 @@ class TextSample(L.Callback):
         top_k: int | None = 50,
     ):
         self.prompt = prompt
+        self.skipped = False  # warned once that the prompt cannot be encoded
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
         self.top_k = top_k
@@ -292,7 +293,13 @@ class TextSample(L.Callback):
     def on_validation_end(self, trainer, pl_module) -> None:
         if trainer.sanity_checking or not trainer.is_global_zero:
             return
-        text = pl_module.sample(self.prompt, self.max_new_tokens, self.temperature, self.top_k)
+        try:
+            text = pl_module.sample(self.prompt, self.max_new_tokens, self.temperature, self.top_k)
+        except ConfigError as e:  # a prompt the corpus cannot encode never stops a run
+            if not self.skipped:
+                log.warning("No text sample for prompt %r: %s", self.prompt, e)
+            self.skipped = True
+            return
         for logger in trainer.loggers:
             if isinstance(logger, TensorBoardLogger):
                 # two trailing spaces: a Markdown line break, so newlines survive in the Text tab

@@ -1,0 +1,83 @@
+"""A Hugging Face dataset as a corpus (data=hf): read through the `datasets` library, with its
+own cache and its offline mode (HF_DATASETS_OFFLINE=1). One document per row of the split."""
+
+from collections.abc import Iterator
+
+from gptlab.errors import ConfigError
+
+ROWS = 1024  # rows converted to Python strings at a time
+
+
+class HFDataset:
+    """data.name (a hub id or a local folder), data.split, data.text_field."""
+
+    def __init__(self, name: str, split: str, text_field: str):
+        try:
+            import datasets
+        except ImportError:
+            raise ConfigError(
+                f"data.name='{name}': reading a Hugging Face dataset needs the datasets library. "
+                "Install it with `pip install 'gptlab[hf]'`, or give a local file as data.path."
+            ) from None
+        self.name = name
+        self.split = split
+        self.text_field = text_field
+        try:
+            self.dataset = datasets.load_dataset(name, split=split)
+        except Exception as e:  # the hub, the cache and the builders each raise their own
+            raise ConfigError(
+                f"data.name='{name}' (split '{split}'): the Hugging Face dataset could not be "
+                f"loaded ({e.__class__.__name__}: {e}). Check the name and data.split; offline "
+                "(HF_DATASETS_OFFLINE=1) it must be in the datasets cache (HF_HOME) already, or "
+                "be a local folder."
+            ) from None
+        self.check_column()
+
+    def check_column(self) -> None:
+        columns = self.dataset.column_names
+        if self.text_field not in columns:
+            raise ConfigError(
+                f"data.name='{self.name}' has no column '{self.text_field}' (its columns: "
+                f"{', '.join(columns)}). Set data.text_field to the column that holds the text."
+            )
+        kind = getattr(self.dataset.features[self.text_field], "dtype", None)
+        if kind not in ("string", "large_string"):
+            raise ConfigError(
+                f"data.name='{self.name}': column '{self.text_field}' holds "
+                f"{self.dataset.features[self.text_field]}, not text. Set data.text_field to a "
+                "string column."
+            )
+
+    def describe(self) -> str:
+        return f"{self.name} ({self.split}, {self.dataset.num_rows:,} rows)"
+
+    def identity(self) -> list[dict]:
+        """The dataset's fingerprint, as `datasets` computes it for a loaded dataset: it changes
+        with its cache files, so a changed dataset gets a store of its own."""
+        from datasets.fingerprint import generate_fingerprint
+
+        return [
+            {
+                "hf": self.name,
+                "split": self.split,
+                "text_field": self.text_field,
+                "rows": self.dataset.num_rows,
+                "fingerprint": generate_fingerprint(self.dataset),
+            }
+        ]
+
+    def total_bytes(self) -> None:
+        return None
+
+    def documents(self) -> Iterator[tuple[str, bool]]:
+        column = self.dataset.select_columns([self.text_field])
+        row = 0
+        for batch in column.iter(batch_size=ROWS):
+            for text in batch[self.text_field]:
+                if text is None:
+                    raise ConfigError(
+                        f"data.name='{self.name}': row {row} has no '{self.text_field}' (null). "
+                        "Filter such rows out, or choose another data.text_field."
+                    )
+                yield text, True
+                row += 1

@@ -1,0 +1,270 @@
+"""Where the text comes from: a text file, a folder, a glob, JSONL or Parquet files.
+
+A corpus is a stream of documents, each read in blocks, never whole: `documents()` yields
+(text, new_document) pairs. A text file is one document; each JSONL line and each Parquet row is
+one. Every file is checked when the corpus is found (its first bytes, its first record, its
+schema), so bad input fails before anything is hashed or tokenized; what only a full read can
+find (a bad byte deep inside) fails while tokenizing, before training starts."""
+
+import codecs
+import glob
+import gzip
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from gptlab.data.corpus import resolve_corpus
+from gptlab.errors import ConfigError
+from gptlab.files import sha256_of
+
+BLOCK = 1 << 20  # bytes read at a time from a text file
+HEAD = 1 << 16  # bytes of each text file checked before any long work
+FOLDER_SUFFIXES = (".txt", ".jsonl", ".jsonl.gz", ".parquet")  # what a folder contributes
+
+
+def format_of(path: Path) -> str:
+    """text, jsonl or parquet, by the file's name (anything else is read as text)."""
+    name = path.name.lower()
+    if name.endswith((".jsonl", ".jsonl.gz")):
+        return "jsonl"
+    return "parquet" if name.endswith(".parquet") else "text"
+
+
+@dataclass(frozen=True)
+class Source:
+    path: Path
+    format: str  # text | jsonl | parquet
+
+
+def is_many(path: str | None) -> bool:
+    """A folder or a glob (many files), not a single file."""
+    return bool(path) and (glob.has_magic(path) or Path(path).expanduser().is_dir())
+
+
+def find_corpus(settings: dict):
+    """The corpus the data settings name: a Hugging Face dataset (data.name), the files of
+    data.path, or the download of data.url. Checked, not read yet."""
+    if settings["name"]:
+        from gptlab.data.hf import HFDataset
+
+        return HFDataset(settings["name"], settings["split"], settings["text_field"])
+    path = settings["path"]
+    if is_many(path):
+        if settings["sha256"]:
+            raise ConfigError(
+                f"data.sha256 checks a single file, and data.path='{path}' names many. Set "
+                "data.sha256=null."
+            )
+        return Files(find_files(path), settings["text_field"])
+    single = resolve_corpus(settings["url"], path, settings["sha256"], settings["data_dir"])
+    return Files([single], settings["text_field"], settings["sha256"])
+
+
+def find_files(path: str) -> list[Path]:
+    """The files `data.path` names: a file, a folder's files (sorted) or a glob's (sorted)."""
+    where = Path(path).expanduser()
+    if glob.has_magic(path):
+        found = sorted(Path(p) for p in glob.glob(str(where), recursive=True) if Path(p).is_file())
+        what = f"data.path='{path}': the glob matches no file"
+    elif where.is_dir():
+        found = sorted(p for p in where.iterdir() if p.is_file() and is_corpus_file(p))
+        what = (
+            f"data.path='{path}': the folder holds no {', '.join(FOLDER_SUFFIXES)} file "
+            "(subfolders are not read; a glob such as 'folder/**/*.txt' reads them)"
+        )
+    else:
+        found = [where] if where.is_file() else []
+        what = f"data.path: no file at '{where}'"
+    if not found:
+        raise ConfigError(
+            f"{what}. Check the path (relative paths are taken from '{Path.cwd()}') or unset "
+            "data.path to download data.url."
+        )
+    return found
+
+
+def is_corpus_file(path: Path) -> bool:
+    return not path.name.startswith(".") and path.name.lower().endswith(FOLDER_SUFFIXES)
+
+
+class Files:
+    """A corpus of local files, read in sorted order; documents joined by the tokenizer."""
+
+    def __init__(self, paths: list[Path], text_field: str, sha256: str | None = None):
+        self.sources = [Source(p, format_of(p)) for p in paths]
+        self.text_field = text_field
+        self.known_sha256 = sha256  # of the single file, verified already (resolve_corpus)
+        for source in self.sources:
+            check_source(source, text_field)
+
+    def describe(self) -> str:
+        first = self.sources[0].path
+        return str(first) if len(self.sources) == 1 else f"{len(self.sources)} files ({first}, ...)"
+
+    def identity(self) -> list[dict]:
+        """What the token store is keyed by: each file's format, field and content."""
+        entries = []
+        for source in self.sources:
+            digest = self.known_sha256 if len(self.sources) == 1 else None
+            field = None if source.format == "text" else self.text_field
+            entries.append(
+                {
+                    "path": str(source.path),
+                    "format": source.format,
+                    "text_field": field,
+                    "bytes": source.path.stat().st_size,
+                    "sha256": digest or sha256_of(source.path),
+                }
+            )
+        return entries
+
+    def total_bytes(self) -> int | None:
+        """The bytes of text to tokenize when every file is plain text (a progress bar's end)."""
+        if any(s.format != "text" for s in self.sources):
+            return None
+        return sum(s.path.stat().st_size for s in self.sources)
+
+    def documents(self) -> Iterator[tuple[str, bool]]:
+        readers = {"text": text_blocks, "jsonl": jsonl_texts, "parquet": parquet_texts}
+        for source in self.sources:
+            yield from readers[source.format](source.path, self.text_field)
+
+
+# ------------------------------------------------------------------ checks before any long work
+def check_source(source: Source, text_field: str) -> None:
+    checks = {"text": check_text, "jsonl": check_jsonl, "parquet": check_parquet}
+    try:
+        checks[source.format](source.path, text_field)
+    except OSError as e:
+        raise ConfigError(
+            f"Cannot read the corpus file '{source.path}' ({e.strerror or e}). Check its "
+            "permissions."
+        ) from e
+
+
+def check_text(path: Path, _field: str) -> None:
+    with open(path, "rb") as f:
+        head = f.read(HEAD)
+    if not head.strip() and path.stat().st_size <= HEAD:
+        raise ConfigError(f"The corpus file '{path}' is empty. Point data.path at a text file.")
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    check_block(path, head, 0, decoder, final=False)
+
+
+def check_block(path: Path, raw: bytes, offset: int, decoder, final: bool) -> str:
+    """`raw` decoded, or a ConfigError naming the file and the offset of what is wrong."""
+    nul = raw.find(b"\x00")
+    if nul >= 0:
+        raise ConfigError(
+            f"The corpus file '{path}' looks binary (it holds NUL bytes, the first at offset "
+            f"{offset + nul}); use a UTF-8 text file."
+        )
+    try:
+        return decoder.decode(raw, final)
+    except UnicodeDecodeError as e:
+        raise ConfigError(
+            f"The corpus file '{path}' is not UTF-8 text (bad byte at offset {offset + e.start}). "
+            "Convert it to UTF-8, e.g. `iconv -t UTF-8`."
+        ) from None
+
+
+def open_jsonl(path: Path):
+    return gzip.open(path, "rb") if path.name.lower().endswith(".gz") else open(path, "rb")
+
+
+def check_jsonl(path: Path, field: str) -> None:
+    try:
+        with open_jsonl(path) as f:
+            for number, line in enumerate(f, 1):
+                if line.strip():
+                    record_text(path, number, line, field)
+                    return
+    except (EOFError, gzip.BadGzipFile) as e:
+        raise ConfigError(f"The corpus file '{path}' is not a readable gzip file ({e}).") from e
+    raise ConfigError(f"The JSONL file '{path}' holds no record. Remove it or give another path.")
+
+
+def record_text(path: Path, number: int, line: bytes, field: str) -> str:
+    """The text of one JSONL record, or a ConfigError naming the file, line and field."""
+    try:
+        record = json.loads(line)
+    except ValueError as e:
+        raise ConfigError(
+            f"The JSONL file '{path}', line {number}, is not JSON ({e}). Each line must be one "
+            "JSON object."
+        ) from None
+    text = record.get(field) if isinstance(record, dict) else None
+    if not isinstance(text, str):
+        keys = ", ".join(record) if isinstance(record, dict) else type(record).__name__
+        raise ConfigError(
+            f"The JSONL file '{path}', line {number}, has no text field '{field}' (it holds: "
+            f"{keys}). Set data.text_field to the field that holds the text."
+        )
+    return text
+
+
+def parquet_file(path: Path, field: str):
+    """The opened Parquet file, its column `field` checked to hold strings."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        parquet = pq.ParquetFile(path)
+    except (pa.ArrowException, OSError) as e:
+        raise ConfigError(f"The Parquet file '{path}' cannot be read ({e}).") from None
+    schema = parquet.schema_arrow
+    if field not in schema.names:
+        raise ConfigError(
+            f"The Parquet file '{path}' has no column '{field}' (its columns: "
+            f"{', '.join(schema.names)}). Set data.text_field to the column that holds the text."
+        )
+    kind = schema.field(field).type
+    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+        raise ConfigError(
+            f"The Parquet file '{path}': column '{field}' holds {kind}, not text. Set "
+            "data.text_field to a string column."
+        )
+    return parquet
+
+
+def check_parquet(path: Path, field: str) -> None:
+    parquet_file(path, field)
+
+
+# ------------------------------------------------------------------ readers
+def text_blocks(path: Path, _field: str) -> Iterator[tuple[str, bool]]:
+    """One document: the file's text in blocks, decoded as it is read (no newline translation,
+    like bytes.decode)."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    offset = 0
+    first = True
+    with open(path, "rb") as f:
+        while raw := f.read(BLOCK):
+            text = check_block(path, raw, offset, decoder, final=False)
+            offset += len(raw)
+            yield text, first
+            first = False
+    yield check_block(path, b"", offset, decoder, final=True), first
+
+
+def jsonl_texts(path: Path, field: str) -> Iterator[tuple[str, bool]]:
+    """One document per record."""
+    with open_jsonl(path) as f:
+        for number, line in enumerate(f, 1):
+            if line.strip():
+                yield record_text(path, number, line, field), True
+
+
+def parquet_texts(path: Path, field: str) -> Iterator[tuple[str, bool]]:
+    """One document per row, a row group at a time."""
+    parquet = parquet_file(path, field)
+    for group in range(parquet.num_row_groups):
+        column = parquet.read_row_group(group, columns=[field]).column(field)
+        for row, text in enumerate(column.to_pylist()):
+            if text is None:
+                raise ConfigError(
+                    f"The Parquet file '{path}': row {row} of row group {group} has no "
+                    f"'{field}' (null). Drop such rows, or choose another data.text_field."
+                )
+            yield text, True

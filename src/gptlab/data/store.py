@@ -1,0 +1,189 @@
+"""The token store: a corpus tokenized once, as a flat file of model ids that training maps.
+
+    <cache dir>/<key>-<encoding>-<vocabulary>/
+        tokens.bin   the model ids, uint16 when the vocabulary fits, else uint32 (native order)
+        meta.json    count, dtype, vocabulary, the sources' identity, the key
+
+The key is a sha256 over the sources' identity (each file's format, text field and sha256, or a
+Hugging Face dataset's fingerprint), the encoding and the vocabulary mode (compact, full, or a
+checkpoint's own vocabulary). A store is written in a temporary folder
+`.<name>.<host>.<pid>.tmp` beside it and renamed into place whole: a kill at any moment leaves
+only that folder, which the next start on this host removes once its process is gone.
+
+The compact vocabulary needs every id first: the raw tiktoken ids go to a temporary file while
+their counts add up; then they are mapped to compact ids into tokens.bin."""
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import socket
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from gptlab import files
+from gptlab.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+VERSION = 1
+TOKENS = "tokens.bin"
+META = "meta.json"
+RAW = "raw.uint32"  # the tiktoken ids while tokenizing, in the temporary folder only
+MAP_BLOCK = 1 << 22  # ids mapped at a time
+UINT16_IDS = 1 << 16
+
+
+@dataclass
+class TokenStore:
+    folder: Path
+    meta: dict
+    tokens: np.ndarray  # [count] model ids, an np.memmap of tokens.bin
+
+    @property
+    def vocab(self) -> list[int] | None:
+        return self.meta["vocab"]
+
+
+def store_key(identity: list[dict], encoding: str, vocab_mode: str) -> str:
+    """The sources' content (not where the files lie), the encoding and the vocabulary mode."""
+    content = [{k: v for k, v in source.items() if k != "path"} for source in identity]
+    material = {"version": VERSION, "sources": content, "encoding": encoding, "vocab": vocab_mode}
+    return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
+
+
+def store_folder(cache_dir: Path, key: str, encoding: str, vocab_mode: str) -> Path:
+    return Path(cache_dir) / f"{key[:16]}-{encoding}-{vocab_mode}"
+
+
+def open_store(folder: Path) -> TokenStore | None:
+    """The store in `folder`, mapped read-only; None when it is missing or damaged."""
+    meta = files.read_json(folder / META)
+    tokens = folder / TOKENS
+    try:
+        dtype = np.dtype(meta["dtype"])
+        count = int(meta["count"])
+        if meta["version"] != VERSION or dtype not in (np.uint16, np.uint32) or count < 1:
+            raise ValueError("an unknown layout")
+        if tokens.stat().st_size != count * dtype.itemsize:
+            raise ValueError(f"{TOKENS} holds {tokens.stat().st_size} bytes, not {count} ids")
+        mapped = np.memmap(tokens, dtype=dtype, mode="r", shape=(count,))
+    except (TypeError, KeyError, ValueError, OSError) as e:
+        if folder.exists():
+            log.warning("Token store %s is damaged (%s); rebuilding it", folder, e)
+        return None
+    return TokenStore(folder, meta, mapped)
+
+
+def temporary_folder(folder: Path) -> Path:
+    return folder.parent / f".{folder.name}.{socket.gethostname()}.{os.getpid()}.tmp"
+
+
+def remove_stale(cache_dir: Path) -> None:
+    """Remove the temporary folders of stores whose process (on this host) is gone."""
+    host = socket.gethostname()
+    for tmp in Path(cache_dir).glob(".*.tmp"):
+        parts = tmp.name[1 : -len(".tmp")].split(".", 1)
+        where, _, pid = parts[-1].rpartition(".")
+        if len(parts) != 2 or where != host or not pid.isdigit() or not tmp.is_dir():
+            continue
+        try:
+            os.kill(int(pid), 0)  # still tokenizing: keep it
+        except ProcessLookupError:
+            shutil.rmtree(tmp, ignore_errors=True)
+            log.info("Removed %s, left by a tokenization that was killed", tmp)
+        except PermissionError:
+            pass
+
+
+def write_store(
+    folder: Path, encoded: Iterable[np.ndarray], encoding, vocab: str | list[int], meta: dict
+) -> None:
+    """Write the ids of `encoded` (tiktoken ids, uint32 chunks) as a store in `folder`.
+    `vocab`: "compact" (the ids that occur), "full" (tiktoken's own), or a checkpoint's list."""
+    tmp = temporary_folder(folder)
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        tmp.mkdir(parents=True)
+    except OSError as e:
+        raise ConfigError(
+            f"paths.cache_dir: cannot create the token store in '{folder.parent}' "
+            f"({e.strerror}). Point paths.cache_dir (or GPTLAB_CACHE_DIR) at a writable folder."
+        ) from e
+    try:
+        n_vocab = encoding.max_token_value + 1
+        counts = np.zeros(n_vocab, dtype=np.int64)
+        with open(tmp / RAW, "wb") as raw:
+            for ids in encoded:
+                raw.write(memoryview(ids))
+                counts += np.bincount(ids, minlength=n_vocab)
+        kept, table = vocabulary(counts, vocab, encoding)
+        size = n_vocab if kept is None else len(kept)
+        dtype = np.dtype(np.uint16 if size <= UINT16_IDS else np.uint32)
+        remap(tmp / RAW, tmp / TOKENS, table, dtype)
+        count = int(counts.sum())
+        meta = {**meta, "version": VERSION, "count": count, "dtype": dtype.name, "vocab": kept}
+        files.write_json(tmp / META, meta)
+        publish(tmp, folder)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def vocabulary(counts: np.ndarray, vocab, encoding) -> tuple[list[int] | None, np.ndarray | None]:
+    """(the store's vocabulary, None for tiktoken's; a table from tiktoken id to model id, None
+    when they are the same)."""
+    if vocab == "full":
+        return None, None
+    kept = np.flatnonzero(counts) if vocab == "compact" else np.asarray(vocab, dtype=np.int64)
+    table = np.full(len(counts), -1, dtype=np.int64)
+    table[kept[kept < len(counts)]] = np.flatnonzero(kept < len(counts))
+    unseen = np.flatnonzero((counts > 0) & (table < 0))
+    if len(unseen):
+        raise ConfigError(unseen_tokens_message(encoding, unseen))
+    return kept.tolist(), table
+
+
+def unseen_tokens_message(encoding, ids) -> str:
+    """What Tokenizer.to_model_ids says about tokens a compact vocabulary has never seen."""
+    pieces = sorted({encoding.decode([int(t)]) for t in ids})
+    return (
+        f"The text holds {len(pieces)} token(s) the compact vocabulary has never seen "
+        f"({', '.join(repr(p) for p in pieces[:10])}). Use text made of the corpus's "
+        "tokens, or train with data.compact_vocab=false (the whole tiktoken vocabulary)."
+    )
+
+
+def remap(raw: Path, tokens: Path, table: np.ndarray | None, dtype: np.dtype) -> None:
+    """tokens.bin: each raw id through `table`, a block at a time (memory stays flat)."""
+    if table is None and dtype == np.uint32:  # tiktoken's ids as they are
+        os.replace(raw, tokens)
+        return
+    lookup = np.arange(UINT16_IDS) if table is None else table
+    lookup = lookup.astype(dtype)
+    with open(raw, "rb") as source, open(tokens, "wb") as out:
+        while True:
+            block = np.fromfile(source, dtype=np.uint32, count=MAP_BLOCK)
+            if not len(block):
+                break
+            out.write(memoryview(lookup[block]))
+    raw.unlink()
+
+
+def publish(tmp: Path, folder: Path) -> None:
+    """Rename the finished store into place. A whole store already there (another process was
+    quicker) is kept; a damaged one is replaced."""
+    if folder.exists():
+        if open_store(folder) is not None:
+            return
+        old = folder.parent / f".{folder.name}-old.{socket.gethostname()}.{os.getpid()}.tmp"
+        os.replace(folder, old)
+        shutil.rmtree(old, ignore_errors=True)
+    try:
+        os.rename(tmp, folder)
+    except OSError:
+        if open_store(folder) is None:  # not another process's whole store: a real error
+            raise

@@ -1,0 +1,144 @@
+"""Documents -> tiktoken ids, streamed, on every core.
+
+A document is cut into pieces only where tiktoken's pre-tokenizer splits anyway, so the pieces
+encode to exactly the ids of the whole text (tests/test_store.py checks cl100k_base and
+o200k_base). The cuts:
+
+- after a newline that a letter follows, when the character before the newline is not
+  whitespace: the newline ends its pre-token (a punctuation run takes it in, a letter or digit run
+  stops before it), and nothing after a newline joins a letter to it. A run of newlines, or
+  CR LF, is never cut: older encodings (r50k) split those differently at the end of a text;
+- before a space between two letters, where no newline cut is found: a letter run ends before
+  the space, and the space starts the next word's pre-token.
+
+Documents are joined with the encoding's end-of-text token (none before the first), so a single
+text file encodes exactly as `encode_ordinary(text)`. Pieces are grouped into tasks of about a
+megabyte, encoded by a thread pool: tiktoken releases the GIL while it encodes."""
+
+import os
+from collections import deque
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+from tqdm.auto import tqdm
+
+TASK_CHARS = 1 << 20  # characters of text per encoding task
+
+
+def usable_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
+def newline_cut(text: str) -> int:
+    """The last position after a newline where `text` may be cut; 0 when there is none."""
+    i = text.rfind("\n", 0, len(text) - 1)
+    while i > 0:
+        if text[i + 1].isalpha() and not text[i - 1].isspace():
+            return i + 1
+        i = text.rfind("\n", 0, i)
+    return 0
+
+
+def space_cut(text: str) -> int:
+    """The last position before a space between two letters; 0 when there is none."""
+    i = text.rfind(" ", 0, len(text) - 1)
+    while i > 0:
+        if text[i + 1].isalpha() and text[i - 1].isalpha():
+            return i
+        i = text.rfind(" ", 0, i)
+    return 0
+
+
+def last_cut(text: str) -> int:
+    return newline_cut(text) or space_cut(text)
+
+
+def pieces(documents: Iterable[tuple[str, bool]]) -> Iterator[tuple[str, bool]]:
+    """(piece, after_end_of_text): each document's blocks regrouped into pieces that end at a
+    cut; after_end_of_text marks the first piece of every document but the first."""
+    carry = None  # the text of the current document not yet given out
+    joined = False  # an end-of-text token goes before `carry`
+    started = False
+    for text, new_document in documents:
+        if new_document:
+            if carry is not None:
+                yield carry, joined
+            carry, joined, started = text, started, True
+        else:
+            carry += text
+        cut = last_cut(carry) if len(carry) >= TASK_CHARS else 0
+        if cut:
+            yield carry[:cut], joined
+            carry, joined = carry[cut:], False
+    if carry is not None:
+        yield carry, joined
+
+
+def tasks(documents: Iterable[tuple[str, bool]]) -> Iterator[list[tuple[str, bool]]]:
+    """Pieces grouped into tasks of about TASK_CHARS characters (many small documents, or one
+    piece of a large one)."""
+    task, size = [], 0
+    for piece in pieces(documents):
+        task.append(piece)
+        size += len(piece[0])
+        if size >= TASK_CHARS:
+            yield task
+            task, size = [], 0
+    if task:
+        yield task
+
+
+def encode_task(encoding, task: list[tuple[str, bool]]) -> np.ndarray:
+    """The ids of a task's pieces, an end-of-text token before each document but the first."""
+    eot = np.array([encoding.eot_token], dtype=np.uint32)
+    parts = []
+    for text, joined in task:
+        if joined:
+            parts.append(eot)
+        try:  # a buffer, not a list of ints: no Python object per token
+            parts.append(encoding.encode_to_numpy(text, disallowed_special=()))
+        except UnicodeEncodeError:  # a lone surrogate (JSON's \ud800): tiktoken replaces it
+            parts.append(np.asarray(encoding.encode_ordinary(text), dtype=np.uint32))
+    return np.concatenate(parts)
+
+
+def text_bytes(task: list[tuple[str, bool]]) -> int:
+    return sum(len(t) if t.isascii() else len(t.encode("utf-8", "replace")) for t, _ in task)
+
+
+class Progress:
+    """A progress bar over the text tokenized: MB/s and the tokens so far."""
+
+    def __init__(self, total_bytes: int | None):
+        self.bar = tqdm(
+            total=total_bytes, unit="B", unit_scale=True, desc="Tokenizing", mininterval=1
+        )
+        self.tokens = 0
+
+    def done(self, ids: np.ndarray, size: int) -> np.ndarray:
+        self.tokens += len(ids)
+        self.bar.update(size)
+        self.bar.set_postfix_str(f"{self.tokens:,} tokens", refresh=False)
+        return ids
+
+
+def encode_documents(
+    encoding, documents: Iterable[tuple[str, bool]], total_bytes: int | None = None
+) -> Iterator[np.ndarray]:
+    """The documents' tiktoken ids (uint32), in order, a task at a time."""
+    threads = usable_cores()
+    progress = Progress(total_bytes)
+    pending = deque()  # (future, text bytes) of the tasks in flight: a few, so memory stays flat
+    with ThreadPoolExecutor(threads) as pool:
+        try:
+            for task in tasks(documents):
+                pending.append((pool.submit(encode_task, encoding, task), text_bytes(task)))
+                if len(pending) > 2 * threads:
+                    future, size = pending.popleft()
+                    yield progress.done(future.result(), size)
+            while pending:
+                future, size = pending.popleft()
+                yield progress.done(future.result(), size)
+        finally:
+            progress.bar.close()
