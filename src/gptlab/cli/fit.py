@@ -22,6 +22,7 @@ from gptlab.run.logs import route_lightning_logs
 from gptlab.run.resume import checkpoint_to_continue
 from gptlab.run.screen import print_first_screen
 from gptlab.sweep.jobs import claim, in_multirun, job_overrides, sweep_dir
+from gptlab.training.budget import apply_budget
 from gptlab.training.callbacks import (
     DivergenceGuard,
     FinalValidation,
@@ -116,6 +117,9 @@ def train(cfg: DictConfig) -> float:
     datamodule.prepare_data()
     datamodule.setup("fit")
     model_config.vocab_size = datamodule.vocab_size
+    if cfg.flops_budget is not None:  # the run's length, now that vocab and world size are known
+        steps = apply_budget(trainer, cfg.flops_budget, model_config, datamodule)
+        resolved["trainer"]["max_steps"] = steps  # as the first screen and the trackers show it
     hparams = GPTModule.hparams_from(model_config, optim_config, datamodule.tokenizer)
     if checkpoint:
         check_architecture(ckpt_path, checkpoint, hparams)
