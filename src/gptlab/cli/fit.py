@@ -117,9 +117,10 @@ def train(cfg: DictConfig) -> float:
     datamodule.prepare_data()
     datamodule.setup("fit")
     model_config.vocab_size = datamodule.vocab_size
-    if cfg.flops_budget is not None:  # the run's length, now that vocab and world size are known
-        steps = apply_budget(trainer, cfg.flops_budget, model_config, datamodule)
-        resolved["trainer"]["max_steps"] = steps  # as the first screen and the trackers show it
+    if cfg.flops_budget is not None:  # the run's length: vocab and world size are known now
+        resolved["trainer"]["max_steps"] = apply_budget(  # as the first screen and trackers show
+            trainer, cfg.flops_budget, model_config, datamodule
+        )
     hparams = GPTModule.hparams_from(model_config, optim_config, datamodule.tokenizer)
     if checkpoint:
         check_architecture(ckpt_path, checkpoint, hparams)
