@@ -24,6 +24,9 @@ GRID = {
 STARTS = 32  # L-BFGS runs from the grid's best starts by their objective (the whole grid: 4,500)
 CANDIDATES = 64  # a bootstrap draw's starts: the full fit's optimum and these best grid starts,
 DRAW_STARTS = 2  # of which L-BFGS runs from the best two on the draw's own points
+# L-BFGS-B's box, wide enough for any sensible law (E from 5e-5 to 2e4 nats): it only stops a
+# fit of too few points from running off towards E = 0 or exponents without end
+BOUNDS = [(-20.0, 60.0), (-20.0, 60.0), (-10.0, 10.0), (0.0, 5.0), (0.0, 5.0)]
 NAMES = ("E", "A", "alpha", "B", "beta")
 
 
@@ -48,29 +51,26 @@ def predicted_log_loss(theta: np.ndarray, log_n: np.ndarray, log_d: np.ndarray) 
 
 
 def huber(residual: np.ndarray) -> np.ndarray:
-    small = np.abs(residual) <= DELTA
-    return np.where(small, 0.5 * residual**2, DELTA * (np.abs(residual) - 0.5 * DELTA))
+    size = np.abs(residual)
+    return np.where(size <= DELTA, 0.5 * residual**2, DELTA * (size - 0.5 * DELTA))
 
 
 def objective(theta: np.ndarray, log_n, log_d, log_loss) -> tuple[float, np.ndarray]:
     """The summed Huber loss of log L and its gradient in theta [log A, log B, log E, alpha,
     beta]."""
     log_a, log_b, log_e, alpha, beta = theta
-    terms = np.stack([log_a - alpha * log_n, log_b - beta * log_d, np.full_like(log_n, log_e)])
-    predicted = np.logaddexp.reduce(terms, axis=0)
-    residual = predicted - log_loss
-    slope = np.clip(residual, -DELTA, DELTA)  # Huber's derivative
-    weights = np.exp(terms - predicted)  # [3, n]: each term's share of L
-    grad = np.array(
-        [
-            np.sum(slope * weights[0]),
-            np.sum(slope * weights[1]),
-            np.sum(slope * weights[2]),
-            -np.sum(slope * weights[0] * log_n),
-            -np.sum(slope * weights[1] * log_d),
-        ]
-    )
-    return float(np.sum(huber(residual))), grad
+    terms = np.array([log_a - alpha * log_n, log_b - beta * log_d, np.full_like(log_n, log_e)])
+    top = terms.max(axis=0)
+    scaled = np.exp(terms - top)  # [3, n]
+    total = scaled.sum(axis=0)
+    residual = top + np.log(total) - log_loss  # predicted minus measured log L
+    # Huber's derivative times each term's share of L: d(log L)/d(log A, log B, log E)
+    shares = scaled * (np.clip(residual, -DELTA, DELTA) / total)
+    grad = np.empty(5)
+    grad[:3] = shares.sum(axis=1)
+    grad[3] = -(shares[0] * log_n).sum()  # not BLAS: its threads cost more than they save here
+    grad[4] = -(shares[1] * log_d).sum()
+    return float(huber(residual).sum()), grad
 
 
 def fit_law(
@@ -93,6 +93,7 @@ def fit_law(
             args=(log_n, log_d, log_loss),
             jac=True,
             method="L-BFGS-B",
+            bounds=BOUNDS,
             options={"maxiter": 1000, "ftol": 1e-12, "gtol": 1e-10},
         )
         if best is None or result.fun < best.fun:

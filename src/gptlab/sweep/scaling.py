@@ -145,12 +145,18 @@ def fit_sweep(
     rows: list[dict], knobs: list[str], metric: str, draws: int = DRAWS, first: str | None = None
 ) -> dict:
     """Every configuration's fit, or its TooFewPoints message under `error`; with several, the
-    frontier comparison with the first. TooFewPoints when no configuration can be fitted."""
+    frontier comparison with the first. TooFewPoints when no configuration can be fitted. BLAS
+    runs on one thread meanwhile: its threads make scipy's L-BFGS-B on 5 parameters many times
+    slower on a busy machine (25x measured beside other work on 2 cores)."""
+    import scipy.optimize  # noqa: F401 - loaded first: a limit reaches the libraries loaded
+    from threadpoolctl import threadpool_limits
+
     fits, errors = {}, {}
     for name, jobs in configurations(rows, knobs, first).items():
         points = [p for p in (job_point(row, metric) for row in jobs) if p is not None]
         try:
-            fits[name] = fit_configuration(name, points, metric, draws)
+            with threadpool_limits(limits=1, user_api="blas"):
+                fits[name] = fit_configuration(name, points, metric, draws)
         except TooFewPoints as e:
             errors[name] = str(e)
     if not fits:

@@ -10,7 +10,7 @@ from gptlab import files
 from gptlab.sweep import isoflop, parametric
 
 EXTRAPOLATE = 10.0  # one decade past the largest budget
-LEGEND = {"loc": "upper center", "bbox_to_anchor": (0.5, -0.2), "fontsize": 7, "frameon": False}
+LEGEND = {"loc": "upper center", "bbox_to_anchor": (0.5, -0.2), "fontsize": 8, "frameon": False}
 
 
 def compute_range(fit: dict) -> tuple[np.ndarray, np.ndarray]:

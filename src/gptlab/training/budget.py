@@ -65,5 +65,5 @@ def budget_metrics(cfg: dict, trainer: L.Trainer, pl_module, tokens: int) -> dic
         "flops_budget": cfg.get("flops_budget"),
         "train_flops": flops_per_token(pl_module.config) * tokens,
         "scaling_params": scaling_params(pl_module.config),
-        "epochs": round(tokens / unique, 4) if unique else None,
+        "epochs": tokens / unique if unique else None,
     }
