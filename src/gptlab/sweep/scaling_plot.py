@@ -8,6 +8,7 @@ import numpy as np
 
 from gptlab import files
 from gptlab.sweep import isoflop, parametric
+from gptlab.sweep.scaling import REPEATED_EPOCHS
 
 EXTRAPOLATE = 10.0  # one decade past the largest budget
 LEGEND = {"loc": "upper center", "bbox_to_anchor": (0.5, -0.2), "fontsize": 8, "frameon": False}
@@ -41,6 +42,9 @@ def isoflop_panel(ax, fit: dict) -> None:
             ax.plot(np.exp(xs), np.polyval(optimum["parabola"], xs), color=color, lw=1)
         if optimum:
             ax.scatter([optimum["N_opt"]], [optimum["L_opt"]], marker="*", s=90, color=color)
+    if any(p["repeated"] for p in fit["points"]):
+        past = f"past {REPEATED_EPOCHS} epochs"
+        ax.scatter([], [], s=18, facecolors="none", edgecolors="grey", label=past)
     ax.set(xscale="log", xlabel="N (scaling_params)", ylabel="loss", title="IsoFLOP curves")
     ax.legend(ncol=3, **LEGEND)
 
