@@ -184,9 +184,9 @@ def write_scaling(
     heads = []
     for name, fit in fits.items():
         law, two = fit["approach3"], fit["approach2"]
-        parts = [] if two is None else [f"a = {two['a']:.2f} (approach 2)"]
+        parts = [] if two is None else [f"a = {round(two['a'], 2) + 0.0:.2f} (approach 2)"]
         if law is not None and law["a"] is not None:
-            parts.append(f"{law['a']:.2f} (approach 3)")
+            parts.append(f"{round(law['a'], 2) + 0.0:.2f} (approach 3)")  # + 0.0: no "-0.00"
         heads.append(f"{name}: N_opt ∝ C^a, " + ", ".join(parts))
     return True, [
         "Scaling laws (scaling.md, scaling.json, scaling.png): " + "; ".join(heads) + ".",
@@ -209,7 +209,13 @@ def scaling_section(
     budgeted = any(number(row.get("flops_budget")) is not None for row in rows)
     if requested is False or (requested is None and not budgeted):
         return None, None
-    fitted, lines = write_scaling(rows, knobs, sweep_dir, out, metric, first)
+    try:
+        fitted, lines = write_scaling(rows, knobs, sweep_dir, out, metric, first)
+    except Exception as e:  # a sweep's own summary must not be lost to its fit
+        if requested:
+            raise
+        log.exception("The scaling fit failed")
+        return f"No scaling fit: it failed ({type(e).__name__}: {e}).", None
     if not fitted:
         log.warning("%s", lines[0])
     return lines[0], None if fitted or not requested else lines[0]
