@@ -208,5 +208,13 @@ def test_the_sweep_writes_its_scaling_fit_for_both_configurations(isoflop_sweep)
         assert set(parametric.NAMES) <= set(configuration["approach3"])
         assert set(configuration["approach3"]["ci95"]) >= set(parametric.NAMES)
         assert len(configuration["points"]) == 6 and configuration["holdout"] is None
+    baseline, rope = fit["configurations"].values()
+    budgets = [o["C"] for o in baseline["approach2"]["optima"]]
+    assert [row["C"] for row in rope["vs_first"]] == budgets == pytest.approx([5e9, 1e10], 0.05)
+    gap = rope["vs_first"][0]
+    assert gap["gap"] == pytest.approx(gap["L_opt"] - baseline["approach2"]["optima"][0]["L_opt"])
+    assert (
+        "## Configurations along the compute-optimal frontier" in (sweep / "scaling.md").read_text()
+    )
     assert (sweep / "scaling.png").read_bytes()[:4] == b"\x89PNG"
     assert "Scaling laws" in (sweep / "summary.md").read_text()

@@ -51,8 +51,7 @@ def configurations(rows: list[dict], knobs: list[str], first: str | None) -> dic
 
 def usable_points(name: str, points: list[dict], metric: str) -> tuple[list[dict], list[str]]:
     """The points of the budgets with at least MIN_SIZES sizes, and notes on the budgets left
-    out; TooFewPoints when fewer than MIN_BUDGETS such budgets remain."""
-    isoflop.assign_budgets(points)
+    out (`budget` assigned); TooFewPoints when fewer than MIN_BUDGETS such budgets remain."""
     groups = isoflop.by_budget(points)
     kept = {b: g for b, g in groups.items() if isoflop.sizes(g) >= isoflop.MIN_SIZES}
     found = "; ".join(f"{b:.3g} FLOPs: {isoflop.sizes(g)} sizes" for b, g in groups.items())
@@ -152,8 +151,12 @@ def fit_sweep(
     from threadpoolctl import threadpool_limits
 
     fits, errors = {}, {}
-    for name, jobs in configurations(rows, knobs, first).items():
-        points = [p for p in (job_point(row, metric) for row in jobs) if p is not None]
+    groups = {
+        name: [p for p in (job_point(row, metric) for row in jobs) if p is not None]
+        for name, jobs in configurations(rows, knobs, first).items()
+    }
+    isoflop.assign_budgets([p for points in groups.values() for p in points])  # shared budgets
+    for name, points in groups.items():
         try:
             with threadpool_limits(limits=1, user_api="blas"):
                 fits[name] = fit_configuration(name, points, metric, draws)
