@@ -10,6 +10,12 @@ row a configuration (the jobs that differ only in seed) with n_seeds, val_loss_m
 val_loss_std, val_loss_ci95 (95% Student-t half-width), the same for val bpb, and Welch's test
 against the best mean; summary.md then shows mean ± ci95 and summary.png error bars. Prints
 summary.md, which starts with the best job (and configuration).
+
+    python scripts/sweep_report.py outputs/multirun/2026-11-29/12-00-00 --scaling
+
+also fits scaling laws (scaling.json, scaling.md, scaling.png; docs/scaling.md), as a sweep whose
+jobs set flops_budget does by itself; exit code 2, the rest of the summary written, when there are
+too few budgets or sizes to fit. --metric picks the loss it fits.
 """
 
 import argparse
@@ -18,7 +24,9 @@ import time
 from pathlib import Path
 
 from gptlab.config.resolvers import unique_dir
+from gptlab.exits import BAD_INPUT
 from gptlab.run import directory, ownership
+from gptlab.sweep.scaling import METRICS, TooFewPoints
 from gptlab.sweep.summary import write_summary
 
 
@@ -46,6 +54,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--target-val-loss", type=float, help="time_to_val_loss: seconds to reach this val loss"
     )
+    parser.add_argument(
+        "--scaling",
+        action="store_true",
+        help="fit scaling laws: scaling.json, .md, .png (by default when jobs set flops_budget)",
+    )
+    parser.add_argument(
+        "--metric", choices=METRICS, default=METRICS[0], help="the loss a scaling fit reads"
+    )
     args = parser.parse_args(argv)
     status = 0
     for sweep_dir in args.sweep_dir:
@@ -54,7 +70,17 @@ def main(argv: list[str] | None = None) -> int:
             status = 1
             continue
         out = report_dir(sweep_dir)
-        write_summary(sweep_dir, args.target_val_loss, out=out)
+        try:
+            write_summary(
+                sweep_dir,
+                args.target_val_loss,
+                out=out,
+                scaling=args.scaling or None,
+                metric=args.metric,
+            )
+        except TooFewPoints as e:
+            print(f"{sweep_dir}: no scaling fit: {e}", file=sys.stderr)
+            status = BAD_INPUT
         print((out / "summary.md").read_text())
     return status
 

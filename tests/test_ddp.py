@@ -66,12 +66,15 @@ def test_shipped_gpu_configs_keep_mixed_precision_and_clipping():
 
 
 def test_ddp_cpu_under_multirun_runs_each_job_once(tmp_path):
+    """Each job also spends a FLOP budget: its steps count the tokens of both ranks."""
+    budget = 4e9
     result = check(
         run_cli(
             "-m",
             "trainer=ddp_cpu",
             "debug=fast",
             "model.num_heads=2,4",
+            f"flops_budget={budget}",
             "hydra.sweep.dir=sweep",
             cwd=tmp_path,
             timeout=600,
@@ -85,7 +88,11 @@ def test_ddp_cpu_under_multirun_runs_each_job_once(tmp_path):
     for job, heads in (("0", 2), ("1", 4)):
         job_dir = sweep / job
         assert f"model.num_heads={heads}" in (job_dir / ".hydra" / "overrides.yaml").read_text()
-        assert read_metrics(job_dir)["tokens_seen"] == 2 * FAST_TOKENS
+        m = read_metrics(job_dir)
+        tokens_per_step = 2 * FAST_TOKENS // 30  # batch x context x 2 ranks
+        assert m["steps"] == round(budget / (m["flops_per_token"] * tokens_per_step))
+        assert m["tokens_seen"] == m["steps"] * tokens_per_step  # both ranks trained
+        assert abs(m["train_flops"] / budget - 1) < 0.05 and m["flops_budget"] == budget
         assert (job_dir / "checkpoints" / "last.ckpt").is_file()
         assert (job_dir / "train.log").read_text().count("Done: ") == 1  # trained once
 

@@ -31,6 +31,7 @@ from gptlab.sweep.jobs import (
     sweep_dir,
     tensorboard_version,
 )
+from gptlab.training.budget import apply_budget
 from gptlab.training.callbacks import (
     DivergenceGuard,
     FinalValidation,
@@ -105,6 +106,52 @@ def build_callbacks(cfg: DictConfig, resolved: dict, output_dir: Path, with_logg
     ]
 
 
+def build_trainer(cfg: DictConfig, callbacks: list, loggers: list, checkpoint_io) -> L.Trainer:
+    """The Trainer of the trainer group, with gptlab's callbacks, loggers and checkpoint plugin."""
+    trainer = build(
+        cfg.trainer,
+        "trainer",
+        callbacks=callbacks,
+        logger=loggers or False,
+        plugins=[checkpoint_io],
+    )
+    checkpoint_io.fit_loop = trainer.fit_loop.state_dict()  # the loops before any step
+    return trainer
+
+
+def build_module(model_config, optim_config, datamodule, checkpoint, ckpt_path, whole):
+    """The GPTModule for the data's vocabulary; a checkpoint it starts from must hold this
+    architecture (and, read for its tensors, weights of its shapes)."""
+    model_config.vocab_size = datamodule.vocab_size
+    hparams = GPTModule.hparams_from(model_config, optim_config, datamodule.tokenizer)
+    if checkpoint:
+        check_architecture(ckpt_path, checkpoint, hparams)
+    module = GPTModule(**hparams)
+    if checkpoint and not whole:
+        check_weights(module, checkpoint_weights(checkpoint, ckpt_path), ckpt_path)
+    return module
+
+
+def fit(trainer: L.Trainer, module, datamodule, ckpt_path: str | None, output_dir: Path) -> None:
+    """trainer.fit, its messages on lines of their own above the progress bar (tqdm.write); a
+    stop (SIGTERM, Ctrl-C) ends the process with the command that continues the run."""
+    console = logging_redirect_tqdm() if trainer.is_global_zero else contextlib.nullcontext()
+    try:
+        with console:
+            trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
+    except SIGTERMException:
+        stop = next(c for c in trainer.callbacks if isinstance(c, GracefulStop))
+        if trainer.is_global_zero:
+            log.warning(
+                "Stopped by %s after step %d; saved its last checkpoint. Continue with:\n"
+                "  gptlab-train resume=%s",
+                stop.signal_name,
+                trainer.global_step,
+                sweep_dir() or output_dir,  # a sweep's job continues with its sweep
+            )
+        sys.exit(code_of_signal(stop.signal_name))
+
+
 def train(cfg: DictConfig) -> float:
     """Train one model as `cfg` says; return its best validation loss."""
     route_lightning_logs()
@@ -123,43 +170,19 @@ def train(cfg: DictConfig) -> float:
     resolved = OmegaConf.to_container(cfg, resolve=True)  # plain: it travels to spawned DDP ranks
     callbacks = build_callbacks(cfg, resolved, output_dir, with_loggers=bool(loggers))
     checkpoint_io = checkpoint_io_for(output_dir, ckpt_path, whole)
-    trainer: L.Trainer = build(
-        cfg.trainer,
-        "trainer",
-        callbacks=callbacks,
-        logger=loggers or False,
-        plugins=[checkpoint_io],
-    )
-    checkpoint_io.fit_loop = trainer.fit_loop.state_dict()  # the loops before any step
     checkpoint_io.optimizer = optim_config.name
+    trainer = build_trainer(cfg, callbacks, loggers, checkpoint_io)
 
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     datamodule.prepare_data()
     datamodule.setup("fit")
-    model_config.vocab_size = datamodule.vocab_size
-    hparams = GPTModule.hparams_from(model_config, optim_config, datamodule.tokenizer)
-    if checkpoint:
-        check_architecture(ckpt_path, checkpoint, hparams)
-    module = GPTModule(**hparams)
-    if checkpoint and not whole:
-        check_weights(module, checkpoint_weights(checkpoint, ckpt_path), ckpt_path)
+    module = build_module(model_config, optim_config, datamodule, checkpoint, ckpt_path, whole)
+    if cfg.flops_budget is not None:  # the run's length: vocab and world size are known now
+        resolved["trainer"]["max_steps"] = apply_budget(  # as the first screen and trackers show
+            trainer, cfg.flops_budget, module.config, datamodule
+        )
     if trainer.is_global_zero:
         first_screen = (OmegaConf.create(resolved), module.model, output_dir, in_multirun())
         print_first_screen(*first_screen, datamodule=datamodule)
-    # messages during fit on their own lines above the progress bar (tqdm.write), not glued to it
-    console = logging_redirect_tqdm() if trainer.is_global_zero else contextlib.nullcontext()
-    try:
-        with console:
-            trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
-    except SIGTERMException:
-        stop = next(c for c in callbacks if isinstance(c, GracefulStop))
-        if trainer.is_global_zero:
-            log.warning(
-                "Stopped by %s after step %d; saved its last checkpoint. Continue with:\n"
-                "  gptlab-train resume=%s",
-                stop.signal_name,
-                trainer.global_step,
-                sweep_dir() or output_dir,  # a sweep's job continues with its sweep
-            )
-        sys.exit(code_of_signal(stop.signal_name))
+    fit(trainer, module, datamodule, ckpt_path, output_dir)
     return best_then_test(trainer, module, datamodule)  # test_fraction > 0: test_* in metrics.json

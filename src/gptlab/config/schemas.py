@@ -40,6 +40,7 @@ class TrainSchema:
     ckpt_path: Optional[str] = None  # noqa: UP045 - OmegaConf wants typing.Optional
     resume: Optional[str] = None  # noqa: UP045
     num_threads: Optional[int] = None  # noqa: UP045
+    flops_budget: Optional[float] = None  # noqa: UP045 - training FLOPs: sets trainer.max_steps
     sample_prompt: str = "The salesperson"
     paths: Any = None
     data: Any = None

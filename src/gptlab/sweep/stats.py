@@ -1,6 +1,7 @@
 """Statistics over a sweep's seeds, one small function each: the jobs grouped into configurations,
 mean and standard deviation, the Student-t interval (honest for few seeds), Welch's t-test
-against the best configuration and its verdict."""
+against the best configuration and its verdict; the bootstrap and its percentile interval (the
+scaling-law fits' intervals)."""
 
 import math
 import statistics
@@ -102,3 +103,38 @@ def vs_best_verdict(rank: int, p: float | None, confidence: float = CONFIDENCE) 
     if p >= 1 - confidence:
         return "not distinguishable"
     return "worse"
+
+
+def bootstrap(
+    statistic, items: list, draws: int, seed: int = 0, strata: list | None = None
+) -> list:
+    """`statistic` of `draws` resamples of `items`, each drawn with replacement within its stratum
+    (`strata`: one key per item; one stratum by default), as many as the stratum holds; each draw
+    a reproducible function of `seed`. Draws where the statistic returns None (too few distinct
+    items for it) are left out."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    members = {}
+    for i, key in enumerate(strata or [0] * len(items)):
+        members.setdefault(key, []).append(i)
+    results = []
+    for _ in range(draws):
+        picks = [i for group in members.values() for i in rng.choice(group, size=len(group))]
+        result = statistic([items[i] for i in picks])
+        if result is not None:
+            results.append(result)
+    return results
+
+
+def percentile_interval(values: list[float], confidence: float = CONFIDENCE) -> list[float] | None:
+    """The central `confidence` interval of bootstrap values, [lo, hi] (percentiles); None below
+    two values."""
+    import numpy as np
+
+    finite = [v for v in values if number(v) is not None]
+    if len(finite) < 2:
+        return None
+    tail = 50 * (1 - confidence)
+    lo, hi = np.percentile(finite, [tail, 100 - tail])
+    return [float(lo), float(hi)]

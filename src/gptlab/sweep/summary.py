@@ -17,6 +17,8 @@ from gptlab.sweep.ablation import BASELINE, summary_extras
 from gptlab.sweep.horizon import short_horizon, smoke_test_note
 from gptlab.sweep.jobs import job_identity
 from gptlab.sweep.plots import write_plot
+from gptlab.sweep.scaling import TooFewPoints
+from gptlab.sweep.scaling_report import scaling_section
 from gptlab.sweep.search import search_summary
 from gptlab.sweep.stats import (
     ci_half_width,
@@ -165,11 +167,15 @@ def write_summary(
     target_val_loss: float | None = None,
     baseline: str = BASELINE,
     out: str | Path | None = None,
+    scaling: bool | None = None,
+    metric: str = "best_val_loss",
 ) -> tuple[list[dict], list[str]]:
     """Write summary.csv, .md, .png (and summary_configs.csv with `seed` swept) of the jobs in
     `sweep_dir` into `out` (the sweep directory itself by default); return the jobs and the
     headline. The jobs' files are read as data. `target_val_loss` and `baseline`: see
-    gptlab.sweep.ablation."""
+    gptlab.sweep.ablation. `scaling`, `metric`: the scaling-law fit of `metric` (None: when a
+    job set flops_budget; True: TooFewPoints, once summary.md is written, when it cannot fit;
+    gptlab.sweep.scaling_report)."""
     sweep_dir = Path(sweep_dir)
     out = Path(out or sweep_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -179,6 +185,8 @@ def write_summary(
         rows, configs, out, target_val_loss, baseline
     )
     head = headline(rows, configs, out)
+    fit, missing = scaling_section(rows, knobs, sweep_dir, out, scaling, metric, baseline)
+    head += [fit] if fit else []
     lines = [f"# Sweep {sweep_dir}", "", *(f"- {line}" for line in head), "", *extra_lines]
     if configs is not None:
         path = out / "summary_configs.csv"
@@ -188,6 +196,8 @@ def write_summary(
     write_plot(rows, knobs, configs, out / "summary.png")
     lines += search_summary(sweep_dir, out / "summary.png")  # an Optuna search's study and plots
     files.write_text(out / "summary.md", "\n".join(lines) + "\n")
+    if missing:
+        raise TooFewPoints(missing)
     return rows, head
 
 

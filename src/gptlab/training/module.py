@@ -20,15 +20,21 @@ from gptlab.training.optim_config import OptimConfig, lr_factor
 from gptlab.training.optimizers import MuonWithAdamW, block_matrices
 
 
+def scaling_params(config: GPTConfig) -> int:
+    """The parameters whose FLOPs grow with every token: the blocks' matrices (attention's Wq, Wk,
+    Wv and Wo, the FFN's) and the head. Embeddings (a lookup), norms and biases are left out: the
+    N of a scaling law (Kaplan et al. 2020's non-embedding count, plus the head)."""
+    d = config.d_model
+    ffn_matrices = 3 if config.activation == "swiglu" else 2
+    ffn = ffn_matrices * ffn_hidden(config) * d
+    return config.num_blocks * (4 * d * d + ffn) + d * config.vocab_size
+
+
 def flops_per_token(config: GPTConfig) -> int:
     """Training FLOPs per token: 6 per weight of the blocks and the head (forward 2, backward 4)
     plus attention's scores and weighted sum, 12 * num_blocks * context_length * d_model."""
-    d = config.d_model
-    blocks = config.num_blocks
-    ffn_matrices = 3 if config.activation == "swiglu" else 2
-    ffn = ffn_matrices * ffn_hidden(config) * d
-    weights = blocks * (4 * d * d + ffn) + d * config.vocab_size
-    return 6 * weights + 12 * blocks * config.context_length * d
+    attention = 12 * config.num_blocks * config.context_length * config.d_model
+    return 6 * scaling_params(config) + attention
 
 
 class GPTModule(L.LightningModule):

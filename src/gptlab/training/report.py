@@ -16,6 +16,7 @@ from omegaconf import OmegaConf
 from gptlab import files
 from gptlab.errors import ConfigError
 from gptlab.run import directory, ownership
+from gptlab.training.budget import budget_metrics
 from gptlab.training.callbacks import RunStats
 from gptlab.training.pruning import pruning_result
 from gptlab.training.trackers import log_results
@@ -65,7 +66,8 @@ class RunReport(L.Callback):
         best = pl_module.best_val_loss if math.isfinite(pl_module.best_val_loss) else final_loss
         device = trainer.strategy.root_device
         name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
-        tokens = trainer.global_step * self.stats.tokens_per_step
+        # tokens_per_step is a batch's over every rank: an optimizer step takes accumulated ones
+        tokens = trainer.global_step * self.stats.tokens_per_step * trainer.accumulate_grad_batches
         rate = tokens / self.stats.train_seconds if self.stats.train_seconds else 0.0
         mfu = self.stats.mfu(rate, pl_module, trainer.world_size)
         return {
@@ -87,6 +89,7 @@ class RunReport(L.Callback):
             "overrides": self.overrides,  # what a continued sweep recognises its finished jobs by
             "status": "ok",
             "val_curve": self.stats.val_curve,  # [step, wall seconds, val loss] per validation
+            **budget_metrics(self.cfg, trainer, pl_module, tokens),  # for scaling-law fits
             **pruning_result(trainer),  # "status": "pruned" when an Optuna pruner stopped it
         }
 

@@ -1,0 +1,123 @@
+"""Chinchilla's approach 2 on an IsoFLOP grid: the jobs of one compute budget (their C within
+10% of each other) trace the loss against model size; a parabola of L in log N (and in log D)
+puts that budget's optimum at its vertex, and N_opt(C) ∝ C^a, D_opt(C) ∝ C^b are straight lines
+through the budgets' optima in log-log. Intervals: the bootstrap over jobs, within each budget."""
+
+import math
+import statistics
+
+import numpy as np
+
+from gptlab.sweep.stats import bootstrap, percentile_interval
+
+TOLERANCE = 0.1  # jobs whose C lie within 10% of each other share a budget
+MIN_SIZES = 3  # a parabola needs three model sizes
+MIN_BUDGETS = 2  # a line through the optima needs two budgets
+
+
+def assign_budgets(points: list[dict]) -> list[float]:
+    """Give each point {C, ...} its budget, `budget`: the geometric mean of the C of the jobs
+    within TOLERANCE of the smallest C not yet taken. Returns the budgets, smallest first."""
+    order = sorted(points, key=lambda p: p["C"])
+    groups = []
+    for point in order:
+        if groups and point["C"] <= groups[-1][0]["C"] * (1 + TOLERANCE):
+            groups[-1].append(point)
+        else:
+            groups.append([point])
+    budgets = []
+    for group in groups:
+        budget = math.exp(statistics.fmean(math.log(p["C"]) for p in group))
+        for point in group:
+            point["budget"] = budget
+        budgets.append(budget)
+    return budgets
+
+
+def by_budget(points: list[dict]) -> dict[float, list[dict]]:
+    groups = {}
+    for point in points:
+        groups.setdefault(point["budget"], []).append(point)
+    return dict(sorted(groups.items()))
+
+
+def sizes(group: list[dict]) -> int:
+    return len({p["N"] for p in group})
+
+
+def vertex(group: list[dict], key: str) -> tuple[float, float, list[float] | None]:
+    """The optimum of L against log `key` (N or D) in one budget: the parabola's vertex where it
+    opens upward and lies within the values tried, else the best job's value (no coefficients)."""
+    xs = np.log([p[key] for p in group])
+    losses = np.array([p["L"] for p in group])
+    coefficients = np.polyfit(xs, losses, 2)
+    if coefficients[0] > 0:
+        x = -coefficients[1] / (2 * coefficients[0])
+        if xs.min() <= x <= xs.max():
+            return math.exp(x), float(np.polyval(coefficients, x)), coefficients.tolist()
+    best = group[int(np.argmin(losses))]
+    return best[key], best["L"], None
+
+
+def budget_optimum(budget: float, group: list[dict]) -> dict | None:
+    """N_opt, D_opt and the loss there at one budget; `edge` when a parabola has no minimum
+    among the sizes tried (the grid does not bracket the optimum: the best job stands in)."""
+    if sizes(group) < MIN_SIZES:
+        return None
+    n_opt, loss, parabola = vertex(group, "N")
+    d_opt, _, d_parabola = vertex(group, "D")
+    return {
+        "C": budget,
+        "N_opt": n_opt,
+        "D_opt": d_opt,
+        "L_opt": loss,
+        "parabola": parabola,  # L = p0 (log N)^2 + p1 log N + p2; None at an edge
+        "edge": parabola is None or d_parabola is None,
+        "sizes": sizes(group),
+    }
+
+
+def power_law(cs: list[float], values: list[float]) -> tuple[float, float]:
+    """The exponent and the coefficient k of values = k C^exponent, least squares in log-log."""
+    slope, intercept = np.polyfit(np.log(cs), np.log(values), 1)
+    return float(slope), math.exp(intercept)
+
+
+def fit_approach2(points: list[dict]) -> dict | None:
+    """a, b and their coefficients through the optima of the budgets with MIN_SIZES sizes; None
+    with fewer than MIN_BUDGETS of them."""
+    optima = [budget_optimum(b, group) for b, group in by_budget(points).items()]
+    optima = [o for o in optima if o is not None]
+    if len(optima) < MIN_BUDGETS:
+        return None
+    cs = [o["C"] for o in optima]
+    a, n_coefficient = power_law(cs, [o["N_opt"] for o in optima])
+    b, d_coefficient = power_law(cs, [o["D_opt"] for o in optima])
+    return {
+        "a": a,
+        "b": b,
+        "n_coefficient": n_coefficient,
+        "d_coefficient": d_coefficient,
+        "optima": optima,
+    }
+
+
+def approach2(points: list[dict], draws: int, seed: int = 0) -> dict | None:
+    """fit_approach2 with 95% bootstrap intervals of a, b and each budget's L_opt; `_draws` keeps
+    the draws' fits (not written)."""
+    fit = fit_approach2(points)
+    if fit is None:
+        return None
+    strata = [p["budget"] for p in points]
+    fits = bootstrap(fit_approach2, points, draws, seed, strata)
+    fit["ci95"] = {key: percentile_interval([f[key] for f in fits]) for key in ("a", "b")}
+    for optimum in fit["optima"]:
+        values = [o["L_opt"] for f in fits for o in f["optima"] if o["C"] == optimum["C"]]
+        optimum["L_opt_ci95"] = percentile_interval(values)
+    fit.update(draws_used=len(fits), _draws=fits)
+    return fit
+
+
+def n_opt(fit: dict, compute: float) -> float:
+    """Approach 2's compute-optimal model size at `compute` FLOPs."""
+    return fit["n_coefficient"] * compute ** fit["a"]

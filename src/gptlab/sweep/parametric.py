@@ -1,0 +1,160 @@
+"""Chinchilla's approach 3: the loss as a function of model size and data, L(N, D) = E + A/N^alpha
++ B/D^beta, fitted as Besiroglu et al. 2024 (Epoch AI's replication) do: the Huber loss (delta
+1e-3) between the predicted and the measured log L, minimised by L-BFGS from a grid of starting
+points, with log E, log A and log B as the free parameters (they stay positive); its 95% intervals
+by the bootstrap over jobs. `frontier` is the compute-optimal allocation the law implies for
+C = 6ND: N_opt = G (C/6)^a, a = beta / (alpha + beta)."""
+
+import itertools
+import math
+
+import numpy as np
+
+from gptlab.sweep.stats import bootstrap, percentile_interval
+
+DELTA = 1e-3  # Huber's: residuals of log L beyond it count linearly (robust to outliers)
+# Hoffmann et al. 2022's grid of starts (as Besiroglu et al. 2024): alpha, beta, log E, log A, log B
+GRID = {
+    "alpha": np.arange(0.0, 2.01, 0.5),
+    "beta": np.arange(0.0, 2.01, 0.5),
+    "e": np.arange(-1.0, 1.01, 0.5),
+    "a": np.arange(0.0, 25.1, 5.0),
+    "b": np.arange(0.0, 25.1, 5.0),
+}
+STARTS = 32  # L-BFGS runs from the grid's best starts by their objective (the whole grid: 4,500)
+CANDIDATES = 64  # a bootstrap draw's starts: the full fit's optimum and these best grid starts,
+DRAW_STARTS = 2  # of which L-BFGS runs from the best two on the draw's own points
+# L-BFGS-B's box, wide enough for any sensible law (E from 5e-5 to 2e4 nats): it only stops a
+# fit of too few points from running off towards E = 0 or exponents without end
+BOUNDS = [(-20.0, 60.0), (-20.0, 60.0), (-10.0, 10.0), (0.0, 5.0), (0.0, 5.0)]
+NAMES = ("E", "A", "alpha", "B", "beta")
+
+
+def start_grid() -> np.ndarray:
+    """Every start of GRID, one row each: [log A, log B, log E, alpha, beta]."""
+    rows = itertools.product(GRID["a"], GRID["b"], GRID["e"], GRID["alpha"], GRID["beta"])
+    return np.array(list(rows))
+
+
+def predicted_log_loss(theta: np.ndarray, log_n: np.ndarray, log_d: np.ndarray) -> np.ndarray:
+    """log L(N, D) for each row of theta [..., 5] and each point [n]: a log-sum-exp of the three
+    terms, stable for any exponent. Result: [..., n]."""
+    theta = np.atleast_2d(theta)
+    terms = np.stack(
+        [
+            theta[:, [0]] - theta[:, [3]] * log_n,  # log(A / N^alpha)
+            theta[:, [1]] - theta[:, [4]] * log_d,  # log(B / D^beta)
+            np.broadcast_to(theta[:, [2]], (len(theta), len(log_n))),  # log E
+        ]
+    )  # [3, starts, n]
+    return np.logaddexp.reduce(terms, axis=0)
+
+
+def huber(residual: np.ndarray) -> np.ndarray:
+    size = np.abs(residual)
+    return np.where(size <= DELTA, 0.5 * residual**2, DELTA * (size - 0.5 * DELTA))
+
+
+def objective(theta: np.ndarray, log_n, log_d, log_loss) -> tuple[float, np.ndarray]:
+    """The summed Huber loss of log L and its gradient in theta [log A, log B, log E, alpha,
+    beta]."""
+    log_a, log_b, log_e, alpha, beta = theta
+    terms = np.array([log_a - alpha * log_n, log_b - beta * log_d, np.full_like(log_n, log_e)])
+    top = terms.max(axis=0)
+    scaled = np.exp(terms - top)  # [3, n]
+    total = scaled.sum(axis=0)
+    residual = top + np.log(total) - log_loss  # predicted minus measured log L
+    # Huber's derivative times each term's share of L: d(log L)/d(log A, log B, log E)
+    shares = scaled * (np.clip(residual, -DELTA, DELTA) / total)
+    grad = np.empty(5)
+    grad[:3] = shares.sum(axis=1)
+    grad[3] = -(shares[0] * log_n).sum()  # not BLAS: its threads cost more than they save here
+    grad[4] = -(shares[1] * log_d).sum()
+    return float(huber(residual).sum()), grad
+
+
+def fit_law(
+    points: list[dict], starts: np.ndarray | None = None, count: int = STARTS
+) -> dict | None:
+    """The law fitted to points {N, D, L}: E, A, alpha, B, beta and the allocation `a`; L-BFGS
+    from the `count` best rows of `starts` (the grid by default) by their objective; None below 5
+    distinct points."""
+    from scipy.optimize import minimize
+
+    if len({(p["N"], p["D"]) for p in points}) < len(NAMES):
+        return None
+    log_n, log_d, log_loss = logs(points)
+    starts = start_grid() if starts is None else starts
+    best = None
+    for start in best_starts(starts, points, count):
+        result = minimize(
+            objective,
+            start,
+            args=(log_n, log_d, log_loss),
+            jac=True,
+            method="L-BFGS-B",
+            bounds=BOUNDS,
+            options={"maxiter": 1000, "ftol": 1e-12, "gtol": 1e-10},
+        )
+        if best is None or result.fun < best.fun:
+            best = result
+    return law_of(best.x)
+
+
+def logs(points: list[dict]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """log N, log D and log L of the points."""
+    return tuple(np.log([p[key] for p in points]) for key in ("N", "D", "L"))
+
+
+def best_starts(starts: np.ndarray, points: list[dict], count: int) -> np.ndarray:
+    """The `count` rows of `starts` with the lowest objective on `points`."""
+    log_n, log_d, log_loss = logs(points)
+    at_start = huber(predicted_log_loss(starts, log_n, log_d) - log_loss).sum(axis=1)
+    return starts[np.argsort(at_start, kind="stable")[:count]]
+
+
+def law_of(theta: np.ndarray) -> dict:
+    log_a, log_b, log_e, alpha, beta = (float(v) for v in theta)
+    law = {"E": math.exp(log_e), "A": math.exp(log_a), "alpha": alpha}
+    law.update(B=math.exp(log_b), beta=beta)
+    law["a"] = beta / (alpha + beta) if alpha + beta else None
+    return law
+
+
+def theta_of(law: dict) -> np.ndarray:
+    return np.array(
+        [math.log(law["A"]), math.log(law["B"]), math.log(law["E"]), law["alpha"], law["beta"]]
+    )
+
+
+def law_loss(law: dict, n: float, d: float) -> float:
+    """L(N, D) of a fitted law."""
+    return law["E"] + law["A"] / n ** law["alpha"] + law["B"] / d ** law["beta"]
+
+
+def frontier(law: dict, compute: float) -> dict | None:
+    """The compute-optimal N, D and loss the law implies at `compute` FLOPs (C = 6ND); None for
+    a law without a minimum (an exponent not positive)."""
+    alpha, beta = law["alpha"], law["beta"]
+    if alpha <= 0 or beta <= 0:
+        return None
+    scale = (alpha * law["A"] / (beta * law["B"])) ** (1 / (alpha + beta))
+    n = scale * (compute / 6) ** (beta / (alpha + beta))
+    d = compute / 6 / n
+    return {"N": n, "D": d, "L": law_loss(law, n, d)}
+
+
+def approach3(points: list[dict], draws: int, seed: int = 0) -> dict | None:
+    """The law with 95% bootstrap intervals of each parameter and of `a`; `draws_used` counts the
+    draws that fitted, `_draws` keeps their laws (for intervals of derived values: not written).
+    A draw is refitted from the DRAW_STARTS best of the full fit's optimum and the grid's
+    CANDIDATES best starts on the full data."""
+    law = fit_law(points)
+    if law is None:
+        return None
+    starts = np.vstack([theta_of(law), best_starts(start_grid(), points, CANDIDATES)])
+    laws = bootstrap(lambda sample: fit_law(sample, starts, DRAW_STARTS), points, draws, seed)
+    intervals = {}
+    for key in (*NAMES, "a"):
+        intervals[key] = percentile_interval([d[key] for d in laws if d[key] is not None])
+    return {**law, "ci95": intervals, "draws_used": len(laws), "_draws": laws}

@@ -1,0 +1,193 @@
+"""Scaling laws from a sweep: each job is a point (N, D, C, L) read from its metrics.json alone:
+N = scaling_params, D = tokens_seen, C = flops_per_token x tokens_seen, L = best_val_loss (or
+another metric). Each configuration (the jobs alike in everything but size, budget and seed) is
+fitted on its own by Chinchilla's approaches 2 (gptlab.sweep.isoflop) and 3
+(gptlab.sweep.parametric), checked on its largest budget held out, and compared with the first
+configuration along the compute-optimal frontier. scaling.json holds the numbers; scaling.md
+and scaling.png (gptlab.sweep.scaling_report) show them."""
+
+import math
+
+from gptlab.sweep import isoflop, parametric
+from gptlab.sweep.stats import group_configurations, number, percentile_interval, sort_key
+
+# what varies a model's size, its budget or its seed: the rest of the swept knobs makes
+# a configuration (e.g. +ablation)
+SIZE_KEYS = (
+    "model.d_model",
+    "model.num_blocks",
+    "model.num_heads",
+    "model.ffn_mult",
+    "flops_budget",
+    "trainer.max_steps",
+    "seed",
+)
+METRICS = ("best_val_loss", "final_val_loss", "test_loss")
+REPEATED_EPOCHS = 4  # past it, repeated tokens are worth clearly less (Muennighoff et al. 2023)
+DRAWS = 200  # bootstrap draws of each fit
+
+
+class TooFewPoints(Exception):
+    """A sweep (or a configuration) without the budgets and sizes a fit needs: what is missing."""
+
+
+def job_point(row: dict, metric: str) -> dict | None:
+    """A finished job's (N, D, C, L) and epochs; None when one is missing or not a number."""
+    n, d = number(row.get("scaling_params")), number(row.get("tokens_seen"))
+    flops, loss = number(row.get("flops_per_token")), number(row.get(metric))
+    if row.get("status") != "ok" or None in (n, d, flops, loss) or min(n, d, flops, loss) <= 0:
+        return None
+    epochs = number(row.get("epochs"))
+    return {"job": row["job"], "N": n, "D": d, "C": flops * d, "L": loss, "epochs": epochs}
+
+
+def configurations(rows: list[dict], knobs: list[str], first: str | None) -> dict[str, list]:
+    """The jobs by configuration, in job order; `first` (the baseline) leads when present."""
+    ordered = sorted(rows, key=lambda r: sort_key(r["job"]))
+    groups = group_configurations(ordered, [k for k in knobs if k not in SIZE_KEYS])
+    lead = [name for name in groups if name == first]
+    return {name: groups[name] for name in lead + [n for n in groups if n not in lead]}
+
+
+def usable_points(name: str, points: list[dict], metric: str) -> tuple[list[dict], list[str]]:
+    """The points of the budgets with at least MIN_SIZES sizes, and notes on the budgets left
+    out (`budget` assigned); TooFewPoints when fewer than MIN_BUDGETS such budgets remain."""
+    groups = isoflop.by_budget(points)
+    kept = {b: g for b, g in groups.items() if isoflop.sizes(g) >= isoflop.MIN_SIZES}
+    found = "; ".join(f"{b:.3g} FLOPs: {isoflop.sizes(g)} sizes" for b, g in groups.items())
+    found = found or f"no finished job with scaling_params, tokens_seen, flops_per_token, {metric}"
+    if len(kept) < isoflop.MIN_BUDGETS:
+        raise TooFewPoints(
+            f"{name}: {len(kept)} budget(s) with at least {isoflop.MIN_SIZES} model sizes "
+            f"({found}); a scaling fit needs at least {isoflop.MIN_BUDGETS} budgets of at least "
+            f"{isoflop.MIN_SIZES} sizes each. Sweep more budgets (flops_budget=1e12,3e12,...) "
+            "or more sizes (model.d_model=32,64,128,...)."
+        )
+    notes = [
+        f"budget {b:.3g} FLOPs left out: {isoflop.sizes(g)} size(s), fewer than {isoflop.MIN_SIZES}"
+        for b, g in groups.items()
+        if b not in kept
+    ]
+    return [p for g in kept.values() for p in g], notes
+
+
+def holdout(points: list[dict]) -> dict | None:
+    """Both approaches refitted without the largest budget: approach 3's loss at that budget's
+    best job against its measured loss, approach 2's N_opt there against the budget's own
+    optimum. None with fewer than MIN_BUDGETS + 1 budgets."""
+    groups = isoflop.by_budget(points)
+    if len(groups) <= isoflop.MIN_BUDGETS:
+        return None
+    largest = max(groups)
+    rest = [p for p in points if p["budget"] != largest]
+    best = min(groups[largest], key=lambda p: p["L"])
+    law = parametric.fit_law(rest)
+    if law is None:
+        return None
+    predicted = parametric.law_loss(law, best["N"], best["D"])
+    result = {"budget": largest, "job": best["job"], "N": best["N"], "D": best["D"]}
+    result.update(predicted=predicted, measured=best["L"])
+    result["relative_error"] = (predicted - best["L"]) / best["L"]
+    refit = isoflop.fit_approach2(rest)
+    measured = isoflop.budget_optimum(largest, groups[largest])
+    if refit is not None and measured is not None:
+        guess = isoflop.n_opt(refit, largest)
+        result["approach2"] = {
+            "predicted_N_opt": guess,
+            "measured_N_opt": measured["N_opt"],
+            "relative_error": (guess - measured["N_opt"]) / measured["N_opt"],
+        }
+    return result
+
+
+def fit_configuration(name: str, points: list[dict], metric: str, draws: int) -> dict:
+    """Approaches 2 and 3 with intervals, the held-out budget and the repeated-data count of one
+    configuration's points (TooFewPoints: see usable_points)."""
+    kept, notes = usable_points(name, points, metric)
+    for point in kept:
+        point["repeated"] = (point["epochs"] or 0) > REPEATED_EPOCHS
+    return {
+        "approach2": isoflop.approach2(kept, draws),
+        "approach3": parametric.approach3(kept, draws),
+        "holdout": holdout(kept),
+        "points": kept,
+        "repeated_data_points": sum(p["repeated"] for p in kept),
+        "notes": notes,
+    }
+
+
+def frontier_gap(first: dict, other: dict) -> list[dict]:
+    """Per budget both share: each one's frontier loss (approach 2's L_opt, with its interval)
+    and other - first, its 95% interval from independent bootstrap draws taken pairwise."""
+    rows = []
+    mine = {o["C"]: o for o in other["approach2"]["optima"]}
+    for base in first["approach2"]["optima"]:
+        budget = base["C"]
+        if budget not in mine:
+            continue
+        draws = zip(other["approach2"]["_draws"], first["approach2"]["_draws"], strict=False)
+        gaps = [at(o, budget) - at(f, budget) for o, f in draws]
+        row = {"C": budget, "L_opt": mine[budget]["L_opt"]}
+        row["L_opt_ci95"] = mine[budget].get("L_opt_ci95")
+        row["gap"] = mine[budget]["L_opt"] - base["L_opt"]
+        row["gap_ci95"] = None if other is first else percentile_interval(gaps)
+        rows.append(row)
+    return rows
+
+
+def at(fit: dict, budget: float) -> float:
+    """A fit's L_opt at one budget (nan where that draw found no optimum there)."""
+    return next((o["L_opt"] for o in fit["optima"] if o["C"] == budget), math.nan)
+
+
+def fit_sweep(
+    rows: list[dict], knobs: list[str], metric: str, draws: int = DRAWS, first: str | None = None
+) -> dict:
+    """Every configuration's fit, or its TooFewPoints message under `error`; with several, the
+    frontier comparison with the first. TooFewPoints when no configuration can be fitted. BLAS
+    runs on one thread meanwhile: its threads make scipy's L-BFGS-B on 5 parameters many times
+    slower on a busy machine (25x measured beside other work on 2 cores)."""
+    import scipy.optimize  # noqa: F401 - loaded first: a limit reaches the libraries loaded
+    from threadpoolctl import threadpool_limits
+
+    fits, errors = {}, {}
+    groups = {
+        name: [p for p in (job_point(row, metric) for row in jobs) if p is not None]
+        for name, jobs in configurations(rows, knobs, first).items()
+    }
+    isoflop.assign_budgets([p for points in groups.values() for p in points])  # shared budgets
+    for name, points in groups.items():
+        try:
+            with threadpool_limits(limits=1, user_api="blas"):
+                fits[name] = fit_configuration(name, points, metric, draws)
+        except TooFewPoints as e:
+            errors[name] = str(e)
+    if not fits:
+        raise TooFewPoints(" ".join(errors.values()))
+    result = {"metric": metric, "configurations": fits, "errors": errors}
+    names = list(fits)
+    usable = {n: f for n, f in fits.items() if f["approach2"] is not None}
+    if len(usable) > 1:
+        base = usable[names[0]] if names[0] in usable else next(iter(usable.values()))
+        for fit in usable.values():
+            fit["vs_first"] = frontier_gap(base, fit)
+    return result
+
+
+def public(node):
+    """A fit as scaling.json holds it: without the bootstrap draws (keys starting with _)."""
+    if isinstance(node, dict):
+        return {k: public(v) for k, v in node.items() if not str(k).startswith("_")}
+    if isinstance(node, list):
+        return [public(v) for v in node]
+    return node
+
+
+def as_json(result: dict) -> dict:
+    """One configuration at the top level, several under `configurations.<name>`."""
+    fits = public(result["configurations"])
+    head = {"metric": result["metric"], "errors": result["errors"]}
+    if len(fits) == 1 and not result["errors"]:
+        [(name, fit)] = fits.items()
+        return {**head, "configuration": name, **fit}
+    return {**head, "first_configuration": next(iter(fits)), "configurations": fits}

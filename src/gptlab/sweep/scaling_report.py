@@ -1,0 +1,221 @@
+"""scaling.json, scaling.md and scaling.png of a sweep (gptlab.sweep.scaling fits them); with too
+few points, scaling.md says what is missing and the rest of the sweep's summary stands."""
+
+import logging
+from pathlib import Path
+
+from gptlab import files
+from gptlab.sweep.scaling import DRAWS, REPEATED_EPOCHS, TooFewPoints, as_json, fit_sweep
+from gptlab.sweep.scaling_plot import write_scaling_plot
+from gptlab.sweep.stats import number
+
+log = logging.getLogger(__name__)
+
+
+def interval(ci: list | None, digits: str = ".3g") -> str:
+    return "" if not ci else f"[{ci[0]:{digits}}, {ci[1]:{digits}}]"
+
+
+def table(header: list[str], rows: list[list]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    return lines + ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+
+
+def approach2_lines(fit: dict | None) -> list[str]:
+    if fit is None:
+        return ["Approach 2: no budget with a loss minimum to fit.", ""]
+    rows = [
+        [
+            f"{o['C']:.3g}",
+            o["sizes"],
+            f"{o['N_opt']:,.0f}",
+            f"{o['D_opt']:,.0f}",
+            f"{o['L_opt']:.4f} {interval(o.get('L_opt_ci95'), '.4f')}",
+            "edge: the best job (no minimum among these sizes)" if o["edge"] else "",
+        ]
+        for o in fit["optima"]
+    ]
+    return [
+        "### Approach 2: a parabola per IsoFLOP budget",
+        "",
+        f"N_opt ∝ C^a with a = {fit['a']:.3f} {interval(fit['ci95']['a'])}; "
+        f"D_opt ∝ C^b with b = {fit['b']:.3f} {interval(fit['ci95']['b'])} "
+        f"(95% bootstrap over jobs within each budget, {fit['draws_used']} draws).",
+        "",
+        *table(["budget C (FLOPs)", "sizes", "N_opt", "D_opt", "L_opt (95% CI)", ""], rows),
+        "",
+    ]
+
+
+def approach3_lines(law: dict | None) -> list[str]:
+    if law is None:
+        return ["Approach 3: fewer than 5 distinct (N, D) points to fit.", ""]
+    rows = [
+        [name, f"{law[name]:.4g}", interval(law["ci95"][name], ".4g")]
+        for name in ("E", "A", "alpha", "B", "beta", "a")
+        if law[name] is not None
+    ]
+    return [
+        "### Approach 3: L(N, D) = E + A / N^alpha + B / D^beta",
+        "",
+        "Huber loss (delta 1e-3) on log L, L-BFGS from a grid of starts (Besiroglu et al. "
+        f"2024); 95% bootstrap intervals over jobs ({law['draws_used']} draws). "
+        "a = beta / (alpha + beta): the allocation it implies, N_opt ∝ C^a.",
+        "",
+        *table(["parameter", "fit", "95% CI"], rows),
+        "",
+    ]
+
+
+def holdout_lines(held: dict | None) -> list[str]:
+    if held is None:
+        return ["Held out: needs at least 3 budgets (2 left to refit on).", ""]
+    lines = [
+        "### The largest budget held out",
+        "",
+        f"Refitted without budget {held['budget']:.3g} FLOPs, approach 3 predicts its best job "
+        f"(job {held['job']}: N {held['N']:,.0f}, D {held['D']:,.0f}) at loss "
+        f"{held['predicted']:.4f}; measured {held['measured']:.4f}: relative error "
+        f"{held['relative_error']:+.2%}.",
+    ]
+    if "approach2" in held:
+        two = held["approach2"]
+        lines.append(
+            f"Approach 2 refitted predicts N_opt {two['predicted_N_opt']:,.0f} there; the "
+            f"budget's own parabola puts it at {two['measured_N_opt']:,.0f} "
+            f"({two['relative_error']:+.1%})."
+        )
+    return [*lines, ""]
+
+
+def repeated_lines(fit: dict) -> list[str]:
+    repeated, total = fit["repeated_data_points"], len(fit["points"])
+    most = max((p["epochs"] or 0 for p in fit["points"]), default=0)
+    if not repeated:
+        return [f"No job trained past {REPEATED_EPOCHS} epochs of the train split.", ""]
+    return [
+        f"**Repeated data:** {repeated} of {total} jobs trained past {REPEATED_EPOCHS} epochs of "
+        f"the train split (the most: {most:.1f}). Repeated tokens are worth less than fresh "
+        "ones (Muennighoff et al. 2023: up to about 4 epochs nearly as good as new data, then "
+        "quickly less), so D here counts tokens that are not all new: the data term B / D^beta "
+        "and b describe this corpus's repeated regime (expect a smaller beta, so a larger a, "
+        "than on fresh data), and the law extrapolated to more compute overstates what more "
+        "tokens of this corpus buy. These jobs are hollow markers in the plot.",
+        "",
+    ]
+
+
+def configuration_lines(name: str, fit: dict) -> list[str]:
+    return [
+        f"## {name}",
+        "",
+        *repeated_lines(fit),
+        *(f"- {note}" for note in fit["notes"]),
+        *([""] if fit["notes"] else []),
+        *approach2_lines(fit["approach2"]),
+        *approach3_lines(fit["approach3"]),
+        *holdout_lines(fit["holdout"]),
+    ]
+
+
+def comparison_lines(fits: dict) -> list[str]:
+    compared = {name: fit for name, fit in fits.items() if "vs_first" in fit}
+    if len(compared) < 2:
+        return []
+    first = next(iter(compared))
+    rows = []
+    for name, fit in compared.items():
+        for row in fit["vs_first"]:
+            gap = "" if name == first else f"{row['gap']:+.4f} {interval(row['gap_ci95'], '+.4f')}"
+            shown = f"{row['L_opt']:.4f} {interval(row['L_opt_ci95'], '.4f')}"
+            rows.append([f"{row['C']:.3g}", name, shown, gap])
+    rows.sort(key=lambda r: float(r[0]))
+    return [
+        "## Configurations along the compute-optimal frontier",
+        "",
+        f"Each configuration's loss at its own optimum per budget (approach 2's parabola), with "
+        f"its 95% bootstrap interval, and the gap to {first} (< 0: better).",
+        "",
+        *table(["budget C (FLOPs)", "configuration", "L_opt (95% CI)", f"gap to {first}"], rows),
+        "",
+    ]
+
+
+def markdown(result: dict, sweep_dir: Path) -> list[str]:
+    fits = result["configurations"]
+    lines = [
+        f"# Scaling laws: {sweep_dir}",
+        "",
+        f"L = {result['metric']}, N = scaling_params (the blocks' matrices and the head), D = "
+        "tokens_seen, C = flops_per_token x tokens_seen; jobs within 10% in C share a budget.",
+        "",
+        "![IsoFLOP curves, N_opt and the loss against compute](scaling.png)",
+        "",
+        *(f"- Not fitted: {message}" for message in result["errors"].values()),
+        *([""] if result["errors"] else []),
+        *comparison_lines(fits),
+    ]
+    for name, fit in fits.items():
+        lines += configuration_lines(name, fit)
+    return lines
+
+
+def write_scaling(
+    rows: list[dict],
+    knobs: list[str],
+    sweep_dir: Path,
+    out: Path,
+    metric: str = "best_val_loss",
+    first: str | None = None,
+    draws: int = DRAWS,
+) -> tuple[bool, list[str]]:
+    """scaling.json, .md, .png in `out`; returns whether it fitted and summary.md's lines. With
+    too few points scaling.md holds the message alone."""
+    try:
+        result = fit_sweep(rows, knobs, metric, draws, first)
+    except TooFewPoints as e:
+        message = f"No scaling fit: {e}"
+        files.write_text(out / "scaling.md", f"# Scaling laws: {sweep_dir}\n\n{message}\n")
+        return False, [message, ""]
+    files.write_json(out / "scaling.json", as_json(result))
+    files.write_text(out / "scaling.md", "\n".join(markdown(result, sweep_dir)) + "\n")
+    write_scaling_plot(result, out / "scaling.png")
+    fits = result["configurations"]
+    heads = []
+    for name, fit in fits.items():
+        law, two = fit["approach3"], fit["approach2"]
+        parts = [] if two is None else [f"a = {round(two['a'], 2) + 0.0:.2f} (approach 2)"]
+        if law is not None and law["a"] is not None:
+            parts.append(f"{round(law['a'], 2) + 0.0:.2f} (approach 3)")  # + 0.0: no "-0.00"
+        heads.append(f"{name}: N_opt ∝ C^a, " + ", ".join(parts))
+    return True, [
+        "Scaling laws (scaling.md, scaling.json, scaling.png): " + "; ".join(heads) + ".",
+        "",
+    ]
+
+
+def scaling_section(
+    rows: list[dict],
+    knobs: list[str],
+    sweep_dir: Path,
+    out: Path,
+    requested: bool | None,
+    metric: str,
+    first: str | None,
+) -> tuple[str | None, str | None]:
+    """The sweep summary's part: scaling.* when `requested`, or by default (None) when a job set
+    flops_budget. Returns the headline's line and, when requested and there were too few
+    points, the message (the caller raises it once summary.md is written)."""
+    budgeted = any(number(row.get("flops_budget")) is not None for row in rows)
+    if requested is False or (requested is None and not budgeted):
+        return None, None
+    try:
+        fitted, lines = write_scaling(rows, knobs, sweep_dir, out, metric, first)
+    except Exception as e:  # a sweep's own summary must not be lost to its fit
+        if requested:
+            raise
+        log.exception("The scaling fit failed")
+        return f"No scaling fit: it failed ({type(e).__name__}: {e}).", None
+    if not fitted:
+        log.warning("%s", lines[0])
+    return lines[0], None if fitted or not requested else lines[0]
