@@ -1,4 +1,4 @@
-"""The layering the README's Architecture section draws, read from the code itself with Python's
+"""The layering docs/architecture.md draws, read from the code itself with Python's
 `ast`: every import in src/ (those inside functions too) goes from a layer to a lower one or
 within its own, and no modules import each other in a circle."""
 
