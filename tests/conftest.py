@@ -35,6 +35,18 @@ def corpus_text(corpus_path: Path) -> str:
     return corpus_path.read_text(encoding="utf-8")
 
 
+@pytest.fixture(scope="session")
+def finished(tmp_path_factory) -> Path:
+    """One finished debug=fast run of this user's (20 steps, validation over the whole val split),
+    made once per test process; a test that changes it works on a copy (helpers.own_copy)."""
+    from helpers import check, run_cli
+
+    cwd = tmp_path_factory.mktemp("finished")
+    args = ["debug=fast", "trainer.max_steps=20", "trainer.limit_val_batches=1.0"]
+    check(run_cli(*args, "hydra.run.dir=run", cwd=cwd))
+    return cwd / "run"
+
+
 # The files that take longest start first: the two workers share the files (pytest-xdist
 # --dist loadfile, in collection order), and a long file started last would leave one worker
 # running it alone at the end of the suite.

@@ -8,14 +8,13 @@ import logging
 import os
 import socket
 import subprocess
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import numpy as np
 import pytest
 import tiktoken
 import torch
+from helpers import LocalServer
 
 from gptlab.data import datamodule
 from gptlab.data.corpus import check_url, download, resolve_corpus, sha256_of
@@ -382,51 +381,10 @@ def test_sampler_bounds_and_repeat():
 
 
 # ------------------------------------------------------------------ download
-class Mirror:
-    """A real HTTP server on 127.0.0.1 that serves `files` and counts GET requests per path."""
-
-    def __init__(self, files: dict[str, bytes], redirects: dict[str, str] | None = None):
-        self.files, self.hits, self.redirects = files, {}, redirects or {}
-        mirror = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):  # noqa: N802
-                mirror.hits[self.path] = mirror.hits.get(self.path, 0) + 1
-                if self.path in mirror.redirects:
-                    self.send_response(302)
-                    self.send_header("Location", mirror.redirects[self.path])
-                    self.end_headers()
-                    return
-                body = mirror.files.get(self.path)
-                if body is None:
-                    self.send_error(404)
-                    return
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *_args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(
-            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-        self.thread.start()
-
-    def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}{path}"
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.fixture
 def mirror(corpus_path, monkeypatch):
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")  # a proxy must not get in between
-    server = Mirror({"/mirror/sales_textbook.txt": corpus_path.read_bytes()})
+    server = LocalServer(files={"/mirror/sales_textbook.txt": corpus_path.read_bytes()})
     yield server
     server.close()
 
@@ -441,7 +399,7 @@ def test_download_saves_and_verifies(mirror, tmp_path, corpus_path):
     assert [p.relative_to(data_dir) for p in data_dir.rglob("*") if p.is_file()] == [
         got.relative_to(data_dir)
     ]  # no .part left
-    assert mirror.hits == {"/mirror/sales_textbook.txt": 1}
+    assert mirror.hits == ["/mirror/sales_textbook.txt"]
 
 
 def test_present_file_is_not_fetched_again(mirror, tmp_path, corpus_path):
@@ -449,7 +407,7 @@ def test_present_file_is_not_fetched_again(mirror, tmp_path, corpus_path):
     target = resolve_corpus(url, None, SALES_TEXTBOOK_SHA256, tmp_path, timeout=10)
     mtime = target.stat().st_mtime_ns
     assert resolve_corpus(url, None, SALES_TEXTBOOK_SHA256, tmp_path, timeout=10) == target
-    assert mirror.hits["/mirror/sales_textbook.txt"] == 1
+    assert mirror.hits.count("/mirror/sales_textbook.txt") == 1
     assert target.stat().st_mtime_ns == mtime
     placed = tmp_path / "sales_textbook.txt"  # put there by hand: used when it is the corpus
     placed.write_bytes(corpus_path.read_bytes())
@@ -532,7 +490,7 @@ def test_download_wrong_sha256_leaves_nothing(mirror, tmp_path):
     with pytest.raises(ConfigError, match="data.sha256") as err:
         resolve_corpus(url, None, wrong, tmp_path / "data", timeout=10)
     assert url in str(err.value) and SALES_TEXTBOOK_SHA256 in str(err.value)
-    assert mirror.hits == {"/mirror/sales_textbook.txt": 1}
+    assert mirror.hits == ["/mirror/sales_textbook.txt"]
     assert not [p for p in (tmp_path / "data").rglob("*") if p.is_file()]  # no file, no .part
 
 

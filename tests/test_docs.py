@@ -157,3 +157,17 @@ def test_the_link_check_sees_a_broken_link_and_skips_code(tmp_path):
 def test_the_quick_start_check_reads_only_that_section():
     text = "## Quick start\n\n```\nmake train\n```\n\n## Next\n\n```\nmake test\n```\n"
     assert fenced_commands(section(text, "Quick start")) == ["make train"]
+
+
+def test_the_architecture_page_names_every_module():
+    """docs/architecture.md mirrors the layout: each module of src/ is named there (a file added
+    without a line there fails)."""
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    modules = sorted((ROOT / "src").rglob("*.py"))
+    assert modules
+    missing = [
+        str(m.relative_to(ROOT))
+        for m in modules
+        if m.name != "__init__.py" and not re.search(rf"\b{re.escape(m.name)}\b", page)
+    ]
+    assert not missing, f"add these to docs/architecture.md: {missing}"

@@ -29,14 +29,6 @@ SECRET = "s3cr3t-gptlab-token"
 ENV = {"GPTLAB_TEST_SECRET": SECRET}
 
 
-@pytest.fixture(scope="module")
-def finished(tmp_path_factory) -> Path:
-    """One finished run of this user's, for the module; the tests copy it."""
-    cwd = tmp_path_factory.mktemp("finished")
-    check(run_cli(*FAST, "hydra.run.dir=run", cwd=cwd))
-    return cwd / "run"
-
-
 @pytest.fixture
 def server(monkeypatch):
     """A local HTTP server that records every request: a connection anything opened."""

@@ -10,7 +10,7 @@ import pytest
 import torch
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-from gptlab.cli.inspect_model import attention_figure
+from gptlab.cli.inspect_figures import attention_figure
 from gptlab.sweep.ablation import add_deltas, delta_figure
 from gptlab.sweep.curves import curve_groups, curves_figure
 from gptlab.sweep.horizon import short_horizon

@@ -21,9 +21,9 @@ from gptlab.config.schemas import register_configs
 from gptlab.data.tokenizer import Tokenizer
 from gptlab.model.gpt import GPTConfig
 from gptlab.run.screen import GROUPS, config_tree
-from gptlab.training.callbacks import RunStats
 from gptlab.training.module import GPTModule, OptimConfig
 from gptlab.training.report import RunReport
+from gptlab.training.run_stats import RunStats
 from gptlab.training.trackers import hparams_of
 
 register_configs()  # what composing conf/train.yaml needs

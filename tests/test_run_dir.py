@@ -24,14 +24,6 @@ FAST = ["debug=fast", "trainer.max_steps=20"]
 SECRET = "s3cr3t-gptlab-token"
 
 
-@pytest.fixture(scope="module")
-def finished(tmp_path_factory) -> Path:
-    """One finished run for the module; tests work on copies of it."""
-    cwd = tmp_path_factory.mktemp("finished")
-    check(run_cli(*FAST, "hydra.run.dir=run", cwd=cwd))
-    return cwd / "run"
-
-
 @pytest.fixture
 def copy(finished, tmp_path) -> Path:
     """The finished run, the user's own at a place of this test's."""

@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from helpers import check, run_cli, run_main
+from helpers import check, own_copy, run_cli, run_main
 from hydra import compose, initialize_config_module
 from lightning.pytorch.loggers import CSVLogger
 from omegaconf import OmegaConf
@@ -277,14 +277,8 @@ def test_the_prepared_url_is_what_is_fetched(tmp_path, other_host):
 
 
 # ------------------------------------------------------------------ eval.json
-@pytest.fixture(scope="module")
-def finished_run(tmp_path_factory) -> Path:
-    cwd = tmp_path_factory.mktemp("trust")
-    check(run_cli("debug=fast", "trainer.max_steps=10", "hydra.run.dir=run", cwd=cwd))
-    return cwd / "run"
-
-
-def test_a_corrupt_eval_json_is_refused_before_the_evaluation_and_kept(finished_run, tmp_path):
+def test_a_corrupt_eval_json_is_refused_before_the_evaluation_and_kept(finished, tmp_path):
+    finished_run = own_copy(finished, tmp_path / "run")
     corrupt = finished_run / "eval.json"
     corrupt.write_text('{"best.ckpt": {"val_loss": 4.2')  # cut off mid-write
     before = corrupt.read_bytes()

@@ -37,13 +37,13 @@ from gptlab.training.callbacks import (
     FinalValidation,
     GracefulStop,
     RngState,
-    RunStats,
     ValidationStep,
     into_run_dir,
 )
 from gptlab.training.checkpoint_io import RunCheckpointIO
 from gptlab.training.module import GPTModule
 from gptlab.training.report import RunReport, best_then_test
+from gptlab.training.run_stats import RunStats
 from gptlab.training.trackers import require_wandb_login
 
 log = logging.getLogger("gptlab.train")

@@ -9,32 +9,26 @@ from typing import NamedTuple
 import hydra
 import numpy as np
 import torch
-from matplotlib import colormaps
-from matplotlib.figure import Figure
 from omegaconf import DictConfig
 
 from gptlab import files
 from gptlab.cli.app import run_hydra_app, run_task
+from gptlab.cli.inspect_figures import (
+    ATTENTION_FIGURES,
+    AXIS_LABEL,
+    attention_figure,
+    positional_figure,
+)
 from gptlab.config.schemas import register_configs
 from gptlab.data.tokenizer import Tokenizer
 from gptlab.errors import ConfigError, check_whole_number
-from gptlab.model.gpt import GPT, GPTConfig, sinusoidal_encoding
+from gptlab.model.gpt import GPT, GPTConfig
 from gptlab.run import directory, ownership
 from gptlab.run.checkpoints import find_checkpoint, load_checkpoint, step_of
 from gptlab.training.loading import module_from
 
 log = logging.getLogger("gptlab.inspect")
 register_configs()  # the unique_dir resolver of the run directory
-ATTENTION_FIGURES = {
-    "scores": "attention scores Q·Kᵀ/√head_size, before the mask",
-    "masked": "after the causal mask (-inf above the diagonal, grey)",
-    "softmax": "after softmax: the attention weights (each row sums to 1)",
-}
-# attention figures: tokens drawn at most, inches a token (an 8-point label fits), inches of labels
-FIGURE_TOKENS = 40
-TOKEN_INCHES = 0.15
-LABEL_INCHES = 1.1
-AXIS_LABEL = str.maketrans({"\n": "\\n", "\t": "\\t", "$": r"\$"})  # `$` would start mathtext
 
 
 class Step(NamedTuple):
@@ -183,60 +177,6 @@ def random_model(
         ) from None
     torch.manual_seed(seed)
     return GPT(config).eval(), tokenizer
-
-
-def positional_figure(model: GPT) -> Figure:
-    sinusoidal = model.config.positional in ("sinusoidal", "rope")
-    if model.config.positional == "rope":  # RoPE's angles are the sinusoidal ones, per head
-        pe = sinusoidal_encoding(model.config.context_length, model.config.head_size).numpy()
-    else:
-        table = model.positional_encoding if sinusoidal else model.position_embedding.weight
-        pe = table.detach().cpu().numpy()
-    fig = Figure(figsize=(8, 4.5), layout="constrained")
-    ax = fig.add_subplot()
-    fig.colorbar(ax.imshow(pe, aspect="auto", cmap="RdBu_r", interpolation="nearest"), ax=ax)
-    name = "Sinusoidal positional encoding" if sinusoidal else "Learned position embedding"
-    ax.set(
-        title=f"{name}  [context_length={pe.shape[0]}, d_model={pe.shape[1]}]",
-        ylabel="position",
-        xlabel="dimension (even: sin, odd: cos)" if sinusoidal else "dimension",
-    )
-    return fig
-
-
-def attention_figure(trace: dict, tokens: list[str], name: str, block: int) -> Figure:
-    """The first window's `name` step, one panel per head on one colour scale; -inf (masked) is
-    grey. Readable at its own size: 8-point tokens, at most FIGURE_TOKENS of them (the first
-    queries attend to the first keys only, so those rows are whole)."""
-    values = trace[name][0].float().numpy()  # [num_heads, T, T]
-    num_heads, _, length = values.shape
-    shown = min(length, FIGURE_TOKENS)
-    values = values[:, :shown, :shown]  # [num_heads, shown, shown]
-    panel = max(2.4, TOKEN_INCHES * shown)  # inches per head
-    cols = min(num_heads, 4 if panel <= 3.6 else 2)
-    rows = -(-num_heads // cols)
-    size = (cols * (panel + LABEL_INCHES) + 1.0, rows * (panel + LABEL_INCHES) + 0.6)
-    fig = Figure(figsize=size, layout="constrained")
-    finite = values[np.isfinite(values)]
-    vmin = float(finite.min())
-    vmax = float(finite.max())
-    if name == "softmax":  # weights: always on the scale 0 to 1
-        vmin = 0.0
-        vmax = 1.0
-    cmap = colormaps["viridis"].with_extremes(bad="lightgrey")  # imshow masks what is not finite
-    axes = [fig.add_subplot(rows, cols, h + 1) for h in range(num_heads)]
-    for h, ax in enumerate(axes):
-        image = ax.imshow(values[h], vmin=vmin, vmax=vmax, cmap=cmap, interpolation="nearest")
-        ax.set_title(f"head {h}", fontsize=10)
-        ax.set_xticks(range(shown), tokens[:shown], rotation=90, fontsize=8)
-        ax.set_xlabel("key (attended to)", fontsize=9)
-        first = h % cols == 0  # the query tokens once per row
-        ax.set_yticks(range(shown), tokens[:shown] if first else [], fontsize=8)
-        ax.set_ylabel("query" if first else "", fontsize=9)
-    fig.colorbar(image, ax=axes, shrink=0.6)
-    window = f", the window's first {shown} of {length} tokens" if shown < length else ""
-    fig.suptitle(f"Block {block}{window}: {ATTENTION_FIGURES[name]}", fontsize=12)
-    return fig
 
 
 def look_inside(cfg: DictConfig) -> None:

@@ -17,8 +17,8 @@ from gptlab import files
 from gptlab.errors import ConfigError
 from gptlab.run import directory, ownership
 from gptlab.training.budget import budget_metrics
-from gptlab.training.callbacks import RunStats
 from gptlab.training.pruning import pruning_result
+from gptlab.training.run_stats import RunStats
 from gptlab.training.trackers import log_results
 
 log = logging.getLogger("gptlab.train")
