@@ -171,3 +171,10 @@ def test_the_architecture_page_names_every_module():
         if m.name != "__init__.py" and not re.search(rf"\b{re.escape(m.name)}\b", page)
     ]
     assert not missing, f"add these to docs/architecture.md: {missing}"
+
+
+def test_the_readme_links_every_docs_page():
+    """The README's table of docs pages is whole: a page added to docs/ without a row fails."""
+    linked = {Path(target.split("#")[0]).name for target in links(README.read_text())}
+    pages = {page.name for page in PAGES[1:]}
+    assert pages and not pages - linked, f"link these from README.md: {sorted(pages - linked)}"
