@@ -126,6 +126,8 @@ def test_a_sweep_of_debug_or_warmup_long_runs_says_it_is_a_smoke_test(tmp_path):
     assert short_horizon(real, ["model.num_heads=2"]) is None
     assert short_horizon(real, ["debug=fast", "model.num_heads=2"]) == "debug=fast"
     assert short_horizon(short, []) == "150 steps for a 100-step warmup"
+    assert short_horizon(real, [], max_steps=150) == "150 steps for a 100-step warmup"  # a budget's
+    assert short_horizon(short, [], max_steps=1200) is None
     for horizon, smoke in ((None, False), ("debug=fast", True)):
         rows = [job(i, 5.0, overrides="", num_params=1, _horizon=horizon) for i in range(2)]
         head = headline(rows, None, tmp_path)

@@ -4,6 +4,7 @@ end."""
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 from pathlib import Path
@@ -195,6 +196,11 @@ def test_every_job_of_a_budget_spends_it_and_reports_what_a_fit_reads(isoflop_sw
         assert abs(m["train_flops"] / m["flops_budget"] - 1) < 0.05
         assert 0 < m["scaling_params"] < m["num_params"]
         assert m["epochs"] == pytest.approx(m["tokens_seen"] / unique_train_tokens(data), 1e-3)
+    with open(sweep / "summary.csv", newline="") as f:  # the budget's steps, not the config's
+        rows = {row["job"]: row for row in csv.DictReader(f)}
+    for job in jobs:
+        m = read_metrics(job)
+        assert m["max_steps"] == m["steps"] and rows[job.name]["max_steps"] == str(m["steps"])
 
 
 def test_the_sweep_writes_its_scaling_fit_for_both_configurations(isoflop_sweep):

@@ -10,13 +10,14 @@ from gptlab.run.settings import saved_value
 from gptlab.sweep.stats import number
 
 
-def short_horizon(cfg: Any, overrides: list[str]) -> str | None:
-    """Why a job (its saved config, its overrides) is a smoke test: `debug=<option>`, or its
-    `max_steps` against its warmup; None for a real run."""
+def short_horizon(cfg: Any, overrides: list[str], max_steps: Any = None) -> str | None:
+    """Why a job (its saved config, its overrides, the steps it was set to train: a FLOP budget's
+    when metrics.json records them, else the config's) is a smoke test: `debug=<option>`, or
+    its steps against its warmup; None for a real run."""
     debug = [value for key, value in map(split_override, overrides) if key == "debug"]
     if debug:
         return f"debug={debug[-1]}"
-    steps = number(saved_value(cfg, "trainer.max_steps"))
+    steps = number(max_steps if max_steps is not None else saved_value(cfg, "trainer.max_steps"))
     warmup = number(saved_value(cfg, "optim.warmup_steps"))
     if steps and warmup and steps <= 2 * warmup:
         return f"{steps:.0f} steps for a {warmup:.0f}-step warmup"

@@ -58,11 +58,13 @@ def read_job(job: Path) -> tuple[dict, list[str]]:
         "overrides": " ".join(overrides),
         **{column: saved_value(cfg, key) for column, key in PARAMS.items()},
     }
+    if number(metrics.get("max_steps")) is not None:  # a FLOP budget's steps, not the config's
+        row["max_steps"] = metrics["max_steps"]
     keys = []
     for key, text in map(split_override, overrides):
         row[key] = saved_value(cfg, key, text)
         keys.append(key)
-    row["_horizon"] = short_horizon(cfg, overrides)  # not a column: for the headline
+    row["_horizon"] = short_horizon(cfg, overrides, row["max_steps"])  # for the headline
     if row["status"] == "ok" and number(row.get("best_val_loss")) is None:
         reason = f"diverged: best val loss {row.get('best_val_loss')}"
         row.update(status="failed", reason=reason)
