@@ -98,8 +98,9 @@ def repeated_lines(fit: dict) -> list[str]:
         f"the train split (the most: {most:.1f}). Repeated tokens are worth less than fresh "
         "ones (Muennighoff et al. 2023: up to about 4 epochs nearly as good as new data, then "
         "quickly less), so D here counts tokens that are not all new: the data term B / D^beta "
-        "and b describe this corpus's repeated regime (expect a smaller beta, so a larger a, "
-        "than on fresh data), and the law extrapolated to more compute overstates what more "
+        "and b describe this corpus's repeated regime (a data term that flattens fast, a large "
+        "beta, so a larger a than Chinchilla's 0.5: compute goes to size), and the law "
+        "extrapolated to more compute overstates what more "
         "tokens of this corpus buy. These jobs are hollow markers in the plot.",
         "",
     ]
