@@ -47,7 +47,7 @@ def finished(tmp_path_factory) -> Path:
     return cwd / "run"
 
 
-# The files that take longest start first: the two workers share the files (pytest-xdist
+# The files that take longest start first: the workers share the files (pytest-xdist
 # --dist loadfile, in collection order), and a long file started last would leave one worker
 # running it alone at the end of the suite.
 LONGEST_FIRST = (
@@ -57,7 +57,9 @@ LONGEST_FIRST = (
     "test_ddp.py",
     "test_sweep.py",
     "test_resume.py",
+    "test_foreign.py",
     "test_gpu_check.py",
+    "test_scaling.py",
     "test_muon.py",
     "test_run_dir.py",
     "test_trust.py",

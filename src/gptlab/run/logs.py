@@ -8,6 +8,8 @@ from pathlib import Path
 
 from lightning.fabric.utilities.rank_zero import rank_zero_only
 
+from gptlab.noise import ignore_known_warnings
+
 # Lightning's messages that tell a gptlab user nothing, by their exact text
 NOISE = (
     # adverts for Lightning's cloud services (litlogger, litmodels)
@@ -45,8 +47,7 @@ def route_lightning_logs() -> None:
             handler.setLevel(logging.WARNING)
     rank_zero = logging.getLogger("lightning.pytorch.utilities.rank_zero")
     rank_zero.addFilter(not_noise)  # added once, however many jobs a multirun runs here
-    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
-    warnings.filterwarnings("ignore", message=r"The `srun` command is available")  # a local run
+    ignore_known_warnings()  # again: Hydra or a test may have reset the filters since import
 
 
 def own_checkpoint_dir(path: str | Path) -> None:

@@ -9,8 +9,10 @@ the run directory's rules hold by construction, not by checking what a file says
   name, in a fresh temporary folder). Any other (a planted hpc_ckpt, a path a checkpoint
   remembers) is refused;
 - a removal (Lightning replacing its best checkpoint) deletes only a plain file in the run's own
-  checkpoints/, never a folder, a link or anything elsewhere."""
+  checkpoints/, never a folder, a link or anything elsewhere; and the hand-over file of spawned
+  DDP once this process has read it, with its temporary folder."""
 
+import contextlib
 import logging
 from pathlib import Path
 
@@ -34,6 +36,7 @@ class RunCheckpointIO(TorchCheckpointIO):
         self.started_from: Path | None = None  # ckpt_path=: its tensors only
         self.optimizer = "adamw"  # the run's optimizer (optim.name): whose state it can take
         self.fit_loop: dict | None = None  # a fresh Trainer's loop state (set by gptlab-train)
+        self.hand_over: Path | None = None  # spawned DDP's weights file, once read
 
     def save_checkpoint(self, checkpoint: dict, path, storage_options=None) -> None:
         path = Path(path)
@@ -54,6 +57,7 @@ class RunCheckpointIO(TorchCheckpointIO):
         if restore.in_checkpoint_dir(str(path.absolute()), self.run_dir):
             return restore.weights_only(load_checkpoint(path), path)
         if restore.is_weights_hand_over(path):
+            self.hand_over = path
             return restore.handed_over(load_checkpoint(path), path)
         raise ConfigError(
             f"Lightning was about to load '{path}', a checkpoint gptlab did not choose for this "
@@ -64,5 +68,10 @@ class RunCheckpointIO(TorchCheckpointIO):
     def remove_checkpoint(self, path) -> None:
         if restore.in_checkpoint_dir(str(Path(path).absolute()), self.run_dir):
             Path(path).unlink()
+        elif self.hand_over is not None and Path(path) == self.hand_over:
+            self.hand_over.unlink(missing_ok=True)  # read: nothing of it stays in the temp folder
+            with contextlib.suppress(OSError):  # Lightning's mkdtemp() folder, empty now
+                self.hand_over.parent.rmdir()
+            self.hand_over = None
         else:
             log.warning("Not removing '%s': it is not a checkpoint file of this run.", path)
