@@ -18,6 +18,7 @@ from gptlab.sweep.stats import (
     welch_half_width,
     welch_p,
 )
+from gptlab.sweep.tables import markdown_table
 
 BASELINE = "ablation=baseline"  # the configuration the others are compared with
 METRICS = {"": "val_loss", "test_": "test_loss"}  # column prefix: per-configuration values
@@ -102,10 +103,8 @@ def cell(value) -> str:
 
 def markdown(configs: list[dict], columns: dict[str, str]) -> list[str]:
     """A Markdown table of `columns` (key: heading) with one line per configuration."""
-    lines = ["| " + " | ".join(columns.values()) + " |", "|" + " --- |" * len(columns)]
-    for config in configs:
-        lines.append("| " + " | ".join(cell(config.get(key)) for key in columns) + " |")
-    return lines
+    rows = [[cell(config.get(key)) for key in columns] for config in configs]
+    return markdown_table(list(columns.values()), rows)
 
 
 def delta_figure(configs: list[dict], base: dict):

@@ -8,17 +8,13 @@ from gptlab import files
 from gptlab.sweep.scaling import DRAWS, REPEATED_EPOCHS, TooFewPoints, as_json, fit_sweep
 from gptlab.sweep.scaling_plot import write_scaling_plot
 from gptlab.sweep.stats import number
+from gptlab.sweep.tables import markdown_table
 
 log = logging.getLogger(__name__)
 
 
 def interval(ci: list | None, digits: str = ".3g") -> str:
     return "" if not ci else f"[{ci[0]:{digits}}, {ci[1]:{digits}}]"
-
-
-def table(header: list[str], rows: list[list]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
-    return lines + ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
 
 
 def approach2_lines(fit: dict | None) -> list[str]:
@@ -42,7 +38,9 @@ def approach2_lines(fit: dict | None) -> list[str]:
         f"D_opt ∝ C^b with b = {fit['b']:.3f} {interval(fit['ci95']['b'])} "
         f"(95% bootstrap over jobs within each budget, {fit['draws_used']} draws).",
         "",
-        *table(["budget C (FLOPs)", "sizes", "N_opt", "D_opt", "L_opt (95% CI)", ""], rows),
+        *markdown_table(
+            ["budget C (FLOPs)", "sizes", "N_opt", "D_opt", "L_opt (95% CI)", ""], rows
+        ),
         "",
     ]
 
@@ -62,7 +60,7 @@ def approach3_lines(law: dict | None) -> list[str]:
         f"2024); 95% bootstrap intervals over jobs ({law['draws_used']} draws). "
         "a = beta / (alpha + beta): the allocation it implies, N_opt ∝ C^a.",
         "",
-        *table(["parameter", "fit", "95% CI"], rows),
+        *markdown_table(["parameter", "fit", "95% CI"], rows),
         "",
     ]
 
@@ -137,7 +135,9 @@ def comparison_lines(fits: dict) -> list[str]:
         f"Each configuration's loss at its own optimum per budget (approach 2's parabola), with "
         f"its 95% bootstrap interval, and the gap to {first} (< 0: better).",
         "",
-        *table(["budget C (FLOPs)", "configuration", "L_opt (95% CI)", f"gap to {first}"], rows),
+        *markdown_table(
+            ["budget C (FLOPs)", "configuration", "L_opt (95% CI)", f"gap to {first}"], rows
+        ),
         "",
     ]
 

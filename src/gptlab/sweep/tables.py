@@ -28,15 +28,21 @@ def write_table(
         writer = csv.DictWriter(f, cols, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
-    lines = [shown or cols, ["---"] * len(shown or cols)]
-    for row in rows:  # floats to 5 significant digits
-        lines.append(
-            [
-                "" if v is None else f"{v:.5g}" if isinstance(v, float) else str(v)
-                for v in map(row.get, shown or cols)
-            ]
-        )
-    return ["| " + " | ".join(cell.replace("|", "\\|") for cell in line) + " |" for line in lines]
+    shown = shown or cols
+    return markdown_table(shown, [[table_cell(row.get(col)) for col in shown] for row in rows])
+
+
+def table_cell(value) -> str:
+    """A value as the Markdown view shows it: floats to 5 significant digits, None as nothing."""
+    if value is None:
+        return ""
+    return f"{value:.5g}" if isinstance(value, float) else str(value)
+
+
+def markdown_table(header: list[str], rows: list[list]) -> list[str]:
+    """The lines of a Markdown table: a heading, its rule, a line per row (a `|` escaped)."""
+    lines = [header, ["---"] * len(header), *rows]
+    return ["| " + " | ".join(str(c).replace("|", "\\|") for c in line) + " |" for line in lines]
 
 
 def config_columns(knobs: list[str], extra: list[str]) -> list[str]:

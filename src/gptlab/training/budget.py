@@ -57,13 +57,11 @@ def unique_train_tokens(datamodule) -> int:
 
 
 def budget_metrics(cfg: dict, trainer: L.Trainer, pl_module, tokens: int) -> dict:
-    """What a scaling-law fit reads from metrics.json: the steps the run was set to train, the
-    budget (None without one), the
+    """What a scaling-law fit reads from metrics.json: the budget (None without one), the
     training FLOPs, the parameters whose FLOPs grow with tokens (the blocks' matrices and the
     head: no embeddings, norms or biases) and the passes over the train split."""
     unique = unique_train_tokens(trainer.datamodule) if trainer.datamodule is not None else 0
     return {
-        "max_steps": trainer.max_steps,  # the budget's steps where it decides them
         "flops_budget": cfg.get("flops_budget"),
         "train_flops": flops_per_token(pl_module.config) * tokens,
         "scaling_params": scaling_params(pl_module.config),

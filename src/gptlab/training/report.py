@@ -79,6 +79,7 @@ class RunReport(L.Callback):
             "final_val_bpb": final_bpb,
             "num_params": pl_module.model.num_params()["total"],
             "steps": trainer.global_step,
+            "max_steps": trainer.max_steps,  # what it was set to train: a FLOP budget's steps
             "tokens_seen": tokens,
             "wall_seconds": round(self.stats.wall_seconds, 3),
             "tokens_per_sec": round(rate, 1),
