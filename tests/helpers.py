@@ -205,7 +205,7 @@ def sign_run(run_dir: Path) -> Path:
     writes one: its manifest, with the checkpoints and metrics.json in it."""
     from gptlab.run import ownership
 
-    ownership.record_start(run_dir, None)
+    ownership.claim(run_dir, None)
     manifest = ownership.Manifest.load(run_dir)
     for rel in ownership.relied_files(Path(run_dir)):
         manifest.record(rel)

@@ -86,7 +86,9 @@ def test_summary_has_deltas_and_verdicts_against_the_baseline(sweep_dir):
 
 def test_gptlab_eval_split_test_gives_the_runs_test_loss(sweep_dir):
     job = sweep_dir / "0"
-    result = check(run_cli(f"ckpt_path={job}", "split=test", cwd=sweep_dir, tool="gptlab-eval"))
+    result = check(
+        run_cli(f"ckpt_path={job}", "split=test", cwd=sweep_dir.parent, tool="gptlab-eval")
+    )
     line = next(x for x in result.stdout.splitlines() if x.startswith("test loss:"))
     assert float(line.split(":")[1].split()[0]) == pytest.approx(
         read_metrics(job)["test_loss"], abs=1e-5

@@ -3,6 +3,7 @@ and the resolvers (a unique run directory, DDP's start method, the run names out
 
 import dataclasses
 import inspect
+from pathlib import Path
 from typing import Any, Optional
 
 import lightning as L
@@ -205,20 +206,16 @@ def test_register_configs_twice_keeps_one_set_of_resolvers():
 # resolvers
 
 
-def test_unique_dir_gives_each_run_its_own_directory(tmp_path):
+def test_unique_dir_names_a_directory_that_does_not_exist_and_makes_nothing(tmp_path):
+    """A resolver computes a value and has no effect: gptlab.run.place creates the folder."""
     base = tmp_path / "outputs" / "12-00-00"
-    first = resolvers.unique_dir(str(base))
-    second = resolvers.unique_dir(str(base))
-    third = resolvers.unique_dir(str(base))
-    assert [first, second, third] == [str(base), f"{base}_1", f"{base}_2"]
-    assert all((tmp_path / "outputs" / p).is_dir() for p in (first, second, third))
-
-
-def test_unique_dir_skips_a_directory_that_exists(tmp_path):
-    (tmp_path / "run").mkdir()
-    (tmp_path / "run_1").mkdir()
-    assert resolvers.unique_dir(str(tmp_path / "run")) == str(tmp_path / "run_2")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["run", "run_1", "run_2"]
+    assert resolvers.unique_dir(str(base)) == resolvers.unique_dir(str(base)) == str(base)
+    assert not (tmp_path / "outputs").exists()
+    base.mkdir(parents=True)
+    assert resolvers.unique_dir(str(base)) == f"{base}_1"
+    Path(f"{base}_1").symlink_to(tmp_path / "nowhere")  # a dangling link takes the name too
+    assert resolvers.unique_dir(str(base)) == f"{base}_2"
+    assert sorted(p.name for p in base.parent.iterdir()) == ["12-00-00", "12-00-00_1"]
 
 
 def test_the_run_names_outside_a_hydra_run_are_empty():

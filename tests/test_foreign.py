@@ -155,8 +155,11 @@ def test_the_checkpoint_plugin_removes_and_loads_only_the_runs_own(finished, tmp
             plugin.load_checkpoint(path)
     assert_untouched(victim)
     assert server.hits == []
-    plugin.remove_checkpoint(run / "checkpoints" / "best.ckpt")  # the run's own file: removed
-    assert not (run / "checkpoints" / "best.ckpt").exists()
+    plugin.remove_checkpoint(run / "checkpoints" / "best.ckpt")  # not saved by this process
+    assert (run / "checkpoints" / "best.ckpt").is_file()
+    plugin.save_checkpoint({"step": 1}, run / "checkpoints" / "other.ckpt")
+    plugin.remove_checkpoint(run / "checkpoints" / "other.ckpt")  # its own save: removed
+    assert not (run / "checkpoints" / "other.ckpt").exists()
 
 
 # ------------------------------------------------------- edited, planted and linked files
@@ -408,7 +411,7 @@ def test_an_own_sweep_with_a_link_or_an_edited_study_is_foreign(tmp_path, server
     ownership.record_study(sweep, is_open=False)
     (sweep / "0" / "checkpoints").mkdir()
     (sweep / "0" / "checkpoints" / "last.ckpt").symlink_to(tmp_path / "outside.ckpt")
-    with pytest.raises(ownership.ForeignDirectory, match="symlinks"):
+    with pytest.raises(ownership.ForeignDirectory, match="symlink"):
         ownership.check_sweep(sweep)
 
 

@@ -16,7 +16,7 @@ from omegaconf import OmegaConf
 
 from gptlab import files
 from gptlab.errors import ConfigError
-from gptlab.run import directory
+from gptlab.run import directory, ownership
 from gptlab.run.overrides import literal, quote
 from gptlab.run.settings import literal_node, replay_override, replayable
 
@@ -90,16 +90,49 @@ def test_a_write_follows_the_umask_and_a_failed_one_leaves_nothing(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "b.json"]
 
 
-def test_secure_removes_stale_files_and_refuses_linked_folders(tmp_path):
-    run = tmp_path / "run"
-    (run / "checkpoints").mkdir(parents=True)
-    (run / "checkpoints" / ".last.ckpt.x1y2.tmp").write_bytes(b"half a checkpoint")
-    (run / ".metrics.json.a8b9.tmp").write_text("{")
-    directory.secure(run)
-    assert not list(run.rglob("*.tmp"))
-    (run / "tensorboard").symlink_to(tmp_path)
-    with pytest.raises(ConfigError, match="tensorboard"):
-        directory.secure(run)
+def test_a_start_removes_the_temporary_files_its_run_recorded_and_nothing_else(copy):
+    """A kill while a file was written leaves its temporary file, recorded in the manifest: the
+    next start removes it. What the manifest did not record (planted, or not gptlab's) stays,
+    a planted folder of the same shape included."""
+    manifest = ownership.Manifest.load(copy)
+    recorded = copy / "checkpoints" / ".last.ckpt.x1y2.tmp"
+    recorded.write_bytes(b"half a checkpoint")
+    manifest.data[ownership.TEMPORARY] = ["checkpoints/.last.ckpt.x1y2.tmp"]
+    manifest.save()
+    planted = copy / ".metrics.json.a8b9.tmp"
+    planted.write_text("{")
+    (copy / ".x.tmp").mkdir()
+    ownership.claim(copy, None)
+    assert not recorded.exists() and planted.read_text() == "{" and (copy / ".x.tmp").is_dir()
+    assert ownership.Manifest.load(copy).data[ownership.TEMPORARY] == []
+
+
+@pytest.mark.parametrize("plant", ["symlink", "hard link", "fifo", "wandb elsewhere"])
+def test_a_start_refuses_a_run_holding_links_or_special_files(copy, tmp_path, plant):
+    outside = tmp_path / "outside.txt"
+    outside.write_text("the user's")
+    if plant == "symlink":
+        (copy / "tensorboard" / "events").symlink_to(outside)
+    elif plant == "hard link":
+        os.link(outside, copy / "train.log.1")
+    elif plant == "fifo":
+        os.mkfifo(copy / "metrics.fifo")
+    else:  # only the run's top-level wandb/ may hold W&B's links, and they stay in the run
+        (copy / "tensorboard" / "wandb").mkdir()
+        (copy / "tensorboard" / "wandb" / "latest-run").symlink_to(copy / "metrics.json")
+    with pytest.raises(ConfigError, match="not one gptlab made here for you"):
+        ownership.claim(copy, None)
+    assert outside.read_text() == "the user's"
+
+
+def test_w_and_bs_own_links_inside_the_run_are_allowed(copy, tmp_path):
+    (copy / "wandb" / "run-1" / "files").mkdir(parents=True)
+    (copy / "wandb" / "latest-run").symlink_to(copy / "wandb" / "run-1")
+    (copy / "wandb" / "run-1" / "files" / "metrics.json").symlink_to(copy / "metrics.json")
+    ownership.check_run(copy)
+    (copy / "wandb" / "debug.log").symlink_to(tmp_path / "elsewhere.log")  # out of the run
+    with pytest.raises(ownership.ForeignDirectory, match="symlink"):
+        ownership.check_run(copy)
 
 
 # ------------------------------------------------------------ unit: recorded settings, as data

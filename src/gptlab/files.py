@@ -1,16 +1,22 @@
-"""The one home of file input and output, for run files, caches and reports alike.
+"""The one home of file input and output: every write, delete and read of gptlab goes through
+here, and its rules hold by construction, not per call site.
 
-Every file gptlab writes is written whole or not at all: a fresh temporary file beside the target,
-renamed over it once complete, so a kill at any moment leaves the previous file as it was. The
-temporary file is created for this write alone (never opened through a link planted under its
-name) and its mode follows the user's umask, like a file `open()` creates. Reads take plain
-data only (JSON, YAML's safe loader) and never follow a symlink."""
+- A write is whole or nothing: a fresh temporary file beside the target, renamed over it once
+  complete (a link at the target is replaced, never followed; its mode follows the umask). A log
+  is appended to only when it is a file of its own: never through a link, never into a file with
+  more than one hard link.
+- A delete removes only what this process created (`make_dir` and `created` record it).
+- A read takes plain data from a regular file only (no link, FIFO, device or socket), at most
+  MAX_BYTES of it; JSON and YAML at most MAX_DEPTH deep, YAML without aliases.
+Where a run or a tool may write at all is gptlab.run.directory's to decide."""
 
 import contextlib
 import hashlib
 import json
 import logging
 import os
+import shutil
+import stat
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,38 +25,97 @@ from typing import IO, Any
 import yaml
 
 CHUNK = 1 << 20
+MAX_BYTES = 64 << 20  # a run's JSON or YAML file: a manifest, metrics.json, a saved config
+MAX_DEPTH = 32  # gptlab's own files are at most 5 deep
+CREATED: list[Path] = []  # the folders this process created, first to last
+ADOPTED: list[Path] = []  # empty folders it was given: what they hold is this process's
 
 
 def umask() -> int:
     """The process's umask (read without changing it where Linux reports it)."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    except OSError:
-        pass
+    status = read_bytes("/proc/self/status") or b""
+    for line in status.decode(errors="replace").splitlines():
+        if line.startswith("Umask:"):
+            return int(line.split()[1], 8)
     mask = os.umask(0o022)  # elsewhere: set and put back at once
     os.umask(mask)
     return mask
 
 
+def make_dir(path: str | Path) -> Path:
+    """Create the folder `path` (absolute, as given: a link on the way is not resolved away) and
+    its missing parents, recording each one this process created. FileExistsError when `path`
+    itself exists already: it is someone else's."""
+    path = Path(os.path.abspath(path))
+    missing = [p for p in (path, *path.parents) if not os.path.lexists(p)]
+    if path not in missing:
+        raise FileExistsError(f"'{path}' exists")
+    for folder in reversed(missing):
+        try:
+            os.mkdir(folder)
+        except FileExistsError:
+            if folder == path:
+                raise
+            continue  # a parent another process made meanwhile: not ours
+        CREATED.append(folder)
+    return path
+
+
+def adopt(path: str | Path) -> None:
+    """An empty folder this process was given to write into (not a link): what appears in it
+    from now on is this process's, the folder itself is not."""
+    path = Path(os.path.abspath(path))
+    if not os.path.islink(path) and path.is_dir() and not any(path.iterdir()):
+        ADOPTED.append(path)
+
+
+def remove_created(path: str | Path) -> None:
+    """Remove the folder `path` with what it holds, and the parents this process created that it
+    leaves empty, when this process created `path`; when it adopted it, what it holds. Anything
+    else is left as it is."""
+    path = Path(os.path.abspath(path))
+    if os.path.islink(path) or not path.is_dir():
+        return
+    if path in ADOPTED:
+        for entry in path.iterdir():
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+        return
+    if path not in CREATED:
+        return
+    shutil.rmtree(path)
+    CREATED.remove(path)
+    for parent in path.parents:
+        if parent not in CREATED or any(parent.iterdir()):
+            break
+        parent.rmdir()
+        CREATED.remove(parent)
+
+
 def temporary_name(path: Path) -> str:
-    """The prefix of `path`'s temporary files: `.<name>.`; stale ones match `.<name>.*.tmp`."""
+    """The prefix of `path`'s temporary files: `.<name>.`; they end in `.tmp`."""
     return f".{path.name}."
 
 
 @contextlib.contextmanager
 def atomic(
-    path: str | Path, mode: str = "w", before_replace: Callable[[Path], None] | None = None
+    path: str | Path,
+    mode: str = "w",
+    before_replace: Callable[[Path], None] | None = None,
+    on_create: Callable[[Path], None] | None = None,
 ) -> Iterator[IO]:
-    """A file object to write `path` through: a new temporary file in the same folder, renamed
-    over `path` when the block ends without an error (a link at `path` is replaced, its target
-    left as it was). `before_replace(tmp)` runs once the file is whole, before the rename."""
+    """A file object to write `path` through: a new temporary file in the same folder
+    (`on_create(tmp)` is told its name first), renamed over `path` when the block ends without an
+    error. `before_replace(tmp)` runs once the file is whole, before the rename."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=temporary_name(path), suffix=".tmp")
     try:
         os.fchmod(handle, 0o666 & ~umask())
+        if on_create is not None:
+            on_create(Path(tmp))
         with os.fdopen(handle, mode) as f:
             yield f
         if before_replace is not None:
@@ -75,49 +140,100 @@ def save_figure(fig, path: str | Path, **kwargs) -> None:
         fig.savefig(f, format="png", **kwargs)
 
 
-def read_bytes(path: str | Path) -> bytes | None:
-    """The file's bytes; None when it is missing, unreadable or a symlink."""
+def open_regular(path: str | Path, follow: bool = False) -> IO[bytes]:
+    """`path` opened for reading when it is a regular file; OSError for anything else (a FIFO is
+    not waited on, a link is not followed unless `follow`)."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | (0 if follow else os.O_NOFOLLOW)
+    handle = os.open(path, flags)
+    if not stat.S_ISREG(os.fstat(handle).st_mode):
+        os.close(handle)
+        raise OSError(f"'{path}' is not a regular file")
+    return os.fdopen(handle, "rb")
+
+
+def read_bytes(path: str | Path, limit: int = MAX_BYTES) -> bytes | None:
+    """At most `limit` bytes of a regular file; None when it is missing, unreadable, a link,
+    not a regular file, or longer."""
     try:
-        handle = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        with open_regular(path) as f:
+            data = f.read(limit + 1)
     except OSError:
         return None
-    with os.fdopen(handle, "rb") as f:
-        return f.read()
+    return data if len(data) <= limit else None
+
+
+def depth(data: Any) -> int:
+    """How deeply lists and dicts nest in `data` (counted without recursion)."""
+    deepest, todo = 0, [(data, 1)]
+    while todo:
+        node, level = todo.pop()
+        children = node.values() if isinstance(node, dict) else node
+        if isinstance(node, dict | list):
+            deepest = max(deepest, level)
+            todo += [(child, level + 1) for child in children]
+    return deepest
+
+
+class PlainLoader(yaml.SafeLoader):
+    """YAML's safe loader without aliases: a node is never shared, so what a file holds is
+    bounded by its size (no alias bomb)."""
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            raise yaml.YAMLError("aliases are not read")
+        return super().compose_node(parent, index)
 
 
 def read_json(path: str | Path) -> Any:
-    """A JSON file as plain data; None when it is missing, a link, or not JSON."""
+    """A JSON file as plain data; None when it is missing, not a regular file, too large, too
+    deep, or not JSON."""
     raw = read_bytes(path)
     try:
-        return None if raw is None else json.loads(raw)
-    except ValueError:
+        data = None if raw is None else json.loads(raw)
+    except (ValueError, RecursionError):
         return None
+    return data if depth(data) <= MAX_DEPTH else None
 
 
 def read_yaml(path: str | Path) -> Any:
-    """A YAML file as plain data (safe_load: no tags, no objects); None when it is missing, a
-    link, or not YAML."""
+    """A YAML file as plain data (safe: no tags, no objects, no aliases); None as read_json."""
     raw = read_bytes(path)
     try:
-        return None if raw is None else yaml.safe_load(raw)
-    except yaml.YAMLError:
+        data = None if raw is None else yaml.load(raw, Loader=PlainLoader)  # noqa: S506
+    except (yaml.YAMLError, RecursionError):
         return None
+    return data if depth(data) <= MAX_DEPTH else None
 
 
-def sha256_of(path: str | Path) -> str:
-    """The sha256 of a file's content, read in chunks."""
+def sha256_of(path: str | Path, follow: bool = False) -> str:
+    """The sha256 of a regular file's content, read in chunks (OSError for anything else)."""
     digest = hashlib.sha256()
-    with open(path, "rb") as f:
+    with open_regular(path, follow) as f:
         for chunk in iter(lambda: f.read(CHUNK), b""):
             digest.update(chunk)
     return digest.hexdigest()
 
 
-class LogFile(logging.FileHandler):
-    """A log file appended to, never through a link: a link planted under its name is replaced by
-    a file of its own before it is opened (Hydra's job log and a spawned DDP process's)."""
+def append_only(filename: str | Path) -> IO[str]:
+    """`filename` opened to append to, created if missing: a regular file of one link only (a
+    planted link, hard or symbolic, is refused, never written through)."""
+    handle = os.open(filename, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+    info = os.fstat(handle)
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink > 1:
+        os.close(handle)
+        raise OSError(f"'{filename}' is a link or not a regular file: gptlab does not append to it")
+    return os.fdopen(handle, "a", encoding="utf-8")
+
+
+class LogFile(logging.StreamHandler):
+    """A log file appended to (Hydra's job log, a spawned DDP process's): see append_only."""
 
     def __init__(self, filename, mode="a", encoding=None, delay=False, errors=None):
-        if os.path.islink(filename):
-            os.unlink(filename)
-        super().__init__(filename, mode, encoding, delay, errors)
+        super().__init__(append_only(filename))
+        self.baseFilename = os.path.abspath(filename)
+
+    def close(self) -> None:
+        with contextlib.suppress(ValueError):
+            self.flush()
+        self.stream.close()
+        super().close()

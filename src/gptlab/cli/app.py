@@ -5,47 +5,45 @@ Bad input ends in one paragraph and exit code 2. A command line Hydra could not 
 reaches Hydra (gptlab.cli.compose composes it first), so any exit 1 is the task's own."""
 
 import logging
+import os
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig
 
-from gptlab.cli.compose import check_command_line
+from gptlab.cli.compose import check_command_line, output_place
+from gptlab.config.resolvers import process_rank
 from gptlab.errors import ConfigError
 from gptlab.exits import BAD_INPUT
+from gptlab.run import place
+from gptlab.run.ownership import RUN, SWEEP
 
 
 def run_task(task: Callable[[DictConfig], Any], cfg: DictConfig, log: logging.Logger) -> Any:
-    """Run a tool's Hydra task; a ConfigError ends it with its paragraph and exit code 2, and the
-    run directory this start made is removed when nothing but its config and log is in it."""
+    """Run a tool's Hydra task; a ConfigError ends it with its paragraph and exit code 2, and
+    what this start created is removed when it holds nothing but a start's stub."""
     try:
         return task(cfg)
     except ConfigError as e:
         log.error("%s", e)
-        remove_failed_start(cfg)
+        if os.environ.get(place.OUTPUT_DIR):
+            place.undo(os.environ[place.OUTPUT_DIR])
         sys.exit(BAD_INPUT)
 
 
-def remove_failed_start(cfg: DictConfig) -> None:
-    """The stub a fresh start leaves when it fails (never a continued run's directory)."""
-    from hydra.core.hydra_config import HydraConfig
-
-    from gptlab.run import directory
-
-    if not HydraConfig.initialized() or cfg.get("resume") or directory.requeued():
-        return
-    runtime = HydraConfig.get().runtime
-    directory.remove_stub(runtime.output_dir, Path(runtime.cwd) / "outputs")
-
-
 def run_hydra_app(hydra_main: Callable[[], object], tool: str) -> None:
-    """Run a `@hydra.main` function once its command line composes and what Hydra builds itself
-    is checked (gptlab.cli.compose): a mistake ends before Hydra runs (no run directory is made)
-    in one paragraph and exit code 2."""
+    """Run a `@hydra.main` function once its command line composes, what Hydra builds itself is
+    checked (gptlab.cli.compose) and the directory it writes into is decided and made
+    (gptlab.run.place): a mistake ends before Hydra runs, nothing written, in one paragraph and
+    exit code 2."""
     try:
-        check_command_line(tool, sys.argv)
+        composed = check_command_line(tool, sys.argv)
+        if composed is not None and process_rank() == 0 and not composed[0].get("resume"):
+            cfg, multirun = composed  # resume= found its directory own already
+            where, key = output_place(cfg, multirun)
+            kind = None if tool != "gptlab-train" else SWEEP if multirun else RUN
+            sys.argv = [*sys.argv, place.prepare(where, key, kind)]
     except ConfigError as e:
         print(f"{tool}: {e}", file=sys.stderr)
         sys.exit(BAD_INPUT)

@@ -12,6 +12,7 @@ from typing import Any
 
 from gptlab.errors import ConfigError
 
+SUBDIR = re.compile(r"[\w.-]*\$\{hydra\.job\.(num|id)\}[\w.-]*")
 UNSUPPORTED = {
     "config_path": "--config-path: the tools read their configs from the package (add a folder "
     "of configs with --config-dir)",
@@ -109,12 +110,49 @@ def explain(tool: str, args: argparse.Namespace, error: Exception) -> str:
     )
 
 
-def check_command_line(tool: str, argv: list[str]) -> None:
+def output_place(cfg: Any, multirun: bool) -> tuple[Path, str]:
+    """(where Hydra will write, the key that says so): hydra.sweep.dir with -m, else
+    hydra.run.dir, composed and resolved as Hydra resolves it (${now:...} and ${hydra:...}
+    included), whatever its spelling. The folders inside it must stay inside: a start's config
+    folder and a sweep's job folders are gptlab's to name."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.core.utils import setup_globals
+    from omegaconf import OmegaConf
+
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    hydra = OmegaConf.to_container(cfg.hydra, resolve=False)
+    if hydra.get("output_subdir") not in (None, "${gptlab.start_subdir:}"):
+        raise ConfigError(
+            "hydra.output_subdir: gptlab decides where a start saves its config (.hydra, then a "
+            "folder of its own for each later start); give null to save none, or drop it."
+        )
+    if multirun and not SUBDIR.fullmatch(str(hydra["sweep"]["subdir"])):
+        raise ConfigError(
+            f"hydra.sweep.subdir={hydra['sweep']['subdir']}: a job's folder is named by its "
+            "number inside the sweep directory (${hydra.job.num}, with plain text around it); "
+            "drop the override."
+        )
+    setup_globals()  # Hydra's own resolvers (now, hydra)
+    saved = HydraConfig.instance().cfg
+    HydraConfig.instance().set_config(cfg)
+    try:
+        value = OmegaConf.select(cfg, key, throw_on_missing=True)
+    except Exception as e:  # noqa: BLE001 - OmegaConf's errors, explained
+        raise ConfigError(f"{key}: cannot be resolved ({' '.join(str(e).split())}).") from None
+    finally:
+        HydraConfig.instance().cfg = saved
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"{key}={value!r}: give a directory.")
+    return Path(value).expanduser(), key
+
+
+def check_command_line(tool: str, argv: list[str]) -> tuple[Any, bool] | None:
     """Compose the command line as Hydra will and check what Hydra builds itself; a ConfigError
-    (one paragraph) for anything wrong. A command line Hydra will only print passes."""
+    (one paragraph) for anything wrong. Returns the composed config (with its hydra node) and
+    whether it is a multirun; None for a command line Hydra will only print."""
     args = hydra_arguments(argv)
     if args is None:
-        return
+        return None
     for key, reason in UNSUPPORTED.items():
         if getattr(args, key):
             raise ConfigError(f"{reason}; it is not supported. Give the overrides instead.")
@@ -125,4 +163,6 @@ def check_command_line(tool: str, argv: list[str]) -> None:
 
     from gptlab.config.trust import check_hydra_node
 
-    check_hydra_node(cfg, args.multirun or cfg.hydra.mode == RunMode.MULTIRUN)
+    multirun = args.multirun or cfg.hydra.mode == RunMode.MULTIRUN
+    check_hydra_node(cfg, multirun)
+    return cfg, multirun

@@ -13,7 +13,7 @@ from gptlab import files
 from gptlab.cli.app import resolve_device, run_hydra_app, run_task
 from gptlab.config.schemas import register_configs
 from gptlab.errors import ConfigError
-from gptlab.run import directory, ownership
+from gptlab.run import directory, ownership, place
 from gptlab.run.settings import WHERE, literal_node
 
 log = logging.getLogger("gptlab.eval")
@@ -61,6 +61,7 @@ def evaluate(cfg: DictConfig) -> dict:
 
     route_lightning_logs()  # Lightning's messages as the run's, its known noise left out
 
+    place.check_data_places(cfg.data.data_dir, cfg.data.cache_dir)
     checkpoint = Path(find_checkpoint(cfg.ckpt_path).absolute())
     run_dir, manifest = own_run(checkpoint)
     data, trainer_cfg = run_settings(manifest)

@@ -18,7 +18,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from gptlab.config.trust import build, checked
 from gptlab.exits import code_of_signal
-from gptlab.run import directory
+from gptlab.run import directory, place
 from gptlab.run.checkpoints import check_architecture, check_weights, load_checkpoint, step_of
 from gptlab.run.checkpoints import weights as checkpoint_weights
 from gptlab.run.logs import own_checkpoint_dir, route_lightning_logs
@@ -156,6 +156,7 @@ def train(cfg: DictConfig) -> float:
     """Train one model as `cfg` says; return its best validation loss."""
     route_lightning_logs()
     cfg = checked(cfg)  # resolved once and checked: what is built below
+    place.check_data_places(cfg.data.data_dir, cfg.data.cache_dir)
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
     # everything a config can get wrong is built first: cheap, and it must not wait for a download

@@ -4,31 +4,27 @@ method, and the `gptlab.*` names that tie the loggers' runs to the run directory
 
 import functools
 import hashlib
-import itertools
 import os
-import sys
 from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import OmegaConf
 
-from gptlab.exits import BAD_INPUT
 from gptlab.run import directory, ownership
 
 
 def unique_dir(path: str) -> str:
-    """`path`, or `path_1`, `path_2`, ...: the first that did not exist, claimed by creating it, so
-    two runs started in the same second get one each (other ranks of a SLURM job share rank 0's)."""
+    """`path`, or `path_1`, `path_2`, ...: the first that does not exist yet, so two runs
+    started in the same second get one each (gptlab.run.place creates it; other ranks of a
+    SLURM job share rank 0's)."""
     if process_rank() > 0:
         return path
-    candidate = Path(path)
-    for n in itertools.count(1):
-        try:
-            candidate.mkdir(parents=True)
-            return str(candidate)
-        except FileExistsError:
-            candidate = Path(f"{path}_{n}")
+    candidate, n = path, 0
+    while os.path.lexists(candidate):
+        n += 1
+        candidate = f"{path}_{n}"
+    return candidate
 
 
 def process_rank() -> int:
@@ -54,27 +50,16 @@ def start_subdir() -> str | None:
 def start_subdir_of(output_dir: str) -> str | None:
     """`.hydra` for a directory's first start; for any later one (a resume, a requeue, a sweep's
     resume) a new folder of its own with a name that cannot be guessed, so no start overwrites
-    what an earlier one saved, and only once the directory is found own: anything else ends
-    here, before Hydra writes into it, with exit code 2. Other ranks of a DDP job save nothing."""
+    what an earlier one saved; none (Hydra saves nothing) in a directory that is not the user's
+    own, which the start then refuses (gptlab.run.ownership.claim). Other ranks of a DDP job
+    save nothing."""
     if process_rank() > 0:
         return None
     run_dir = Path(output_dir)
-    if not (run_dir / directory.HYDRA).exists():
+    if not os.path.lexists(run_dir / directory.HYDRA):
         return directory.HYDRA
-    try:
-        if (run_dir / ownership.MANIFEST).exists() or directory.holds_run(run_dir):
-            ownership.check_run(run_dir)
-        else:  # a job that never got as far as a checkpoint: its folder, without links
-            ownership.check_no_symlinks(run_dir)
-    except ownership.ForeignDirectory as e:
-        print(
-            f"gptlab: '{run_dir}' is not a run directory gptlab made here for you ({e}), so "
-            "nothing is written into it. Continue its training in a new run directory of yours "
-            "with `gptlab-train ckpt_path=<it>`.",
-            file=sys.stderr,
-            flush=True,
-        )
-        sys.exit(BAD_INPUT)
+    if ownership.own_manifest(run_dir) is None and not directory.is_stub(run_dir):
+        return None  # a foreign directory; a stub is a job that never got as far as a manifest
     return directory.later_start_subdir()
 
 
@@ -172,4 +157,4 @@ def register() -> None:
     }
     for name, resolver in resolvers.items():
         if not OmegaConf.has_resolver(name):
-            OmegaConf.register_new_resolver(name, resolver, use_cache=name == "unique_dir")
+            OmegaConf.register_new_resolver(name, resolver)

@@ -5,10 +5,18 @@ With `compact_vocab`, only the tiktoken ids that occur in the corpus are kept, r
 id i is tiktoken id `vocab[i]`; checkpoints store `vocab`, so they alone can encode and decode
 prompts."""
 
+import contextlib
+import os
+
 import numpy as np
 import tiktoken
 
 from gptlab.errors import ConfigError
+
+# requests honours these: a download tried while they point at a closed port on this machine
+# fails at once, and nothing leaves it
+PROXIES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
+CLOSED_PORT = "http://127.0.0.1:9"
 
 
 def check_encoding(name: str) -> None:
@@ -21,21 +29,47 @@ def check_encoding(name: str) -> None:
         )
 
 
+@contextlib.contextmanager
+def no_downloads():
+    """While it lasts, any download requests would make fails at once, on this machine."""
+    saved = dict(os.environ)
+    os.environ.update(dict.fromkeys(PROXIES, CLOSED_PORT))
+    for key in ("NO_PROXY", "no_proxy"):
+        os.environ.pop(key, None)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def load_encoding(name: str, offline: bool = False) -> tiktoken.Encoding:
+    """tiktoken's encoding `name`, downloaded once into its cache unless `offline` (an encoding a
+    checkpoint names: only one already on this machine is used)."""
+    check_encoding(name)  # an unknown name lists the known ones, not tiktoken's bare KeyError
+    try:
+        with no_downloads() if offline else contextlib.nullcontext():
+            return tiktoken.get_encoding(name)
+    except Exception as e:  # network errors come from requests, cache errors from tiktoken
+        if offline:
+            raise ConfigError(
+                f"The checkpoint's tokenizer is the tiktoken encoding '{name}', whose files are "
+                "not on this machine, and gptlab downloads nothing a checkpoint names. Fetch it "
+                f'once yourself where there is a network (python -c "import tiktoken; '
+                f"tiktoken.get_encoding('{name}')\", with TIKTOKEN_CACHE_DIR as here)."
+            ) from None
+        raise ConfigError(
+            f"data.encoding: tiktoken could not load '{name}' ({e.__class__.__name__}: {e}). It "
+            "downloads its files once and caches them; without a network, point "
+            "TIKTOKEN_CACHE_DIR at a folder that holds the cached files."
+        ) from e
+
+
 class Tokenizer:
     """Text <-> model ids. `vocab` is None for the full tiktoken vocabulary."""
 
     def __init__(self, encoding: str, vocab: list[int] | np.ndarray | None = None):
-        check_encoding(
-            encoding
-        )  # an unknown name lists the known ones, not tiktoken's bare KeyError
-        try:
-            self.encoding = tiktoken.get_encoding(encoding)
-        except Exception as e:  # network errors come from requests, cache errors from tiktoken
-            raise ConfigError(
-                f"data.encoding: tiktoken could not load '{encoding}' ({e.__class__.__name__}: "
-                f"{e}). It downloads its files once and caches them; without a network, point "
-                "TIKTOKEN_CACHE_DIR at a folder that holds the cached files."
-            ) from e
+        self.encoding = load_encoding(encoding)
         self.vocab = (
             None if vocab is None else np.asarray(vocab, dtype=np.int64)
         )  # sorted: from np.unique

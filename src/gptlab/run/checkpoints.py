@@ -7,15 +7,23 @@ names and shapes against the model they load into. Light to import: torch and Li
 with the functions that need them, so a tool checks its arguments in a fraction of a second."""
 
 import dataclasses
+import os
 import pickle
 import types
 import typing
+import zipfile
 from pathlib import Path
 from typing import Any
 
+from gptlab import files
 from gptlab.errors import ConfigError
 from gptlab.model.config import GPTConfig
 from gptlab.run import directory
+
+MAX_NODES = 1_000_000  # values a checkpoint's plain part may hold (dicts, lists, numbers, ...)
+MAX_DEPTH = 64
+MAX_STEP = 2**53  # a step counter beyond any run
+BUFFER_SLACK = 256 << 20  # bytes of buffers a model may hold beyond the weights it carries
 
 # Model keys that decide the weights' shapes; dropout, attention kernel and compile may change.
 ARCHITECTURE_KEYS = (
@@ -53,7 +61,7 @@ def find_checkpoint(path: str | Path | None, prefer: str = directory.BEST) -> Pa
     if prefer == directory.LAST:
         candidates.reverse()
     for candidate in candidates:
-        if candidate.is_file():
+        if candidate.is_file() and not candidate.is_symlink():
             return candidate
     raise ConfigError(
         f"ckpt_path: the directory '{given}' holds no checkpoint (looked for "
@@ -66,29 +74,72 @@ def first_line(error: Exception) -> str:
     return f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else 'no details'}"
 
 
-def load_checkpoint(path: str | Path) -> dict:
-    """torch.load on the CPU with weights_only=True (gptlab checkpoints hold plain types)."""
-    import torch
+def not_a_checkpoint(path: str | Path, why: str) -> ConfigError:
+    return ConfigError(
+        f"ckpt_path: '{path}' is not a checkpoint gptlab can read: {why}. Give one saved by "
+        "gptlab-train (a run's checkpoints/last.ckpt or best.ckpt)."
+    )
 
+
+def check_archive(path: str | Path) -> None:
+    """A checkpoint is torch's zip archive of members stored as they are: a regular file (not a
+    FIFO or device) whose members declare no more bytes than it holds (no deflated bomb), checked
+    before torch reads a byte of it."""
     try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+        with files.open_regular(path, follow=True) as f:
+            size = os.fstat(f.fileno()).st_size
+            with zipfile.ZipFile(f) as archive:
+                members = archive.infolist()
     except FileNotFoundError:
         raise ConfigError(f"ckpt_path: '{path}' does not exist.") from None
+    except (OSError, zipfile.BadZipFile, ValueError, EOFError) as e:
+        why = f"it is truncated or not a checkpoint at all (not a whole zip archive: {e})"
+        raise not_a_checkpoint(path, why) from None
+    if any(m.compress_type != zipfile.ZIP_STORED for m in members):
+        raise not_a_checkpoint(path, "it holds compressed members, which torch.save never writes")
+    if sum(m.file_size for m in members) > size:
+        raise not_a_checkpoint(path, "its members declare more bytes than the file holds")
+
+
+def check_plain_size(value: Any, path: str | Path) -> None:
+    """The plain part of a checkpoint (everything but the tensors' data) is bounded: at most
+    MAX_NODES values, MAX_DEPTH deep (a value shared many times counts each time)."""
+    import torch
+
+    todo, count = [(value, 0)], 0
+    while todo:
+        node, level = todo.pop()
+        count += 1
+        if count > MAX_NODES or level > MAX_DEPTH:
+            raise not_a_checkpoint(path, "its settings are nested too deeply or hold too much")
+        if isinstance(node, dict):
+            todo += [(v, level + 1) for item in node.items() for v in item]
+        elif isinstance(node, list | tuple) and not isinstance(node, torch.Size):
+            todo += [(v, level + 1) for v in node]
+
+
+def load_checkpoint(path: str | Path) -> dict:
+    """torch.load on the CPU with weights_only=True (gptlab checkpoints hold plain types), once
+    the archive is checked (check_archive); its plain part bounded (check_plain_size)."""
+    import torch
+
+    check_archive(path)
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError:
         raise ConfigError(
             f"ckpt_path: '{path}' holds Python objects besides tensors and plain values. gptlab "
             "never unpickles them (unpickling runs whatever code the file names), and every "
             "checkpoint gptlab-train saves holds none. Use one saved by gptlab-train."
         ) from None
-    except Exception as e:  # zip and EOF errors all mean the same thing here
-        raise ConfigError(
-            f"ckpt_path: '{path}' is truncated or not a checkpoint; torch could not read it "
-            f"({first_line(e)}). Use another, e.g. the run's last checkpoint."
-        ) from None
+    except RecursionError:
+        raise not_a_checkpoint(path, "its settings are nested too deeply") from None
+    except Exception as e:  # zip, EOF and storage errors all mean the same thing here
+        reason = first_line(e).split(" Please ")[0].split(" (1) ")[0]  # not torch's advice
+        raise not_a_checkpoint(path, f"it is truncated or not a checkpoint ({reason})") from None
     if not isinstance(checkpoint, dict):
-        raise ConfigError(
-            f"ckpt_path: '{path}' is not a checkpoint (it holds a {type(checkpoint).__name__})"
-        )
+        raise not_a_checkpoint(path, f"it holds a {type(checkpoint).__name__}")
+    check_plain_size(checkpoint, path)
     return checkpoint
 
 
@@ -129,16 +180,19 @@ def checked_tokenizer(tokenizer: Any, path: str | Path) -> dict:
     """A tiktoken encoding gptlab knows and, for a compact vocabulary, its sorted id list."""
     import tiktoken
 
+    from gptlab.data.tokenizer import load_encoding
+
     if not isinstance(tokenizer, dict) or set(tokenizer) != {"encoding", "vocab"}:
         raise not_gptlab(path, "no tokenizer settings")
     encoding, vocab = tokenizer["encoding"], tokenizer["vocab"]
     if encoding not in tiktoken.list_encoding_names():
         raise not_gptlab(path, f"an unknown tiktoken encoding {encoding!r}")
+    size = load_encoding(encoding, offline=True).n_vocab  # nothing a checkpoint names is fetched
     if vocab is not None:
         ids = vocab if isinstance(vocab, list) else None
         ordered = ids is not None and all(type(i) is int for i in ids)
         ordered = ordered and all(0 <= a < b for a, b in zip(ids, ids[1:], strict=False))
-        if not ordered or not ids:
+        if not ordered or not ids or ids[-1] >= size:
             raise not_gptlab(path, "a compact vocabulary that is not a sorted list of token ids")
     return {"encoding": encoding, "vocab": vocab}
 
@@ -163,25 +217,104 @@ def weights(checkpoint: dict, path: str | Path) -> dict:
         isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()
     ):
         raise not_gptlab(path, "no weights")
+    broken = [k for k, v in state.items() if v.is_floating_point() and not v.isfinite().all()]
+    if broken:
+        raise ConfigError(
+            f"ckpt_path: '{path}' holds weights that are not finite numbers (NaN or infinity in "
+            f"{', '.join(broken[:3])}): its run diverged or the file is damaged. Use an earlier "
+            "checkpoint, e.g. the run's best.ckpt."
+        )
     return {k.replace("_orig_mod.", ""): v for k, v in state.items()}
 
 
-def check_weights(module, state: dict, path: str | Path) -> None:
-    """The weights must be the module's own: the same names and shapes."""
-    own = module.state_dict()
-    if set(own) != set(state):
-        differ = sorted(set(own) ^ set(state))[:3]
+def check_shapes(expected: dict[str, tuple], state: dict, path: str | Path) -> None:
+    """The weights must be the model's own: the same names and shapes."""
+    if set(expected) != set(state):
+        differ = sorted(set(expected) ^ set(state))[:3]
         raise not_gptlab(path, f"its weights are named otherwise: {', '.join(differ)} ...")
-    for name, tensor in own.items():
-        if tuple(state[name].shape) != tuple(tensor.shape):
-            shapes = f"{tuple(state[name].shape)} where the model has {tuple(tensor.shape)}"
+    for name, shape in expected.items():
+        if tuple(state[name].shape) != shape:
+            shapes = f"{tuple(state[name].shape)} where the model has {shape}"
             raise not_gptlab(path, f"{name} is {shapes}")
+
+
+def check_weights(module, state: dict, path: str | Path) -> None:
+    check_shapes({k: tuple(v.shape) for k, v in module.state_dict().items()}, state, path)
+
+
+def available_memory() -> int | None:
+    """Bytes of memory this machine can still give (Linux's MemAvailable), None where unknown."""
+    for line in (files.read_bytes("/proc/meminfo") or b"").decode().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024
+    return None
+
+
+def memory_needed(model, batch_size: int = 1) -> int:
+    """Bytes a GPT (built on torch's meta device: no memory yet) takes for its weights and tables
+    and one forward pass of `batch_size` full windows (logits, activations, manual attention's
+    scores): an estimate, to refuse what cannot fit before anything is allocated."""
+    c = model.config
+    tensors = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
+    activations = batch_size * c.context_length * (c.vocab_size + 16 * c.d_model * c.num_blocks)
+    if c.attention == "manual":
+        activations += batch_size * c.num_heads * c.context_length**2 * c.num_blocks
+    return tensors + 4 * activations
+
+
+def check_memory(model, batch_size: int, where: str) -> None:
+    """What `memory_needed` says must fit in the memory this machine has available."""
+    needed, available = memory_needed(model, batch_size), available_memory()
+    if available is not None and needed > available:
+        c = model.config
+        raise ConfigError(
+            f"{where}: the model needs about {needed / 2**30:,.1f} GiB (d_model {c.d_model}, "
+            f"{c.num_blocks} blocks, context_length {c.context_length}, vocabulary "
+            f"{c.vocab_size:,}, batch {batch_size}), more than the {available / 2**30:,.1f} GiB "
+            "this machine has available. Make it smaller (model.d_model, model.num_blocks, "
+            "data.context_length, data.batch_size) or run it on a larger machine."
+        )
+
+
+def bounded_model(model: dict, state: dict, path: str | Path):
+    """The GPT a checkpoint's settings ask for, built on torch's meta device (no memory): it must
+    be the model its weights carry (its blocks counted first: a setting alone cannot make it
+    build for long), its tables (the positional one, manual attention's mask: sized by settings
+    alone) no larger than the weights beside a margin, the whole within this machine's memory."""
+    import torch
+
+    from gptlab.model.gpt import GPT
+
+    blocks = {k.split(".")[2] for k in state if k.startswith("model.blocks.")}
+    if model["num_blocks"] != len(blocks):
+        found = f"model.num_blocks is {model['num_blocks']} but its weights hold {len(blocks)}"
+        raise not_gptlab(path, found)
+    with torch.device("meta"):
+        gpt = GPT(GPTConfig(**{**model, "compile": False}))
+    check_shapes({f"model.{k}": tuple(v.shape) for k, v in gpt.state_dict().items()}, state, path)
+    carried = sum(t.numel() * t.element_size() for t in state.values())
+    tables = sum(b.numel() * b.element_size() for b in gpt.buffers())
+    if tables > carried + BUFFER_SLACK:
+        raise not_gptlab(
+            path,
+            f"model.context_length={model['context_length']} asks for {tables / 2**20:,.0f} MiB "
+            f"of tables beside {carried / 2**20:,.0f} MiB of weights",
+        )
+    check_memory(gpt, 1, "ckpt_path")
+    return gpt
 
 
 def step_of(checkpoint: dict) -> int:
     """The checkpoint's step counter, a whole number (0 when it has none)."""
     step = checkpoint.get("global_step", 0)
-    return step if type(step) is int and step >= 0 else 0
+    if type(step) is not int or step < 0:
+        return 0
+    if step >= MAX_STEP:
+        raise ConfigError(
+            f"ckpt_path: the checkpoint's step counter is {step}, a step no run reaches: the "
+            "file is damaged or crafted. Give one saved by gptlab-train."
+        )
+    return step
 
 
 def check_architecture(path: str | Path, checkpoint: dict, hparams: dict) -> None:

@@ -17,7 +17,6 @@ gptlab.run.ownership's.
 
 import os
 import secrets
-import shutil
 import time
 from pathlib import Path
 
@@ -38,8 +37,8 @@ MULTIRUN = "multirun.yaml"
 MANIFEST = "manifest.json"
 TENSORBOARD = "tensorboard"
 HYDRA_FILES = ("config.yaml", "hydra.yaml", "overrides.yaml")
-# Folders gptlab writes into: a symlink there would take the writes out, so it is refused.
-FOLDERS = (CHECKPOINTS, HYDRA, TENSORBOARD)
+# What marks a folder as a run or sweep directory of gptlab (or of any Hydra app)
+MARKS = (MANIFEST, HYDRA, MULTIRUN)
 # A Hydra job of a SLURM job that was requeued: it continues its run like resume= does.
 RESTART_COUNT = "SLURM_RESTART_COUNT"
 
@@ -106,25 +105,14 @@ def holds_run(run_dir: str | Path) -> bool:
     )
 
 
-def refuse_linked_folders(run_dir: str | Path) -> None:
-    """A folder of the run that is a symlink would take the run's writes elsewhere."""
-    for name in FOLDERS:
-        if (Path(run_dir) / name).is_symlink():
-            raise ConfigError(
-                f"The run directory '{run_dir}' holds '{name}' as a symlink (to "
-                f"'{os.readlink(Path(run_dir) / name)}'); gptlab writes there, so it would write "
-                "outside the run. Replace the link by a folder, or use another directory."
-            )
-
-
-def secure(run_dir: str | Path) -> None:
-    """Before a run writes into `run_dir`: refuse linked folders and remove the temporary files a
-    kill during a write left behind (every file is written under a temporary name first)."""
-    run_dir = Path(run_dir)
-    refuse_linked_folders(run_dir)
-    for folder in (run_dir, checkpoint_dir(run_dir)):
-        for stale in folder.glob(".*.tmp"):
-            stale.unlink()
+def enclosing_run(path: str | Path) -> Path | None:
+    """The run or sweep directory `path` lies in (itself included), where it resolves: its
+    nearest existing folder and every one above it; None when it lies in none."""
+    place = Path(os.path.realpath(path))
+    for folder in (place, *place.parents):
+        if any(os.path.lexists(folder / mark) for mark in MARKS):
+            return folder
+    return None
 
 
 def is_new_or_empty(place: Path) -> bool:
@@ -148,25 +136,11 @@ def refuse_fresh_run_over(run_dir: str | Path) -> None:
 
 def is_stub(run_dir: Path) -> bool:
     """Nothing but what a start writes before its first step: its saved config (.hydra/), its
-    log and its manifest."""
-    hydra = run_dir / HYDRA
-    if not run_dir.is_dir() or run_dir.is_symlink() or hydra.is_symlink():
+    log and its manifest, none of them a link."""
+    if not run_dir.is_dir() or run_dir.is_symlink():
         return False
-    saved = sorted(p.name for p in hydra.iterdir()) if hydra.is_dir() else []
+    hydra = run_dir / HYDRA
+    saved = [p for p in hydra.iterdir()] if hydra.is_dir() and not hydra.is_symlink() else []
     others = [p for p in run_dir.iterdir() if p.name not in (HYDRA, MANIFEST)]
     logs = all(p.suffix == ".log" and p.is_file() and not p.is_symlink() for p in others)
-    return logs and set(saved) <= set(HYDRA_FILES)
-
-
-def remove_stub(run_dir: str | Path, stop: str | Path) -> None:
-    """Remove a failed start's run directory when it is a stub (never one that holds a run), and
-    the folders above it that are left empty, up to `stop` (./outputs)."""
-    run_dir = Path(run_dir)
-    if not is_stub(run_dir):
-        return
-    shutil.rmtree(run_dir)
-    stop = Path(stop).resolve()
-    for parent in run_dir.resolve().parents:
-        if parent == stop or not parent.is_relative_to(stop) or any(parent.iterdir()):
-            break
-        parent.rmdir()
+    return logs and {p.name for p in saved} <= set(HYDRA_FILES) and not hydra.is_symlink()

@@ -19,6 +19,7 @@ manifest."""
 
 import hmac
 import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
@@ -35,6 +36,7 @@ SWEEP = "sweep"
 STUDY = "optuna.db"
 HYDRA_FILES = directory.HYDRA_FILES
 TRACKER_FOLDER = "wandb"  # W&B keeps links of its own there (latest-run, debug logs)
+TEMPORARY = "temporary"  # the manifest's list of temporary files being written
 
 
 class ForeignDirectory(Exception):
@@ -128,34 +130,49 @@ def write_recorded(root: str | Path, rel: str, write: Callable[[IO], Any], mode:
     manifest = own_manifest(root)
     written = []
 
+    def begin(tmp: Path) -> None:  # a kill while it is written: the next start removes it
+        if manifest is not None:
+            rel_tmp = Path(os.path.realpath(tmp)).relative_to(manifest.root)
+            manifest.data.setdefault(TEMPORARY, []).append(str(rel_tmp))
+            manifest.save()
+
     def accept(tmp: Path) -> None:
         written.append(files.sha256_of(tmp))
         if manifest is not None:
             manifest.accept(rel, written[0])
             manifest.save()
 
-    with files.atomic(Path(root) / rel, mode, accept) as f:
+    with files.atomic(Path(root) / rel, mode, accept, begin) as f:
         write(f)
     if manifest is not None:
         manifest.settle(rel, written[0])
+        manifest.data[TEMPORARY] = []
         manifest.save()
 
 
-def record_start(root: str | Path, subdir: str | None) -> None:
-    """This process starts a run in `root` (rank 0 only): record the configs Hydra saved for this
-    start in `subdir` (.hydra, or a folder of its own for a later start), making the manifest of
-    a new run. A manifest that is not this user's is refused, never replaced."""
-    if (Path(root) / MANIFEST).exists():
-        try:
-            manifest = Manifest.load(root, RUN)
-        except ForeignDirectory as e:
-            raise ConfigError(
-                f"The run directory '{root}' is not one gptlab made here for you ({e}); gptlab "
-                "writes nothing into it. Start in a new directory: drop hydra.run.dir, or "
-                "continue its training in a new run directory: gptlab-train ckpt_path=<it>."
-            ) from None
-    else:
-        manifest = Manifest.new(root, RUN)
+def claim(root: str | Path, subdir: str | None) -> None:
+    """This process starts a run in `root` (rank 0 only): the run's manifest, made when the
+    directory is a sweep's new job (a run's is made with its directory, gptlab.run.place), the
+    temporary files a killed earlier start recorded removed, and the configs Hydra saved for this
+    start in `subdir` recorded. A manifest that is not this user's is refused, never replaced;
+    so is a directory holding links or special files."""
+    root = Path(root)
+    try:
+        check_plain(root)
+        manifest = Manifest.load(root, RUN) if os.path.lexists(root / MANIFEST) else None
+    except ForeignDirectory as e:
+        raise ConfigError(
+            f"The run directory '{root}' is not one gptlab made here for you ({e}); gptlab "
+            "writes nothing into it. Start in a new directory: drop hydra.run.dir, or "
+            "continue its training in a new run directory: gptlab-train ckpt_path=<it>."
+        ) from None
+    manifest = manifest or Manifest.new(root, RUN)
+    for rel in manifest.data.setdefault(TEMPORARY, []):
+        path = manifest.root / rel
+        inside = Path(os.path.realpath(path)).is_relative_to(manifest.root)
+        if inside and os.path.isfile(path) and not os.path.islink(path):
+            path.unlink()  # a temporary file a killed start of this run made and recorded
+    manifest.data[TEMPORARY] = []
     if subdir is not None and subdir not in manifest.starts:
         for name in HYDRA_FILES:
             if (manifest.root / subdir / name).is_file():
@@ -164,24 +181,34 @@ def record_start(root: str | Path, subdir: str | None) -> None:
     manifest.save()
 
 
-def symlinks(root: Path) -> list[Path]:
-    """Every symlink inside `root`, but those in W&B's own folder (wandb/: its latest-run and
-    debug logs, which W&B replaces at each start; neither gptlab nor W&B writes through them)."""
+def unsafe_entries(root: Path) -> list[str]:
+    """What could lead gptlab elsewhere or make it hang, anywhere inside `root`: a symlink, a
+    file with more than one hard link, a FIFO, socket or device. W&B keeps links of its own in
+    the run's top-level wandb/ folder (latest-run, debug logs, its copies of the run's files):
+    those are allowed when they lead to a place inside the run."""
     root = canonical(root)
+    tracker = root / TRACKER_FOLDER
     found = []
     for folder, dirnames, filenames in os.walk(root):
         for name in dirnames + filenames:
             path = Path(folder) / name
-            if path.is_symlink() and TRACKER_FOLDER not in path.relative_to(root).parts[:-1]:
-                found.append(path.relative_to(root))
+            info = path.lstat()
+            inside = path.is_relative_to(tracker)
+            if stat.S_ISLNK(info.st_mode):
+                if not (inside and Path(os.path.realpath(path)).is_relative_to(root)):
+                    found.append(f"'{path.relative_to(root)}' is a symlink")
+            elif stat.S_ISREG(info.st_mode) and info.st_nlink > 1 and not inside:
+                found.append(f"'{path.relative_to(root)}' has {info.st_nlink} hard links")
+            elif not (stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode)):
+                found.append(f"'{path.relative_to(root)}' is not a regular file")
     return found
 
 
-def check_no_symlinks(root: Path) -> None:
-    links = symlinks(root)
-    if links:
-        shown = ", ".join(f"'{p}'" for p in links[:3]) + (" ..." if len(links) > 3 else "")
-        raise ForeignDirectory(f"it holds symlinks ({shown}), which could lead gptlab elsewhere")
+def check_plain(root: Path) -> None:
+    found = unsafe_entries(root)
+    if found:
+        shown = ", ".join(found[:3]) + (" ..." if len(found) > 3 else "")
+        raise ForeignDirectory(f"{shown}, which could lead gptlab elsewhere")
 
 
 def relied_files(root: Path) -> list[str]:
@@ -201,7 +228,7 @@ def check_run(root: str | Path) -> Manifest:
     root = Path(root)
     if root.is_symlink():
         raise ForeignDirectory("it is a symlink")
-    check_no_symlinks(root)
+    check_plain(root)
     manifest = Manifest.load(root, RUN)
     manifest.verify(relied_files(root))
     return manifest
@@ -227,7 +254,7 @@ def check_sweep(root: str | Path) -> Manifest:
     root = Path(root)
     if root.is_symlink():
         raise ForeignDirectory("it is a symlink")
-    check_no_symlinks(root)
+    check_plain(root)
     manifest = Manifest.load(root, SWEEP)
     manifest.verify([STUDY] if (root / STUDY).exists() else [])
     for job in job_dirs(canonical(root)):

@@ -16,14 +16,12 @@ from omegaconf import DictConfig
 
 from gptlab import files
 from gptlab.errors import ConfigError
-from gptlab.run import directory, ownership
+from gptlab.run import directory, ownership, place
 from gptlab.run.checkpoints import find_checkpoint
 from gptlab.run.overrides import override_key
 from gptlab.run.settings import replayable
 
 log = logging.getLogger(__name__)
-RESUME_DIR = "GPTLAB_RESUME_DIR"  # the directory resume= continues, as Hydra reads it
-FROM_ENV = "${oc.env:" + RESUME_DIR + "}"
 
 
 def refused(run_dir: Path, reason: ownership.ForeignDirectory, sweep: bool) -> ConfigError:
@@ -82,7 +80,6 @@ def resume_argv(argv: list[str]) -> list[str]:
     <dir>."""
     requests = [a.split("=", 1)[1] for a in argv[1:] if a.startswith("resume=")]
     if not requests:
-        refuse_fresh_start(argv)
         return argv
     run_dir = Path(requests[-1]).expanduser().resolve()
     if not run_dir.is_dir():
@@ -106,44 +103,14 @@ def resume_argv(argv: list[str]) -> list[str]:
             raise refused(run_dir, e, sweep=True) from None
         recorded = manifest.data["settings"].get("overrides", [])
         saved = replayable(recorded, run_dir / ownership.MANIFEST, sweep=True)
-        place = ["-m", f"hydra.sweep.dir={FROM_ENV}"]
+        where = ["-m", f"hydra.sweep.dir={place.FROM_ENV}"]
     else:
         manifest = own_run(run_dir, argv)
         saved = replayable(newest_overrides(manifest), run_dir / directory.HYDRA)
-        place = [f"hydra.run.dir={FROM_ENV}"]
-    os.environ[RESUME_DIR] = str(run_dir)
+        where = [f"hydra.run.dir={place.FROM_ENV}"]
+    os.environ[place.OUTPUT_DIR] = str(run_dir)
     merged = {override_key(o): o for o in [*saved, *new]}
-    return [argv[0], *flags, *place, *merged.values(), f"resume={FROM_ENV}"]
-
-
-def refuse_fresh_start(argv: list[str]) -> None:
-    """A fresh start goes into a new (or empty) directory only: a hydra.run.dir (or -m
-    hydra.sweep.dir) that holds anything is refused before Hydra writes there. A requeued SLURM
-    job continues its own run there, and only its own."""
-    for arg in argv[1:]:
-        key, _, raw = arg.partition("=")
-        if key not in ("hydra.run.dir", "hydra.sweep.dir") or "${" in raw:
-            continue
-        place = Path(raw.strip("'\"")).expanduser()
-        if key == "hydra.run.dir" and directory.requeued() and directory.holds_run(place):
-            try:
-                ownership.check_run(place)
-            except ownership.ForeignDirectory as e:
-                raise refused(place, e, sweep=False) from None
-            continue
-        if key == "hydra.sweep.dir" and (place / directory.MULTIRUN).is_file():
-            raise ConfigError(
-                f"hydra.sweep.dir={raw}: '{place}' already holds a sweep. Continue it with "
-                f"`gptlab-train resume={place}`, or give a new sweep directory."
-            )
-        if key == "hydra.run.dir":
-            directory.refuse_fresh_run_over(place)
-        if not directory.is_new_or_empty(place):
-            raise ConfigError(
-                f"{key}={raw}: '{place}' already holds files; a fresh start goes into a new or "
-                "empty directory only (Hydra would write into what is there). Give a new one, "
-                "or drop the key for a fresh one of gptlab's."
-            )
+    return [argv[0], *flags, *where, *merged.values(), f"resume={place.FROM_ENV}"]
 
 
 def checkpoint_to_continue(cfg: DictConfig, output_dir: Path) -> tuple[str | None, bool]:

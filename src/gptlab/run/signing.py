@@ -1,27 +1,74 @@
 """The user's signing key and the signature of a manifest (gptlab.run.ownership).
 
-The key lives outside every run directory (~/.config/gptlab/key, or the file GPTLAB_KEY_FILE
-names), is made on first use and is readable by the user only: whoever lacks it cannot make a
-directory look like one of the user's own, the way Jupyter signs notebooks."""
+The key lives outside every run directory (~/.config/gptlab/key, or the absolute path
+GPTLAB_KEY_FILE names), is made on first use and is checked as OpenSSH checks a private key: a
+regular file (not a link), owned by the user, neither readable nor writable by group or others,
+and not inside a run or sweep directory (every copy of that directory would carry the means to
+sign itself). Whoever lacks it cannot make a directory look like one of the user's own, the way
+Jupyter signs notebooks."""
 
 import hashlib
 import hmac
 import json
 import os
 import secrets
+import stat
 from pathlib import Path
 
+from gptlab import files
 from gptlab.errors import ConfigError
+from gptlab.run import directory
 
 KEY_FILE = "GPTLAB_KEY_FILE"
+
+
+def refused(path: Path | str, reason: str, fix: str) -> ConfigError:
+    return ConfigError(
+        f"{KEY_FILE}: gptlab does not use the signing key '{path}': {reason}. {fix} (The key "
+        "proves that a run directory is yours; a key others can read, write or carry along "
+        "proves nothing.)"
+    )
 
 
 def key_file() -> Path:
     given = os.environ.get(KEY_FILE)
     if given:
-        return Path(given).expanduser()
+        path = Path(given).expanduser()
+        if not path.is_absolute():
+            raise refused(given, "it is a relative path", f"Give {KEY_FILE} an absolute path.")
+        return path
     config = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
     return Path(config) / "gptlab" / "key"
+
+
+def check_key_place(path: Path) -> None:
+    """Not inside a run or sweep directory (checked where the path resolves)."""
+    run = directory.enclosing_run(path.parent)
+    if run is not None:
+        raise refused(
+            path,
+            f"it lies inside the run or sweep directory '{run}'",
+            f"Move it out (e.g. to ~/.config/gptlab/key) and point {KEY_FILE} there.",
+        )
+
+
+def check_key(path: Path) -> None:
+    """OpenSSH's rules for a private key (see the module's docstring)."""
+    info = os.lstat(path)
+    if stat.S_ISLNK(info.st_mode):
+        raise refused(path, "it is a symlink", f"Point {KEY_FILE} at the file itself.")
+    if not stat.S_ISREG(info.st_mode):
+        raise refused(path, "it is not a regular file", f"Point {KEY_FILE} at a key file.")
+    if info.st_uid != os.getuid():
+        raise refused(
+            path, f"it belongs to user id {info.st_uid}, not to you", "Use a key of yours."
+        )
+    if info.st_mode & 0o077:
+        raise refused(
+            path,
+            f"its mode {stat.filemode(info.st_mode)} lets group or others read or write it",
+            f"Make it yours alone: chmod 600 '{path}'.",
+        )
 
 
 def create_key(path: Path) -> None:
@@ -40,21 +87,27 @@ def create_key(path: Path) -> None:
 
 
 def signing_key() -> bytes:
-    """This user's secret key (made on first use)."""
+    """This user's secret key (made on first use), checked each time it is used."""
     path = key_file()
+    check_key_place(path)
     try:
-        if not path.exists():
+        if not os.path.lexists(path):
             create_key(path)
-        key = bytes.fromhex(path.read_text().strip())
-    except (OSError, ValueError) as e:
-        key, reason = b"", str(e)
-    else:
+    except OSError as e:
+        fix = f"Point {KEY_FILE} at a writable place."
+        raise refused(path, f"it cannot be made ({e})", fix) from None
+    check_key(path)
+    try:
+        key = bytes.fromhex((files.read_bytes(path, limit=1024) or b"").decode().strip())
         reason = "it is shorter than 32 bytes"
+    except ValueError as e:
+        key, reason = b"", str(e)
     if len(key) < 32:
-        raise ConfigError(
-            f"{KEY_FILE}: gptlab cannot use its signing key '{path}' ({reason}). It is made on "
-            f"first use; point {KEY_FILE} at a writable place, or delete a damaged key (runs "
-            "signed with it then count as foreign: continue them with ckpt_path=<run dir>)."
+        raise refused(
+            path,
+            f"it cannot be used ({reason})",
+            "Delete the damaged key: a new one is made on first use (runs signed with the old "
+            "one then count as foreign: continue them with ckpt_path=<run dir>).",
         )
     return key
 

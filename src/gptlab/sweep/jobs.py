@@ -42,13 +42,12 @@ def start_subdir() -> str | None:
 
 
 def claim(output_dir: Path) -> None:
-    """Before a run or a job writes anything (rank 0): its directory is made safe to write into
-    and this start is recorded in its manifest (gptlab.run.ownership)."""
+    """Before a run or a job writes anything (rank 0): this start is recorded in its directory's
+    manifest (gptlab.run.ownership)."""
     from lightning.fabric.utilities.rank_zero import rank_zero_only
 
     if rank_zero_only.rank == 0:
-        directory.secure(output_dir)
-        ownership.record_start(output_dir, start_subdir())
+        ownership.claim(output_dir, start_subdir())
 
 
 def trains(override: str) -> bool:

@@ -8,9 +8,10 @@ the run directory's rules hold by construction, not by checking what a file says
   weights, and Lightning's hand-over of rank 0's weights after spawned DDP (a file of tensors by
   name, in a fresh temporary folder). Any other (a planted hpc_ckpt, a path a checkpoint
   remembers) is refused;
-- a removal (Lightning replacing its best checkpoint) deletes only a plain file in the run's own
-  checkpoints/, never a folder, a link or anything elsewhere; and the hand-over file of spawned
-  DDP once this process has read it, with its temporary folder."""
+- a removal (Lightning replacing its best checkpoint) deletes only a checkpoint this process
+  saved, a plain file in the run's own checkpoints/, never a folder, a link or anything else;
+  and the hand-over file of spawned DDP once this process has read it, with its temporary
+  folder."""
 
 import contextlib
 import logging
@@ -37,12 +38,14 @@ class RunCheckpointIO(TorchCheckpointIO):
         self.optimizer = "adamw"  # the run's optimizer (optim.name): whose state it can take
         self.fit_loop: dict | None = None  # a fresh Trainer's loop state (set by gptlab-train)
         self.hand_over: Path | None = None  # spawned DDP's weights file, once read
+        self.saved: set[Path] = set()  # the checkpoints this process wrote: all it may remove
 
     def save_checkpoint(self, checkpoint: dict, path, storage_options=None) -> None:
         path = Path(path)
         if path.parent == directory.checkpoint_dir(self.run_dir):
             rel = f"{directory.CHECKPOINTS}/{path.name}"
             ownership.write_recorded(self.run_dir, rel, lambda f: torch.save(checkpoint, f), "wb")
+            self.saved.add(path.absolute())
         else:  # Lightning's own (hpc_ckpt on SLURM): whole, not relied upon
             with files.atomic(path, "wb") as f:
                 torch.save(checkpoint, f)
@@ -66,8 +69,11 @@ class RunCheckpointIO(TorchCheckpointIO):
         )
 
     def remove_checkpoint(self, path) -> None:
-        if restore.in_checkpoint_dir(str(Path(path).absolute()), self.run_dir):
+        if Path(path).absolute() in self.saved and restore.in_checkpoint_dir(
+            str(Path(path).absolute()), self.run_dir
+        ):
             Path(path).unlink()
+            self.saved.discard(Path(path).absolute())
         elif self.hand_over is not None and Path(path) == self.hand_over:
             self.hand_over.unlink(missing_ok=True)  # read: nothing of it stays in the temp folder
             with contextlib.suppress(OSError):  # Lightning's mkdtemp() folder, empty now

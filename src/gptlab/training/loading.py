@@ -4,7 +4,7 @@ Lightning's `load_from_checkpoint`, which would build from whatever the file say
 
 from pathlib import Path
 
-from gptlab.run.checkpoints import check_weights, load_checkpoint, model_settings, weights
+from gptlab.run.checkpoints import bounded_model, load_checkpoint, model_settings, weights
 from gptlab.training.module import GPTModule
 
 
@@ -18,8 +18,8 @@ def module_from(checkpoint: dict, path: str | Path, map_location="cpu"):
     """The GPTModule of a loaded checkpoint, in eval mode, from its checked model and tokenizer
     settings and its weights only."""
     model, tokenizer = model_settings(checkpoint, path)
-    module = GPTModule(model={**model, "compile": False}, optim={}, tokenizer=tokenizer)
     state = weights(checkpoint, path)
-    check_weights(module, state, path)
+    bounded_model(model, state, path)  # before any memory is taken for it
+    module = GPTModule(model={**model, "compile": False}, optim={}, tokenizer=tokenizer)
     module.load_state_dict(state)
     return module.to(map_location).eval()

@@ -5,6 +5,7 @@ Also the run's TensorBoard logger: one TensorBoard run per training run."""
 
 import math
 import os
+import tempfile
 from pathlib import Path
 
 import lightning as L
@@ -18,7 +19,7 @@ from gptlab.errors import ConfigError
 from gptlab.run import directory
 
 OFFLINE_MODES = ("offline", "disabled", "dryrun")
-HPARAMS_EVENTS = ".hparams"  # the suffix of the event file that holds a run's HPARAMS
+HPARAMS_EVENTS = "events.out.tfevents.hparams"  # the event file of a run's HPARAMS
 # the results beside the hyperparameters: a group TensorBoard lists after train/ and val/
 RESULTS = "val_results"
 
@@ -26,9 +27,9 @@ RESULTS = "val_results"
 class RunTensorBoardLogger(TensorBoardLogger):
     """Lightning's TensorBoard logger, one TensorBoard run per training run. No `epoch` scalar
     (Lightning adds it to every dict it logs; a run is one epoch). The hyperparameters and their
-    results (the HPARAMS tab) go to an event file of their own in the run's folder, replaced at
-    each start's end: TensorBoard keeps the first hyperparameters it reads in a run, so a resumed
-    run shows its latest start's only if the earlier ones are gone."""
+    results (the HPARAMS tab) go to an event file of their own in the run's folder, replaced (by
+    a rename) at each start's end: TensorBoard keeps the first hyperparameters it reads in a run,
+    so a resumed run shows its latest start's only if the earlier ones are gone."""
 
     @rank_zero_only
     def log_metrics(self, metrics: dict, step: int | None = None) -> None:
@@ -40,15 +41,15 @@ class RunTensorBoardLogger(TensorBoardLogger):
             super().log_hyperparams(params, metrics, step)
             return
         folder = Path(self.log_dir)
-        earlier = [p for p in folder.glob(f"*tfevents*{HPARAMS_EVENTS}") if p.is_file()]
-        writer = FileWriter(str(folder), filename_suffix=HPARAMS_EVENTS)
-        for summary in hparams(params, metrics):  # experiment, session start, session end
-            writer.add_summary(summary, step)
-        for name, value in metrics.items():
-            writer.add_summary(scalar(name, value), step)
-        writer.close()
-        for path in earlier:
-            path.unlink()
+        with tempfile.TemporaryDirectory(dir=folder, prefix=".hparams.") as fresh:
+            writer = FileWriter(fresh)
+            for summary in hparams(params, metrics):  # experiment, session start, session end
+                writer.add_summary(summary, step)
+            for name, value in metrics.items():
+                writer.add_summary(scalar(name, value), step)
+            writer.close()
+            [written] = Path(fresh).iterdir()
+            os.replace(written, folder / HPARAMS_EVENTS)  # the earlier start's, replaced
 
 
 def require_wandb_login(offline: bool) -> None:
@@ -91,7 +92,8 @@ def hparams_of(cfg: DictConfig, metrics: dict, model: dict) -> dict:
 def run_files(output_dir: Path) -> list[Path]:
     """What a tracker keeps of the run directory: `.hydra/` (configs, overrides) and
     metrics.json."""
-    hydra_files = sorted(p for p in (output_dir / directory.HYDRA).rglob("*") if p.is_file())
+    saved = (output_dir / directory.HYDRA).rglob("*")
+    hydra_files = sorted(p for p in saved if p.is_file() and not p.is_symlink())
     return [*hydra_files, directory.metrics_file(output_dir)]
 
 

@@ -1,0 +1,103 @@
+"""Where a start writes, decided once, before Hydra writes a byte: the output directory as Hydra
+composed and resolved it (hydra.run.dir, or hydra.sweep.dir with -m), whatever its spelling on
+the command line (`++`, `${oc.env:...}`, quotes, spaces).
+
+- A fresh start writes into a directory this process creates (or one that is empty, and so
+  holds nothing of anyone's), never inside another run or sweep directory: anything else ends
+  here in one paragraph and exit code 2, nothing written.
+- A start that continues (resume=, a SLURM requeue) writes into a directory that is the user's
+  own (gptlab.run.ownership), checked here or by resume=.
+- The directory then reaches Hydra through an environment variable, never the override grammar.
+- A failed start removes what it created here, and only that (gptlab.files)."""
+
+import os
+from pathlib import Path
+
+from gptlab import files
+from gptlab.errors import ConfigError
+from gptlab.run import directory, ownership
+
+OUTPUT_DIR = "GPTLAB_OUTPUT_DIR"  # the directory this start writes into, as Hydra reads it
+FROM_ENV = "${oc.env:" + OUTPUT_DIR + "}"
+
+
+def refuse_inside_run(place: Path, key: str) -> None:
+    """`place` must not lie inside a run or sweep directory (checked where it resolves)."""
+    run = directory.enclosing_run(place)
+    if run is not None:
+        raise ConfigError(
+            f"{key}: '{place}' lies inside the run or sweep directory '{run}', which gptlab does "
+            "not write into (it may be anyone's). Run gptlab from another directory (cd out of "
+            f"'{run}'), or give {key} a place outside it."
+        )
+
+
+def check_data_places(data_dir: str | Path, cache_dir: str | Path) -> None:
+    """The corpus and token caches go where the config says, never into a run or sweep
+    directory (a tool run from inside one would otherwise write its data/ there)."""
+    for folder, key in ((data_dir, "data.data_dir"), (cache_dir, "data.cache_dir")):
+        refuse_inside_run(Path(os.path.abspath(folder)), key)
+
+
+def refuse_used(place: Path, key: str) -> None:
+    """A fresh start into a directory that already holds files: refused, with the way on."""
+    if (place / directory.MULTIRUN).is_file() or (place / ownership.MANIFEST).is_file():
+        way = f"Continue it with `gptlab-train resume={place}`, or give a new directory"
+        what = "a sweep or a run"
+    elif directory.holds_run(place):
+        way = f"Continue it with `gptlab-train resume={place}`, or give a new directory"
+        what = "a run (its checkpoints or metrics.json)"
+    else:
+        way = "Give a new or empty directory"
+        what = "files"
+    raise ConfigError(
+        f"{key}: '{place}' already holds {what}; a fresh start goes into a new or empty "
+        f"directory only, and writes nothing into it. {way}, or drop {key} for a fresh one of "
+        "gptlab's."
+    )
+
+
+def fresh(place: Path, key: str, kind: str | None) -> None:
+    """Make `place` this start's own: created here, or an empty folder adopted; a manifest of
+    `kind` (run, sweep) signed into it."""
+    if os.path.lexists(place) and not directory.is_new_or_empty(place):
+        refuse_used(place, key)
+    refuse_inside_run(place, key)
+    if os.path.lexists(place):
+        files.adopt(place)
+    else:
+        files.make_dir(place)
+    if kind is not None:
+        ownership.Manifest.new(place, kind).save()
+
+
+def continued(place: Path, key: str, sweep: bool) -> None:
+    """A requeued start continues its own run or sweep, and only that."""
+    try:
+        (ownership.check_sweep if sweep else ownership.check_run)(place)
+    except ownership.ForeignDirectory as e:
+        raise ConfigError(
+            f"{key}: '{place}' is not a {'sweep' if sweep else 'run'} directory gptlab made here "
+            f"for you ({e}), so this requeued start writes nothing into it. Continue its "
+            "training in a new run directory of yours with `gptlab-train ckpt_path=<it>`."
+        ) from None
+
+
+def prepare(place: Path, key: str, kind: str | None) -> str:
+    """Decide and make the output directory `place` (hydra.run.dir or hydra.sweep.dir as
+    composed and resolved, `key`); returns the override that hands it to Hydra. `kind`: the
+    manifest a fresh one gets (None: a tool's output folder, not a run)."""
+    place = Path(os.path.abspath(place))
+    if kind is not None and directory.requeued() and os.path.lexists(place):
+        continued(place, key, sweep=kind == ownership.SWEEP)
+    else:
+        fresh(place, key, kind)
+    os.environ[OUTPUT_DIR] = str(place)
+    return f"{key}={FROM_ENV}"
+
+
+def undo(place: str | Path) -> None:
+    """After a failed start: what this start created, removed when it holds no more than a
+    start writes before any work (its saved config, its log, its manifest)."""
+    if directory.is_stub(Path(place)):
+        files.remove_created(place)
