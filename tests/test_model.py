@@ -414,6 +414,25 @@ def test_parameter_counts(overrides):
     assert counts["total"] == embedding + config.num_blocks * per_block + final_norm + head
 
 
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},
+        {"tie_weights": True, "positional": "learned"},
+        {"activation": "swiglu", "num_blocks": 3},
+        {"ffn_mult": 2, "bias": False, "qk_norm": True, "positional": "rope"},
+    ],
+)
+def test_the_models_own_accounting_matches_the_training_formulas(overrides):
+    """GPT.scaling_params and GPT.flops_per_token count what training/module.py's functions of
+    the config count (the callers move over to the methods next)."""
+    from gptlab.training.module import flops_per_token, scaling_params
+
+    model = make_model(**overrides)
+    assert model.scaling_params() == scaling_params(model.config)
+    assert model.flops_per_token() == flops_per_token(model.config)
+
+
 @pytest.mark.parametrize("attention", ["manual", "sdpa"])
 def test_only_the_manual_path_holds_a_mask(attention):
     """sdpa masks inside its kernel (is_causal), so no context_length² buffer is built for it."""

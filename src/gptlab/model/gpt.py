@@ -136,6 +136,20 @@ class GPT(nn.Module):
         embedding = sum(p.numel() for module in embeddings for p in module.parameters())
         return {"total": total, "embedding": embedding, "non_embedding": total - embedding}
 
+    def scaling_params(self) -> int:
+        """The parameters whose FLOPs grow with every token: the blocks' matrices (attention's Wq,
+        Wk, Wv and Wo, the FFN's) and the head. Embeddings (a lookup), norms and biases are left
+        out: the N of a scaling law (Kaplan et al. 2020's non-embedding count, plus the head)."""
+        matrices = [p for p in self.blocks.parameters() if p.dim() == 2] + [self.head.weight]
+        return sum(p.numel() for p in matrices)
+
+    def flops_per_token(self) -> int:
+        """Training FLOPs per token: 6 per weight of the blocks and the head (forward 2, backward 4)
+        plus attention's scores and weighted sum, 12 * num_blocks * context_length * d_model."""
+        config = self.config
+        attention = 12 * config.num_blocks * config.context_length * config.d_model
+        return 6 * self.scaling_params() + attention
+
     @torch.no_grad()
     def generate_stream(
         self,
