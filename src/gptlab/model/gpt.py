@@ -175,15 +175,8 @@ class GPT(nn.Module):
             ids = torch.cat([ids, next_ids], dim=1)
             yield next_ids
 
-    @torch.no_grad()
-    def generate(
-        self,
-        ids: torch.Tensor,
-        max_new_tokens: int,
-        temperature: float = 1.0,
-        top_k: int | None = None,
-        generator: torch.Generator | None = None,
-    ) -> torch.Tensor:
-        """ids [batch, t] -> [batch, t + max_new_tokens]; crops the context to context_length."""
-        new = list(self.generate_stream(ids, max_new_tokens, temperature, top_k, generator))
-        return torch.cat([ids, *new], dim=1)
+    def generate(self, ids: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+        """ids [batch, t] -> [batch, t + max_new_tokens]: the prompt and generate_stream's tokens
+        (its arguments: max_new_tokens, temperature, top_k, generator; the context cropped to
+        context_length)."""
+        return torch.cat([ids, *self.generate_stream(ids, *args, **kwargs)], dim=1)
