@@ -10,11 +10,12 @@ import pytest
 import torch
 from torch import nn
 
-import gptlab.model.gpt as gpt_module
+import gptlab.model.position as position_module
 from gptlab.cli.inspect_model import trace_forward
 from gptlab.data.tokenizer import Tokenizer
 from gptlab.errors import ConfigError
 from gptlab.model.gpt import GPT, GPTConfig
+from gptlab.model.position import LearnedEmbedding, SinusoidalEncoding
 
 os.environ.setdefault("TIKTOKEN_CACHE_DIR", "/work/shared/tiktoken_cache")
 torch.set_num_threads(1)  # small tensors: one thread is fastest, and robust to a busy machine
@@ -148,7 +149,7 @@ def test_input_longer_than_context_length_is_refused():
 def test_sinusoidal_table_matches_the_formula():
     d_model = 32
     model = make_model(positional="sinusoidal", d_model=d_model)
-    pe = model.positional_encoding
+    pe = model.position_embedding.table
     assert pe.shape == (16, d_model)
     for pos in (0, 1, 5, 15):
         for i in (0, 1, 7, 15):
@@ -164,20 +165,21 @@ def test_sinusoidal_table_matches_the_formula():
 
 def test_sinusoidal_table_is_a_buffer_computed_once(monkeypatch):
     model = make_model(positional="sinusoidal")
-    pe = model.positional_encoding
-    assert "positional_encoding" in dict(model.named_buffers())
+    pe = model.position_embedding.table
+    assert "position_embedding.table" in dict(model.named_buffers())
+    assert not [k for k in model.state_dict() if k.startswith("position_embedding")]
     assert not pe.requires_grad
     assert all(p is not pe for p in model.parameters())
 
     def fail(*args, **kwargs):
-        raise AssertionError("sinusoidal_encoding called again during forward")
+        raise AssertionError("sinusoidal_angles called again during forward")
 
-    monkeypatch.setattr(gpt_module, "sinusoidal_encoding", fail)
+    monkeypatch.setattr(position_module, "sinusoidal_angles", fail)
     with torch.no_grad():
         model(random_ids())
         model(random_ids(length=9))
-    assert model.positional_encoding is pe
-    assert model.positional_encoding.data_ptr() == pe.data_ptr()
+    assert model.position_embedding.table is pe
+    assert model.position_embedding.table.data_ptr() == pe.data_ptr()
 
 
 # ------------------------------------------------------------------ architecture switches
@@ -193,8 +195,10 @@ def test_norms_and_positionals_forward_and_backward(norm, positional):
     for name, p in model.named_parameters():
         assert p.grad is not None and torch.isfinite(p.grad).all(), name
     assert isinstance(model.ln_f, nn.LayerNorm if norm == "pre" else nn.Identity)
-    assert hasattr(model, "position_embedding") == (positional == "learned")
-    assert hasattr(model, "positional_encoding") == (positional == "sinusoidal")
+    learned = positional == "learned"
+    assert isinstance(model.position_embedding, LearnedEmbedding) == learned
+    assert isinstance(model.position_embedding, SinusoidalEncoding) == (not learned)
+    assert ("position_embedding.weight" in model.state_dict()) == learned
 
 
 @pytest.mark.parametrize("norm", ["pre", "post"])
@@ -408,3 +412,31 @@ def test_parameter_counts(overrides):
     head = 0 if config.tie_weights else V * d
     assert counts["embedding"] == embedding
     assert counts["total"] == embedding + config.num_blocks * per_block + final_norm + head
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},
+        {"tie_weights": True, "positional": "learned"},
+        {"activation": "swiglu", "num_blocks": 3},
+        {"ffn_mult": 2, "bias": False, "qk_norm": True, "positional": "rope"},
+    ],
+)
+def test_the_models_own_accounting_matches_the_training_formulas(overrides):
+    """GPT.scaling_params and GPT.flops_per_token count what training/module.py's functions of
+    the config count (the callers move over to the methods next)."""
+    from gptlab.training.module import flops_per_token, scaling_params
+
+    model = make_model(**overrides)
+    assert model.scaling_params() == scaling_params(model.config)
+    assert model.flops_per_token() == flops_per_token(model.config)
+
+
+@pytest.mark.parametrize("attention", ["manual", "sdpa"])
+def test_only_the_manual_path_holds_a_mask(attention):
+    """sdpa masks inside its kernel (is_causal), so no context_length² buffer is built for it."""
+    model = make_model(attention=attention)
+    masks = [name for name, _ in model.named_buffers() if name.endswith("attn.mask")]
+    assert len(masks) == (2 if attention == "manual" else 0)
+    assert "mask" not in "".join(model.state_dict())

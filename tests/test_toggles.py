@@ -18,7 +18,7 @@ from torch import nn
 from gptlab.cli.inspect_model import trace_forward
 from gptlab.errors import ConfigError
 from gptlab.model.gpt import GPT, GPTConfig, ffn_hidden
-from gptlab.model.rope import apply_rope, rope_angles
+from gptlab.model.position import Rotary, sinusoidal_angles
 from gptlab.run.checkpoints import check_architecture
 
 os.environ.setdefault("TIKTOKEN_CACHE_DIR", "/work/shared/tiktoken_cache")
@@ -115,14 +115,16 @@ def test_inspect_trace_rebuilds_the_block_with_the_toggle(toggle):
 # ------------------------------------------------------------------ RoPE
 def test_rope_rotates_pairs_and_keeps_only_relative_positions():
     head_size, length = 8, 16
-    angles = rope_angles(length, head_size)
-    cos, sin = angles.cos(), angles.sin()
+    angles = sinusoidal_angles(length, head_size)
     assert angles.shape == (length, head_size // 2)
     torch.testing.assert_close(angles[3, 1], torch.tensor(3 / 10000 ** (2 / head_size)))
+    rotary = Rotary(GPTConfig(context_length=length, d_model=head_size, num_heads=1))
+    torch.testing.assert_close(rotary.cos, angles.cos(), rtol=0, atol=0)
+    torch.testing.assert_close(rotary.sin, angles.sin(), rtol=0, atol=0)
     g = torch.Generator().manual_seed(0)
     q = torch.randn(1, 1, 1, head_size, generator=g).expand(1, 1, length, head_size)
     k = torch.randn(1, 1, 1, head_size, generator=g).expand(1, 1, length, head_size)
-    rq, rk = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+    rq, rk = rotary(q), rotary(k)
     torch.testing.assert_close(rq[..., 0, :], q[..., 0, :])  # position 0: no rotation
     torch.testing.assert_close(rq.norm(dim=-1), q.norm(dim=-1))  # a rotation keeps lengths
     scores = (rq @ rk.transpose(-2, -1))[0, 0]  # [T, T]: q at position m, k at position n
@@ -133,15 +135,21 @@ def test_rope_rotates_pairs_and_keeps_only_relative_positions():
     # pair 0 of position 1 turns by exactly 1 radian
     x = torch.zeros(1, 1, 2, head_size)
     x[..., 0] = 1.0
-    turned = apply_rope(x, cos, sin)[0, 0, 1, :2]
+    turned = rotary(x)[0, 0, 1, :2]
     torch.testing.assert_close(turned, torch.tensor([math.cos(1.0), math.sin(1.0)]))
+    # with a start, the positions begin there: row 0 of x at start 1 turns as row 1 at start 0
+    torch.testing.assert_close(rotary(x[..., :1, :], start=1)[0, 0, 0, :2], turned)
 
 
 def test_rope_model_has_no_positional_table_and_moves_with_the_window():
     """RoPE adds nothing to the embeddings; the attention sees only relative positions."""
     model = make_model(positional="rope")
-    assert not hasattr(model, "position_embedding")
-    assert "positional_encoding" not in dict(model.named_buffers())
+    assert isinstance(model.position_embedding, nn.Identity)
+    assert not list(model.position_embedding.parameters())
+    assert not list(model.position_embedding.buffers())
+    rotary = model.blocks[0].attn.rotary  # one for all blocks: the angles computed once
+    assert isinstance(rotary, Rotary) and all(b.attn.rotary is rotary for b in model.blocks)
+    assert not [k for k in model.state_dict() if "position" in k or "rotary" in k]
     ids = random_ids(batch=1)
     with torch.no_grad():
         torch.testing.assert_close(

@@ -4,7 +4,8 @@ import numpy as np
 from matplotlib import colormaps
 from matplotlib.figure import Figure
 
-from gptlab.model.gpt import GPT, sinusoidal_encoding
+from gptlab.model.gpt import GPT
+from gptlab.model.position import LearnedEmbedding, Rotary, SinusoidalEncoding
 
 ATTENTION_FIGURES = {
     "scores": "attention scores Q·Kᵀ/√head_size, before the mask",
@@ -15,16 +16,16 @@ ATTENTION_FIGURES = {
 FIGURE_TOKENS = 40
 TOKEN_INCHES = 0.15
 LABEL_INCHES = 1.1
+POSITION_TABLES = (SinusoidalEncoding, LearnedEmbedding, Rotary)  # what positional_figure draws
 AXIS_LABEL = str.maketrans({"\n": "\\n", "\t": "\\t", "$": r"\$"})  # `$` would start mathtext
 
 
 def positional_figure(model: GPT) -> Figure:
-    sinusoidal = model.config.positional in ("sinusoidal", "rope")
-    if model.config.positional == "rope":  # RoPE's angles are the sinusoidal ones, per head
-        pe = sinusoidal_encoding(model.config.context_length, model.config.head_size).numpy()
-    else:
-        table = model.positional_encoding if sinusoidal else model.position_embedding.weight
-        pe = table.detach().cpu().numpy()
+    """The model's table of positions: the one added to the embeddings (sinusoidal or learned),
+    or RoPE's angles, drawn as the sinusoidal table of head_size (block 0's rotary)."""
+    holder = next(m for m in model.modules() if isinstance(m, POSITION_TABLES))
+    pe = holder.table.detach().cpu().numpy()
+    sinusoidal = not isinstance(holder, LearnedEmbedding)
     fig = Figure(figsize=(8, 4.5), layout="constrained")
     ax = fig.add_subplot()
     fig.colorbar(ax.imshow(pe, aspect="auto", cmap="RdBu_r", interpolation="nearest"), ax=ax)

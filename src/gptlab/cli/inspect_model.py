@@ -3,6 +3,7 @@ Without ckpt_path: the article's model, random weights. A run dir's figures also
 TensorBoard."""
 
 import logging
+import math
 from pathlib import Path
 from typing import NamedTuple
 
@@ -62,8 +63,9 @@ def record_forward(model: GPT, ids: torch.Tensor) -> tuple[dict, dict]:
 
 def trace_forward(model: GPT, ids: torch.Tensor, block: int = 0) -> tuple[list[Step], dict]:
     """A hook watches the model's own forward on ids [batch, T] (eval mode, as random_model and
-    load_module leave it): the real shapes. The block's attention is recomputed from its Q, K, V
-    (sdpa fuses it)."""
+    load_module leave it): the real shapes. The block's attention is recomputed the articles' way
+    from its Q, K (after its QK-norm and RoPE) and V: sdpa fuses those steps, and the tests check
+    that the recomputation rebuilds what the block merged."""
     if not 0 <= block < len(model.blocks):
         raise ConfigError(
             f"block={block}: the model has {len(model.blocks)} block(s); choose 0 to "
@@ -73,11 +75,12 @@ def trace_forward(model: GPT, ids: torch.Tensor, block: int = 0) -> tuple[list[S
     chosen = model.blocks[block]
     attn = chosen.attn
     q, k, v = outs[attn.qkv].chunk(3, dim=2)  # each [batch, T, d_model]
-    qh, kh, vh = (attn.split_heads(t) for t in (q, k, v))  # each [batch, num_heads, T, head_size]
-    with torch.no_grad():  # QK-norm and RoPE where the model has them (qk_norm has weights)
-        qh, kh = attn.position_and_norm(qh, kh)
-    scores = attn.scores(qh, kh)  # [batch, num_heads, T, T]
-    masked = attn.masked(scores)
+    qh = attn.rotary(outs[attn.q_norm])  # [batch, num_heads, T, head_size]: as attention uses it
+    kh = attn.rotary(outs[attn.k_norm])
+    vh = v.unflatten(2, (qh.shape[1], qh.shape[3])).transpose(1, 2)  # split into heads alike
+    scores = qh @ kh.transpose(-2, -1) / math.sqrt(qh.shape[3])  # [batch, num_heads, T, T]
+    future = torch.ones_like(scores[0, 0], dtype=torch.bool).triu(diagonal=1)
+    masked = scores.masked_fill(future, float("-inf"))
     softmax = torch.softmax(masked, dim=-1)
     trace = {
         "q": q,

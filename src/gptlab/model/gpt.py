@@ -16,18 +16,7 @@ from torch import nn
 from gptlab.errors import ConfigError
 from gptlab.model.attention import MultiHeadAttention
 from gptlab.model.config import GPTConfig, ffn_hidden
-
-
-def sinusoidal_encoding(context_length: int, d_model: int) -> torch.Tensor:
-    """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)),
-    PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model))."""
-    position = torch.arange(context_length, dtype=torch.float32).unsqueeze(1)  # [T, 1]
-    two_i = torch.arange(0, d_model, 2, dtype=torch.float32)  # [d_model / 2]
-    angle = position / torch.pow(10000.0, two_i / d_model)  # [T, d_model / 2]
-    pe = torch.zeros(context_length, d_model)
-    pe[:, 0::2] = torch.sin(angle)
-    pe[:, 1::2] = torch.cos(angle)
-    return pe  # [context_length, d_model]
+from gptlab.model.position import POSITIONAL
 
 
 class FeedForward(nn.Module):
@@ -67,20 +56,11 @@ def make_norm(config: GPTConfig) -> nn.Module:
 class Block(nn.Module):
     """Attention and feed-forward, each with a residual connection and a LayerNorm."""
 
-    def __init__(self, config: GPTConfig):
+    def __init__(self, config: GPTConfig, rotary: nn.Module):
         super().__init__()
         self.pre_norm = config.norm == "pre"
         self.ln1 = make_norm(config)
-        self.attn = MultiHeadAttention(
-            config.d_model,
-            config.num_heads,
-            config.context_length,
-            config.dropout,
-            config.bias,
-            config.attention,
-            rope=config.positional == "rope",
-            qk_norm=config.qk_norm,
-        )
+        self.attn = MultiHeadAttention(config, rotary)
         self.ln2 = make_norm(config)
         self.ffn = FeedForward(config)
 
@@ -98,17 +78,12 @@ class GPT(nn.Module):
         if config.vocab_size is None:
             raise ConfigError("model.vocab_size is not set; it comes from the data module.")
         self.config = config
+        added, rotary = POSITIONAL[config.positional]  # the one place the kind is chosen
         self.token_embedding = nn.Embedding(config.vocab_size, config.d_model)
-        if config.positional == "sinusoidal":
-            pe = sinusoidal_encoding(config.context_length, config.d_model)
-            self.register_buffer(
-                "positional_encoding", pe, persistent=False
-            )  # fixed: computed once here
-        elif config.positional == "learned":
-            self.position_embedding = nn.Embedding(config.context_length, config.d_model)
-        # rope: nothing to add here; attention rotates each head's queries and keys
+        self.position_embedding = added(config)
         self.dropout = nn.Dropout(config.dropout)
-        self.blocks = nn.ModuleList(Block(config) for _ in range(config.num_blocks))
+        rotary = rotary(config)  # one for all blocks: the angles are computed once
+        self.blocks = nn.ModuleList(Block(config, rotary) for _ in range(config.num_blocks))
         self.ln_f = make_norm(config) if config.norm == "pre" else nn.Identity()
         self.head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         if config.tie_weights:
@@ -135,13 +110,8 @@ class GPT(nn.Module):
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
         """Token embedding (scaled by sqrt(d_model), as in "Attention Is All You Need")
         + position (none with RoPE: attention rotates queries and keys instead)."""
-        context_length = ids.shape[1]
         x = self.token_embedding(ids) * math.sqrt(self.config.d_model)  # [batch, T, d_model]
-        if self.config.positional == "sinusoidal":
-            return x + self.positional_encoding[:context_length]
-        if self.config.positional == "learned":
-            return x + self.position_embedding(torch.arange(context_length, device=ids.device))
-        return x  # rope: the positions enter in attention
+        return self.position_embedding(x)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         """ids [batch, context_length] -> logits [batch, context_length, vocab_size]."""
@@ -162,10 +132,23 @@ class GPT(nn.Module):
     def num_params(self) -> dict[str, int]:
         """Total, embedding (token + learned position) and non-embedding parameter counts."""
         total = sum(p.numel() for p in self.parameters())
-        embedding = self.token_embedding.weight.numel()
-        if self.config.positional == "learned":
-            embedding += self.position_embedding.weight.numel()
+        embeddings = (self.token_embedding, self.position_embedding)
+        embedding = sum(p.numel() for module in embeddings for p in module.parameters())
         return {"total": total, "embedding": embedding, "non_embedding": total - embedding}
+
+    def scaling_params(self) -> int:
+        """The parameters whose FLOPs grow with every token: the blocks' matrices (attention's Wq,
+        Wk, Wv and Wo, the FFN's) and the head. Embeddings (a lookup), norms and biases are left
+        out: the N of a scaling law (Kaplan et al. 2020's non-embedding count, plus the head)."""
+        matrices = [p for p in self.blocks.parameters() if p.dim() == 2] + [self.head.weight]
+        return sum(p.numel() for p in matrices)
+
+    def flops_per_token(self) -> int:
+        """Training FLOPs per token: 6 per weight of the blocks and the head (forward 2, backward 4)
+        plus attention's scores and weighted sum, 12 * num_blocks * context_length * d_model."""
+        config = self.config
+        attention = 12 * config.num_blocks * config.context_length * config.d_model
+        return 6 * self.scaling_params() + attention
 
     @torch.no_grad()
     def generate_stream(
@@ -192,15 +175,8 @@ class GPT(nn.Module):
             ids = torch.cat([ids, next_ids], dim=1)
             yield next_ids
 
-    @torch.no_grad()
-    def generate(
-        self,
-        ids: torch.Tensor,
-        max_new_tokens: int,
-        temperature: float = 1.0,
-        top_k: int | None = None,
-        generator: torch.Generator | None = None,
-    ) -> torch.Tensor:
-        """ids [batch, t] -> [batch, t + max_new_tokens]; crops the context to context_length."""
-        new = list(self.generate_stream(ids, max_new_tokens, temperature, top_k, generator))
-        return torch.cat([ids, *new], dim=1)
+    def generate(self, ids: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+        """ids [batch, t] -> [batch, t + max_new_tokens]: the prompt and generate_stream's tokens
+        (its arguments: max_new_tokens, temperature, top_k, generator; the context cropped to
+        context_length)."""
+        return torch.cat([ids, *self.generate_stream(ids, *args, **kwargs)], dim=1)
