@@ -5,20 +5,12 @@ variances): the difference of the means, its 95% confidence interval and a verdi
 distinguishable, worse), on the best val loss and on the test loss (data.test_fraction > 0).
 `summary.md` then leads with that table and `summary_deltas.png`, the deltas with error bars."""
 
-import statistics
 from pathlib import Path
 
 from gptlab import files
 from gptlab.sweep.curves import add_time_to_loss, write_curves
-from gptlab.sweep.stats import (
-    CONFIDENCE,
-    ci_half_width,
-    mean_std,
-    number,
-    welch_half_width,
-    welch_p,
-)
-from gptlab.sweep.tables import markdown_table
+from gptlab.sweep.stats import CONFIDENCE, number, verdict, welch
+from gptlab.sweep.tables import format_estimate, markdown_table
 
 BASELINE = "ablation=baseline"  # the configuration the others are compared with
 METRICS = {"": "val_loss", "test_": "test_loss"}  # column prefix: per-configuration values
@@ -34,44 +26,6 @@ DELTA_COLUMNS = [
 ]
 
 
-def welch(a: list[float], b: list[float]) -> tuple[float, float | None, float | None]:
-    """mean(a) - mean(b), the half-width of its Welch confidence interval and the two-sided p."""
-    delta = statistics.fmean(a) - statistics.fmean(b)
-    return delta, welch_half_width(a, b), welch_p(a, b)
-
-
-def delta_verdict(delta: float, p: float | None) -> str:
-    """Lower loss is better; a difference Welch's test cannot see is no evidence either way."""
-    if p is None:
-        return "untested (fewer than 2 seeds)"
-    if p >= 1 - CONFIDENCE:
-        return "not distinguishable"
-    return "better" if delta < 0 else "worse"
-
-
-def add_test_stats(rows: list[dict], configs: list[dict]) -> None:
-    """Each configuration's test loss over its ok jobs: mean, std, 95% interval (as for val)."""
-    by_job = {row["job"]: row for row in rows if row["status"] == "ok"}
-    for config in configs:
-        jobs = [by_job[job] for job in config["jobs"].split() if job in by_job]
-        values = [v for v in (number(job.get("test_loss")) for job in jobs) if v is not None]
-        mean, std = mean_std(values)
-        config.update(
-            _test_loss=values,
-            test_loss_mean=mean,
-            test_loss_std=std,
-            test_loss_ci95=ci_half_width(values),
-        )
-        config["test_loss ± ci95"] = shown(mean, config["test_loss_ci95"])
-
-
-def shown(mean: float | None, half: float | None, sign: str = "") -> str:
-    """`mean ± half` for the Markdown tables ('' without a mean)."""
-    if mean is None:
-        return ""
-    return f"{mean:{sign}.4f}" + ("" if half is None else f" ± {half:.4f}")
-
-
 def add_deltas(configs: list[dict], baseline: str = BASELINE) -> dict | None:
     """The delta/verdict columns of every configuration against `baseline`; the baseline's row, or
     None (and no columns) when no configuration has that name."""
@@ -85,26 +39,13 @@ def add_deltas(configs: list[dict], baseline: str = BASELINE) -> dict | None:
             if not a or not b:
                 continue
             delta, half, p = welch(a, b) if config is not base else (0.0, None, None)
-            mark = "baseline" if config is base else delta_verdict(delta, p)
+            mark = "baseline" if config is base else verdict(delta, p)
             config[f"{prefix}delta_vs_baseline_mean"] = delta
             config[f"{prefix}delta_vs_baseline_ci95"] = half
             config[f"{prefix}p_vs_baseline"] = p
             config[f"{prefix}verdict_vs_baseline"] = mark
-            config[f"{prefix}delta ± ci95"] = shown(delta, half, "+")
+            config[f"{prefix}delta ± ci95"] = format_estimate(delta, half, "+.4f")
     return base
-
-
-def cell(value) -> str:
-    """A Markdown cell: seconds and other floats to one decimal, nothing for None."""
-    if value is None:
-        return ""
-    return f"{value:.1f}" if isinstance(value, float) else str(value)
-
-
-def markdown(configs: list[dict], columns: dict[str, str]) -> list[str]:
-    """A Markdown table of `columns` (key: heading) with one line per configuration."""
-    rows = [[cell(config.get(key)) for key in columns] for config in configs]
-    return markdown_table(list(columns.values()), rows)
 
 
 def delta_figure(configs: list[dict], base: dict):
@@ -121,7 +62,7 @@ def delta_figure(configs: list[dict], base: dict):
         points = [(y, c) for y, c in zip(ys, rows, strict=True) if c.get(key) is not None]
         if points:
             ax.errorbar(
-                [c[f"{prefix}delta_vs_baseline_mean"] for _, c in points],
+                [c[key] for _, c in points],
                 [y + offset for y, _ in points],
                 xerr=[c[f"{prefix}delta_vs_baseline_ci95"] or 0 for _, c in points],
                 fmt="o",
@@ -157,6 +98,7 @@ def baseline_section(configs: list[dict], sweep_dir: Path, baseline: str = BASEL
         "test_verdict_vs_baseline": "test verdict",
         "time_to_val_loss": "s to target val loss",
     }
+    rows = [[config.get(key) for key in columns] for config in ordered]
     return [
         f"## Against the baseline ({baseline})",
         "",
@@ -164,7 +106,7 @@ def baseline_section(configs: list[dict], sweep_dir: Path, baseline: str = BASEL
         "interval; verdict by Welch's t-test at that level (*not distinguishable*: no evidence "
         "of a difference with these seeds, not proof of none).",
         "",
-        *markdown(ordered, columns),
+        *markdown_table(list(columns.values()), rows, ".1f"),
         "",
         "![deltas against the baseline](summary_deltas.png)",
         "",
@@ -183,7 +125,6 @@ def summary_extras(
     target = add_time_to_loss(rows, configs, target_val_loss)
     lines = []
     if configs:
-        add_test_stats(rows, configs)
         lines += baseline_section(configs, sweep_dir, baseline)
     if write_curves(rows, configs, sweep_dir / "summary_curves.png"):
         lines += [

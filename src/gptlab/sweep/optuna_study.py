@@ -11,11 +11,11 @@ from optuna.trial import FrozenTrial, Trial, TrialState
 
 from gptlab import files
 from gptlab.errors import ConfigError
+from gptlab.sweep.search import counts
 from gptlab.sweep.stats import number
 from gptlab.training.pruning import make_pruner
 
 log = logging.getLogger(__name__)
-FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 
 
 def storage_url(storage: str | None, sweep_dir: Path) -> str:
@@ -114,9 +114,8 @@ def rerun_killed(study: optuna.Study, space: dict) -> None:
 
 def done(study: optuna.Study) -> int:
     """Finished trials (complete, pruned, failed) but those a continued search runs again."""
-    trials = study.get_trials(deepcopy=False)
-    rerun = {t.user_attrs.get("rerun_of") for t in trials}
-    return sum(t.state in FINISHED and t.number not in rerun for t in trials)
+    found = counts(study)
+    return found["complete"] + found["pruned"] + found["fail"]
 
 
 def tell(study: optuna.Study, trial: Trial, job_dir: Path, ret: JobReturn) -> FrozenTrial:

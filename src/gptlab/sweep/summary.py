@@ -1,6 +1,5 @@
 """The summary of a sweep: summary.csv/.md/.png, with seed statistics per configuration."""
 
-import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -16,29 +15,22 @@ from gptlab.run.settings import saved_value
 from gptlab.sweep.ablation import BASELINE, summary_extras
 from gptlab.sweep.horizon import short_horizon, smoke_test_note
 from gptlab.sweep.jobs import job_identity
-from gptlab.sweep.plots import write_plot
+from gptlab.sweep.plots import summary_figure
 from gptlab.sweep.scaling import TooFewPoints
 from gptlab.sweep.scaling_report import scaling_section
 from gptlab.sweep.search import search_summary
-from gptlab.sweep.stats import (
-    ci_half_width,
-    group_configurations,
-    job_values,
-    mean_std,
-    number,
-    sort_key,
-    vs_best_verdict,
-    welch_p,
-)
+from gptlab.sweep.stats import group_configurations, job_values, number, sort_key, verdict, welch
 from gptlab.sweep.tables import (
     CONFIG_SHOWN,
     PARAMS,
     config_columns,
     job_columns,
+    metric_columns,
     write_table,
 )
 
-log = logging.getLogger(__name__)
+# a configuration's statistics over its seeds: column prefix, the key of its jobs' metrics
+CONFIG_METRICS = {"val_loss": "best_val_loss", "val_bpb": "best_val_bpb", "test_loss": "test_loss"}
 
 
 def read_job(job: Path) -> tuple[dict, list[str]]:
@@ -87,23 +79,6 @@ def collect(sweep_dir: Path) -> tuple[list[dict], list[str]]:
     return rows, [key for key in keys if len({repr(row.get(key)) for row in rows}) > 1]
 
 
-def metric_columns(metric: str, values: list[float]) -> dict:
-    """A metric's columns of summary_configs.csv over a configuration's seeds, and "mean ± ci95"
-    for summary.md; `_<metric>` keeps the values for Welch's test (not written)."""
-    mean, std = mean_std(values)
-    half = ci_half_width(values)
-    shown = "" if mean is None else f"{mean:.4f}"
-    if mean is not None and half is not None:
-        shown += f" ± {half:.4f}"
-    return {
-        f"_{metric}": values,
-        f"{metric}_mean": mean,
-        f"{metric}_std": std,
-        f"{metric}_ci95": half,
-        f"{metric} ± ci95": shown,
-    }
-
-
 def configuration(name: str, jobs: list[dict], knobs: list[str]) -> dict:
     """A configuration's row: its knobs, its seeds and jobs, and the statistics of its ok jobs."""
     group = [key for key in knobs if key != "seed"]
@@ -117,8 +92,8 @@ def configuration(name: str, jobs: list[dict], knobs: list[str]) -> dict:
         "seeds": " ".join(sorted((str(job.get("seed")) for job in jobs), key=sort_key)),
         "jobs": " ".join(sorted((job["job"] for job in jobs), key=sort_key)),
     }
-    for metric in ("val_loss", "val_bpb"):
-        config.update(metric_columns(metric, job_values(jobs, metric)))
+    for metric, key in CONFIG_METRICS.items():
+        config.update(metric_columns(metric, job_values(jobs, key)))
     return config
 
 
@@ -129,10 +104,15 @@ def aggregate(rows: list[dict], knobs: list[str]) -> list[dict]:
     groups = group_configurations(rows, knobs)
     configs = [configuration(name, jobs, knobs) for name, jobs in groups.items()]
     configs.sort(key=lambda c: sort_key(c["val_loss_mean"]))
+    best = configs[0]
     for rank, config in enumerate(configs):
-        p = welch_p(config["_val_loss"], configs[0]["_val_loss"]) if rank else None
+        p = welch(config["_val_loss"], best["_val_loss"])[2] if rank else None
         config["p_vs_best"] = p
-        config["vs_best"] = vs_best_verdict(rank, p) if config["val_loss_mean"] is not None else ""
+        if config["val_loss_mean"] is None:
+            config["vs_best"] = ""
+        else:
+            delta = config["val_loss_mean"] - best["val_loss_mean"]
+            config["vs_best"] = verdict(delta, p) if rank else "best"
     return configs
 
 
@@ -195,7 +175,8 @@ def write_summary(
         table = write_table(path, config_columns(knobs, config_extra), configs, CONFIG_SHOWN)
         lines += ["## Configurations", "", *table, "", "## Jobs", ""]
     lines += write_table(out / "summary.csv", job_columns(rows, knobs, job_extra), rows)
-    write_plot(rows, knobs, configs, out / "summary.png")
+    figure = summary_figure(rows, knobs, configs, out.name)
+    files.save_figure(figure, out / "summary.png", dpi=80)
     lines += search_summary(sweep_dir, out / "summary.png")  # an Optuna search's study and plots
     files.write_text(out / "summary.md", "\n".join(lines) + "\n")
     if missing:

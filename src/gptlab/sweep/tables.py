@@ -1,11 +1,11 @@
-"""The tables of a sweep's summary: which columns summary.csv and summary_configs.csv hold, and
-one writer for the CSV and its Markdown view."""
+"""The tables of a sweep's reports: the columns of summary.csv and summary_configs.csv, and the
+one way every table shows a value (cell, format_estimate) and is written as Markdown."""
 
 import csv
 from pathlib import Path
 
 from gptlab import files
-from gptlab.sweep.stats import number
+from gptlab.sweep.stats import ci_half_width, mean_std, number
 
 PARAMS = {
     "d_model": "model.d_model",
@@ -19,6 +19,32 @@ PARAMS = {
 }  # always in summary.csv
 
 
+def cell(value, spec: str = ".5g") -> str:
+    """A value as a table shows it: floats by `spec`, None as nothing."""
+    if value is None:
+        return ""
+    return f"{value:{spec}}" if isinstance(value, float) else str(value)
+
+
+def format_estimate(value: float | None, error=None, spec: str = ".4f") -> str:
+    """A value with its uncertainty: "4.1234 ± 0.0123" for a half-width, "4.1234 [4.1011, 4.1502]"
+    for an interval [lo, hi]; the value alone without one, '' without a value."""
+    if value is None:
+        return ""
+    if isinstance(error, (list, tuple)):
+        return f"{value:{spec}} [{error[0]:{spec}}, {error[1]:{spec}}]"
+    half = "" if error is None else f" ± {error:{spec.lstrip('+')}}"  # a width has no sign
+    return f"{value:{spec}}{half}"
+
+
+def markdown_table(header: list[str], rows: list[list], spec: str = ".5g") -> list[str]:
+    """The lines of a Markdown table: a heading, its rule, a line per row of cells (a `|`
+    escaped)."""
+    lines = [header, ["---"] * len(header), *rows]
+    cells = [[cell(c, spec).replace("|", "\\|") for c in line] for line in lines]
+    return ["| " + " | ".join(line) + " |" for line in cells]
+
+
 def write_table(
     path: Path, cols: list[str], rows: list[dict], shown: list[str] | None = None
 ) -> list[str]:
@@ -29,20 +55,21 @@ def write_table(
         writer.writeheader()
         writer.writerows(rows)
     shown = shown or cols
-    return markdown_table(shown, [[table_cell(row.get(col)) for col in shown] for row in rows])
+    return markdown_table(shown, [[row.get(col) for col in shown] for row in rows])
 
 
-def table_cell(value) -> str:
-    """A value as the Markdown view shows it: floats to 5 significant digits, None as nothing."""
-    if value is None:
-        return ""
-    return f"{value:.5g}" if isinstance(value, float) else str(value)
-
-
-def markdown_table(header: list[str], rows: list[list]) -> list[str]:
-    """The lines of a Markdown table: a heading, its rule, a line per row (a `|` escaped)."""
-    lines = [header, ["---"] * len(header), *rows]
-    return ["| " + " | ".join(str(c).replace("|", "\\|") for c in line) + " |" for line in lines]
+def metric_columns(metric: str, values: list[float]) -> dict:
+    """A metric's columns of summary_configs.csv over a configuration's seeds, and "mean ± ci95"
+    for the Markdown; `_<metric>` keeps the values for Welch's test (not written)."""
+    mean, std = mean_std(values)
+    half = ci_half_width(values)
+    return {
+        f"_{metric}": values,
+        f"{metric}_mean": mean,
+        f"{metric}_std": std,
+        f"{metric}_ci95": half,
+        f"{metric} ± ci95": format_estimate(mean, half),
+    }
 
 
 def config_columns(knobs: list[str], extra: list[str]) -> list[str]:
