@@ -62,20 +62,17 @@ def find_corpus(settings: dict):
 
 
 def find_files(path: str) -> list[Path]:
-    """The files `data.path` names: a file, a folder's files (sorted) or a glob's (sorted)."""
+    """The files of a folder or a glob (is_many), sorted."""
     where = Path(path).expanduser()
     if glob.has_magic(path):
         found = sorted(Path(p) for p in glob.glob(str(where), recursive=True) if Path(p).is_file())
         what = f"data.path='{path}': the glob matches no file"
-    elif where.is_dir():
+    else:
         found = sorted(p for p in where.iterdir() if p.is_file() and is_corpus_file(p))
         what = (
             f"data.path='{path}': the folder holds no {', '.join(FOLDER_SUFFIXES)} file "
             "(subfolders are not read; a glob such as 'folder/**/*.txt' reads them)"
         )
-    else:
-        found = [where] if where.is_file() else []
-        what = f"data.path: no file at '{where}'"
     if not found:
         raise ConfigError(
             f"{what}. Check the path (relative paths are taken from '{Path.cwd()}') or unset "
@@ -133,7 +130,7 @@ class Files:
 
 # ------------------------------------------------------------------ checks before any long work
 def check_source(source: Source, text_field: str) -> None:
-    checks = {"text": check_text, "jsonl": check_jsonl, "parquet": check_parquet}
+    checks = {"text": check_text, "jsonl": check_jsonl, "parquet": parquet_file}
     try:
         checks[source.format](source.path, text_field)
     except OSError as e:
@@ -226,10 +223,6 @@ def parquet_file(path: Path, field: str):
             "data.text_field to a string column."
         )
     return parquet
-
-
-def check_parquet(path: Path, field: str) -> None:
-    parquet_file(path, field)
 
 
 # ------------------------------------------------------------------ readers

@@ -21,6 +21,16 @@ def check_encoding(name: str) -> None:
         )
 
 
+def unseen_tokens_error(encoding, ids) -> ConfigError:
+    """The error of text whose tiktoken `ids` a compact vocabulary has never seen."""
+    pieces = sorted({encoding.decode([int(t)]) for t in ids})
+    return ConfigError(
+        f"The text holds {len(pieces)} token(s) the compact vocabulary has never seen "
+        f"({', '.join(repr(p) for p in pieces[:10])}). Use text made of the corpus's "
+        "tokens, or train with data.compact_vocab=false (the whole tiktoken vocabulary)."
+    )
+
+
 class Tokenizer:
     """Text <-> model ids. `vocab` is None for the full tiktoken vocabulary."""
 
@@ -59,13 +69,7 @@ class Tokenizer:
         idx = np.searchsorted(self.vocab, tiktoken_ids)
         missing = self.vocab[np.minimum(idx, len(self.vocab) - 1)] != tiktoken_ids
         if missing.any():
-            pieces = sorted({self.encoding.decode([int(t)]) for t in tiktoken_ids[missing]})
-            raise ConfigError(
-                f"The text holds {len(pieces)} token(s) the compact vocabulary has never seen "
-                f"({', '.join(repr(p) for p in pieces[:10])}). Use text made of the corpus's "
-                "tokens, or train with data.compact_vocab=false (the whole tiktoken "
-                "vocabulary)."
-            )
+            raise unseen_tokens_error(self.encoding, tiktoken_ids[missing])
         return idx.astype(np.int64)
 
     def encode(self, text: str) -> list[int]:
