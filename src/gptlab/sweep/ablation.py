@@ -14,16 +14,6 @@ from gptlab.sweep.tables import format_estimate, markdown_table
 
 BASELINE = "ablation=baseline"  # the configuration the others are compared with
 METRICS = {"": "val_loss", "test_": "test_loss"}  # column prefix: per-configuration values
-DELTA_COLUMNS = [
-    f"{prefix}{column}"
-    for prefix in METRICS
-    for column in (
-        "delta_vs_baseline_mean",
-        "delta_vs_baseline_ci95",
-        "p_vs_baseline",
-        "verdict_vs_baseline",
-    )
-]
 
 
 def add_deltas(configs: list[dict], baseline: str = BASELINE) -> dict | None:
@@ -113,19 +103,17 @@ def baseline_section(configs: list[dict], sweep_dir: Path, baseline: str = BASEL
     ]
 
 
-def summary_extras(
+def leading_sections(
     rows: list[dict],
     configs: list[dict] | None,
     sweep_dir: Path,
     target_val_loss: float | None = None,
     baseline: str = BASELINE,
-) -> tuple[list[str], list[str], list[str]]:
-    """What the sweep summary adds for quality per second, the test split and an ablation: the
-    new columns of summary_configs.csv and of summary.csv, and the lines that lead summary.md."""
+) -> list[str]:
+    """The lines that lead summary.md, for an ablation and quality per second: the deltas against
+    the baseline, the time to a val loss (its columns added to the rows and configurations)."""
     target = add_time_to_loss(rows, configs, target_val_loss)
-    lines = []
-    if configs:
-        lines += baseline_section(configs, sweep_dir, baseline)
+    lines = baseline_section(configs, sweep_dir, baseline) if configs else []
     if write_curves(rows, configs, sweep_dir / "summary_curves.png"):
         lines += [
             f"Time to val loss {target:.4f} (`time_to_val_loss`, seconds): "
@@ -134,11 +122,4 @@ def summary_extras(
             "![val loss against wall time and training FLOPs](summary_curves.png)",
             "",
         ]
-    config_columns = ["test_loss_mean", "test_loss_std", "test_loss_ci95", *DELTA_COLUMNS]
-    config_columns.append("time_to_val_loss")
-    job_columns = ["test_loss", "test_bpb", "time_to_val_loss"]
-    return (
-        [c for c in config_columns if any(config.get(c) is not None for config in configs or [])],
-        [c for c in job_columns if any(row.get(c) is not None for row in rows)],
-        lines,
-    )
+    return lines

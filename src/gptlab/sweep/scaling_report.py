@@ -5,7 +5,7 @@ import logging
 from pathlib import Path
 
 from gptlab import files
-from gptlab.sweep.scaling import DRAWS, REPEATED_EPOCHS, TooFewPoints, as_json, fit_sweep
+from gptlab.sweep.scaling import REPEATED_EPOCHS, TooFewPoints, as_json, fit_sweep
 from gptlab.sweep.scaling_plot import write_scaling_plot
 from gptlab.sweep.stats import number
 from gptlab.sweep.tables import format_estimate, markdown_table
@@ -158,37 +158,28 @@ def report_lines(result: dict, sweep_dir: Path) -> list[str]:
 
 
 def write_scaling(
-    rows: list[dict],
-    knobs: list[str],
-    sweep_dir: Path,
-    out: Path,
-    metric: str = "best_val_loss",
-    first: str | None = None,
-    draws: int = DRAWS,
-) -> tuple[bool, list[str]]:
-    """scaling.json, .md, .png in `out`; returns whether it fitted and summary.md's lines. With
-    too few points scaling.md holds the message alone."""
+    rows: list[dict], knobs: list[str], sweep_dir: Path, out: Path, metric: str, first: str | None
+) -> str:
+    """scaling.json, .md, .png in `out`; the headline's line. TooFewPoints, once scaling.md
+    holds its message alone, when nothing can be fitted."""
     try:
-        result = fit_sweep(rows, knobs, metric, draws, first)
+        result = fit_sweep(rows, knobs, metric, first=first)
     except TooFewPoints as e:
-        message = f"No scaling fit: {e}"
-        files.write_text(out / "scaling.md", f"# Scaling laws: {sweep_dir}\n\n{message}\n")
-        return False, [message, ""]
+        files.write_text(
+            out / "scaling.md", f"# Scaling laws: {sweep_dir}\n\nNo scaling fit: {e}\n"
+        )
+        raise
     files.write_json(out / "scaling.json", as_json(result))
     files.write_text(out / "scaling.md", "\n".join(report_lines(result, sweep_dir)) + "\n")
     write_scaling_plot(result, out / "scaling.png")
-    fits = result["configurations"]
     heads = []
-    for name, fit in fits.items():
+    for name, fit in result["configurations"].items():
         law, two = fit["approach3"], fit["approach2"]
         parts = [] if two is None else [f"a = {round(two['a'], 2) + 0.0:.2f} (approach 2)"]
         if law is not None and law["a"] is not None:
             parts.append(f"{round(law['a'], 2) + 0.0:.2f} (approach 3)")  # + 0.0: no "-0.00"
         heads.append(f"{name}: N_opt ∝ C^a, " + ", ".join(parts))
-    return True, [
-        "Scaling laws (scaling.md, scaling.json, scaling.png): " + "; ".join(heads) + ".",
-        "",
-    ]
+    return "Scaling laws (scaling.md, scaling.json, scaling.png): " + "; ".join(heads) + "."
 
 
 def scaling_section(
@@ -202,17 +193,17 @@ def scaling_section(
 ) -> tuple[str | None, str | None]:
     """The sweep summary's part: scaling.* when `requested`, or by default (None) when a job set
     flops_budget. Returns the headline's line and, when requested and there were too few
-    points, the message (the caller raises it once summary.md is written)."""
+    points, what is missing (the caller raises it once summary.md is written)."""
     budgeted = any(number(row.get("flops_budget")) is not None for row in rows)
     if requested is False or (requested is None and not budgeted):
         return None, None
     try:
-        fitted, lines = write_scaling(rows, knobs, sweep_dir, out, metric, first)
+        return write_scaling(rows, knobs, sweep_dir, out, metric, first), None
+    except TooFewPoints as e:
+        log.warning("No scaling fit: %s", e)
+        return f"No scaling fit: {e}", str(e) if requested else None
     except Exception as e:  # a sweep's own summary must not be lost to its fit
         if requested:
             raise
         log.exception("The scaling fit failed")
         return f"No scaling fit: it failed ({type(e).__name__}: {e}).", None
-    if not fitted:
-        log.warning("%s", lines[0])
-    return lines[0], None if fitted or not requested else lines[0]

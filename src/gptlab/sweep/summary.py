@@ -12,7 +12,7 @@ from gptlab.exits import BAD_INPUT, FAILED
 from gptlab.run import directory, ownership
 from gptlab.run.overrides import split_override
 from gptlab.run.settings import saved_value
-from gptlab.sweep.ablation import BASELINE, summary_extras
+from gptlab.sweep.ablation import BASELINE, leading_sections
 from gptlab.sweep.horizon import short_horizon, smoke_test_note
 from gptlab.sweep.jobs import job_identity
 from gptlab.sweep.plots import summary_figure
@@ -163,18 +163,16 @@ def write_summary(
     out.mkdir(parents=True, exist_ok=True)
     rows, knobs = collect(sweep_dir)
     configs = aggregate(rows, knobs) if "seed" in knobs else None
-    config_extra, job_extra, extra_lines = summary_extras(
-        rows, configs, out, target_val_loss, baseline
-    )
+    leading = leading_sections(rows, configs, out, target_val_loss, baseline)
     head = headline(rows, configs, out)
     fit, missing = scaling_section(rows, knobs, sweep_dir, out, scaling, metric, baseline)
     head += [fit] if fit else []
-    lines = [f"# Sweep {sweep_dir}", "", *(f"- {line}" for line in head), "", *extra_lines]
+    lines = [f"# Sweep {sweep_dir}", "", *(f"- {line}" for line in head), "", *leading]
     if configs is not None:
         path = out / "summary_configs.csv"
-        table = write_table(path, config_columns(knobs, config_extra), configs, CONFIG_SHOWN)
+        table = write_table(path, config_columns(knobs, configs), configs, CONFIG_SHOWN)
         lines += ["## Configurations", "", *table, "", "## Jobs", ""]
-    lines += write_table(out / "summary.csv", job_columns(rows, knobs, job_extra), rows)
+    lines += write_table(out / "summary.csv", job_columns(rows, knobs), rows)
     figure = summary_figure(rows, knobs, configs, out.name)
     files.save_figure(figure, out / "summary.png", dpi=80)
     lines += search_summary(sweep_dir, out / "summary.png")  # an Optuna search's study and plots

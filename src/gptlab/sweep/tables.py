@@ -17,6 +17,31 @@ PARAMS = {
     "context_length": "data.context_length",
     "max_steps": "trainer.max_steps",
 }  # always in summary.csv
+# where there are any: the test split's, the deltas against a baseline (gptlab.sweep.ablation), the
+# time to a val loss (gptlab.sweep.curves)
+JOB_EXTRA = ["test_loss", "test_bpb", "time_to_val_loss"]
+DELTAS = [
+    "delta_vs_baseline_mean",
+    "delta_vs_baseline_ci95",
+    "p_vs_baseline",
+    "verdict_vs_baseline",
+]
+CONFIG_EXTRA = [
+    *(f"test_loss_{stat}" for stat in ("mean", "std", "ci95")),
+    *(f"{split}{column}" for split in ("", "test_") for column in DELTAS),
+    "time_to_val_loss",
+]
+# the columns of summary.md's configuration table
+CONFIG_SHOWN = [
+    "config",
+    "n_seeds",
+    "n_failed",
+    "val_loss ± ci95",
+    "val_bpb ± ci95",
+    "vs_best",
+    "p_vs_best",
+    "num_params",
+]
 
 
 def cell(value, spec: str = ".5g") -> str:
@@ -72,55 +97,30 @@ def metric_columns(metric: str, values: list[float]) -> dict:
     }
 
 
-def config_columns(knobs: list[str], extra: list[str]) -> list[str]:
-    """The columns of summary_configs.csv (`extra`: the test, baseline and time-to-loss ones)."""
-    stats = [
-        f"{metric}_{stat}" for metric in ("val_loss", "val_bpb") for stat in ("mean", "std", "ci95")
-    ]
-    return [
-        "config",
-        *[k for k in knobs if k != "seed"],
-        "num_params",
-        "n_seeds",
-        "n_failed",
-        *stats,
-        "p_vs_best",
-        "vs_best",
-        *extra,
-        "seeds",
-        "jobs",
-    ]
+def present(columns: list[str], rows: list[dict]) -> list[str]:
+    """The `columns` some row has a value in."""
+    return [column for column in columns if any(row.get(column) is not None for row in rows)]
 
 
-# the columns of summary.md's configuration table
-CONFIG_SHOWN = [
-    "config",
-    "n_seeds",
-    "n_failed",
-    "val_loss ± ci95",
-    "val_bpb ± ci95",
-    "vs_best",
-    "p_vs_best",
-    "num_params",
-]
+def config_columns(knobs: list[str], configs: list[dict]) -> list[str]:
+    """The columns of summary_configs.csv; CONFIG_EXTRA where a configuration has them."""
+    stats = [f"{m}_{stat}" for m in ("val_loss", "val_bpb") for stat in ("mean", "std", "ci95")]
+    head = ["config", *[k for k in knobs if k != "seed"], "num_params", "n_seeds", "n_failed"]
+    return [*head, *stats, "p_vs_best", "vs_best", *present(CONFIG_EXTRA, configs), "seeds", "jobs"]
 
 
-def job_columns(rows: list[dict], knobs: list[str], extra: list[str]) -> list[str]:
-    """The columns of summary.csv; best_val_bpb where a job recorded it (older runs did not);
-    `extra`: test loss and time to a val loss, where jobs have them."""
+def job_columns(rows: list[dict], knobs: list[str]) -> list[str]:
+    """The columns of summary.csv; best_val_bpb where a job recorded it (older runs did not),
+    JOB_EXTRA where jobs have them."""
     bpb = ["best_val_bpb"] if any(number(r.get("best_val_bpb")) is not None for r in rows) else []
-    return [
+    head = [
         "job",
         "status",
         "best_val_loss",
         *bpb,
         "best_val_perplexity",
-        *extra,
-        "num_params",
-        *PARAMS,
-        *[k for k in knobs if k not in PARAMS.values()],
-        "tokens_per_sec",
-        "wall_seconds",
-        "overrides",
-        "reason",
+        *present(JOB_EXTRA, rows),
     ]
+    knob_columns = [k for k in knobs if k not in PARAMS.values()]
+    tail = ["tokens_per_sec", "wall_seconds", "overrides", "reason"]
+    return [*head, "num_params", *PARAMS, *knob_columns, *tail]
