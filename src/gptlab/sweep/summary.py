@@ -1,5 +1,6 @@
 """The summary of a sweep: summary.csv/.md/.png, with seed statistics per configuration."""
 
+import itertools
 import sys
 from pathlib import Path
 from typing import Any
@@ -98,9 +99,8 @@ def configuration(name: str, jobs: list[dict], knobs: list[str]) -> dict:
 
 
 def aggregate(rows: list[dict], knobs: list[str]) -> list[dict]:
-    """One row per configuration (jobs that differ only in `seed`), by mean val loss: mean, std
-    and Student-t interval of its ok jobs' best val loss and bpb; Welch's t-test against the
-    best."""
+    """One row per configuration (jobs that differ only in `seed`), best mean val loss first,
+    each against the best by Welch's t-test."""
     groups = group_configurations(rows, knobs)
     configs = [configuration(name, jobs, knobs) for name, jobs in groups.items()]
     configs.sort(key=lambda c: sort_key(c["val_loss_mean"]))
@@ -153,11 +153,9 @@ def write_summary(
     metric: str = "best_val_loss",
 ) -> tuple[list[dict], list[str]]:
     """Write summary.csv, .md, .png (and summary_configs.csv with `seed` swept) of the jobs in
-    `sweep_dir` into `out` (the sweep directory itself by default); return the jobs and the
-    headline. The jobs' files are read as data. `target_val_loss` and `baseline`: see
-    gptlab.sweep.ablation. `scaling`, `metric`: the scaling-law fit of `metric` (None: when a
-    job set flops_budget; True: TooFewPoints, once summary.md is written, when it cannot fit;
-    gptlab.sweep.scaling_report)."""
+    `sweep_dir` (read as data) into `out` (default: `sweep_dir`); return the jobs and the
+    headline. `scaling`: fit `metric`'s scaling laws (None: when a job set flops_budget; True:
+    TooFewPoints, once summary.md is written, when it cannot)."""
     sweep_dir = Path(sweep_dir)
     out = Path(out or sweep_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -185,14 +183,11 @@ def write_summary(
 def job_ranges(jobs: list[str]) -> str:
     """Job numbers as ranges: "jobs 0-3, 7" ("job 5" for one)."""
     numbers = sorted(int(job) for job in jobs if job.isdigit())
-    names = sorted(job for job in jobs if not job.isdigit())  # a job dir someone renamed
-    ranges = []
-    for n in numbers:
-        if ranges and ranges[-1][1] == n - 1:
-            ranges[-1][1] = n
-        else:
-            ranges.append([n, n])
-    parts = [str(a) if a == b else f"{a}-{b}" for a, b in ranges] + names
+    parts = []
+    for _, group in itertools.groupby(enumerate(numbers), key=lambda pair: pair[1] - pair[0]):
+        run = [n for _, n in group]  # consecutive numbers
+        parts.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
+    parts += sorted(job for job in jobs if not job.isdigit())  # a job dir someone renamed
     return ("job " if len(jobs) == 1 else "jobs ") + ", ".join(parts)
 
 
@@ -241,7 +236,5 @@ class SweepSummary(Callback):
         failed = [r for r in rows if r["status"] not in ("ok", "pruned")]
         if failed:
             print(failure_message(failed, rows, sweep_dir), file=sys.stderr, flush=True)
-            every_job_bad_input = len(failed) == len(rows) and all(
-                r.get("bad_input") is True for r in failed
-            )
-            sys.exit(BAD_INPUT if every_job_bad_input else FAILED)
+            bad_input = len(failed) == len(rows) and all(r.get("bad_input") is True for r in failed)
+            sys.exit(BAD_INPUT if bad_input else FAILED)
