@@ -171,15 +171,15 @@ def open_jsonl(path: Path):
 
 
 def check_jsonl(path: Path, field: str) -> None:
+    """Its first record."""
     try:
-        with open_jsonl(path) as f:
-            for number, line in enumerate(f, 1):
-                if line.strip():
-                    record_text(path, number, line, field)
-                    return
+        first = next(jsonl_texts(path, field), None)
     except (EOFError, gzip.BadGzipFile) as e:
         raise ConfigError(f"The corpus file '{path}' is not a readable gzip file ({e}).") from e
-    raise ConfigError(f"The JSONL file '{path}' holds no record. Remove it or give another path.")
+    if first is None:
+        raise ConfigError(
+            f"The JSONL file '{path}' holds no record. Remove it or give another path."
+        )
 
 
 def record_text(path: Path, number: int, line: bytes, field: str) -> str:
