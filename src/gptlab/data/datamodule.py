@@ -68,8 +68,7 @@ def check_settings(settings: dict) -> None:
 
 
 class GPTDataModule(L.LightningDataModule):
-    """The tokenized corpus, its train/val(/test) split and loaders; also the tokenizer for
-    generation."""
+    """The tokenized corpus, its splits and their loaders; the tokenizer for generation too."""
 
     def __init__(
         self,
@@ -212,9 +211,7 @@ class GPTDataModule(L.LightningDataModule):
             if checked[split]:
                 self.check_split(split, len(part))
         # set only once the split is valid: `self.tokenizer` marks setup as done
-        self.train_tokens = splits["train"]
-        self.val_tokens = splits["val"]
-        self.test_tokens = splits["test"]
+        self.train_tokens, self.val_tokens, self.test_tokens = splits.values()
         self.tokenizer = tokenizer
 
     def check_split(self, split: str, size: int) -> None:

@@ -31,8 +31,7 @@ def usable_cores() -> int:
 
 
 def last_between(text: str, char: str, before) -> int:
-    """The last i > 0 where text[i] is `char`, a letter follows and `before(text[i - 1])`; 0 when
-    there is none."""
+    """The last i > 0 with text[i] == `char`, a letter after it and `before(text[i - 1])`, or 0."""
     i = text.rfind(char, 0, len(text) - 1)
     while i > 0:
         if text[i + 1].isalpha() and before(text[i - 1]):

@@ -5,6 +5,8 @@ With `compact_vocab`, only the tiktoken ids that occur in the corpus are kept, r
 id i is tiktoken id `vocab[i]`; checkpoints store `vocab`, so they alone can encode and decode
 prompts."""
 
+import contextlib
+
 import numpy as np
 import tiktoken
 
@@ -104,26 +106,20 @@ class Tokenizer:
         becomes bits per byte: comparable across tokenizers."""
         ids = range(self.vocab_size) if self.vocab is None else self.vocab.tolist()
         special = self.special_ids()
-        lengths = []
-        for token in ids:
-            if token in special:
-                lengths.append(0)
-                continue
-            try:
-                lengths.append(len(self.encoding.decode_single_token_bytes(int(token))))
-            except KeyError:
-                lengths.append(0)
-        return np.asarray(lengths, dtype=np.int64)
+        lengths = np.zeros(len(ids), dtype=np.int64)
+        for i, token in enumerate(ids):
+            if token not in special:
+                with contextlib.suppress(KeyError):  # an id tiktoken leaves unused
+                    lengths[i] = len(self.encoding.decode_single_token_bytes(int(token)))
+        return lengths
 
     def special_ids(self) -> set[int]:
         return {self.encoding.encode_single_token(t) for t in self.encoding.special_tokens_set}
 
     def state_dict(self) -> dict:
         """Plain types only, so checkpoints load with torch.load(weights_only=True)."""
-        return {
-            "encoding": self.encoding.name,
-            "vocab": None if self.vocab is None else self.vocab.tolist(),
-        }
+        vocab = None if self.vocab is None else self.vocab.tolist()
+        return {"encoding": self.encoding.name, "vocab": vocab}
 
     @classmethod
     def from_state_dict(cls, state: dict) -> "Tokenizer":

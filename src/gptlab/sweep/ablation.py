@@ -70,8 +70,7 @@ def delta_figure(configs: list[dict], base: dict):
 
 
 def baseline_section(configs: list[dict], sweep_dir: Path, baseline: str = BASELINE) -> list[str]:
-    """The deltas against the baseline as summary.md's first section, and summary_deltas.png;
-    nothing when no configuration is the baseline."""
+    """summary.md's first section and summary_deltas.png; nothing without the baseline."""
     base = add_deltas(configs, baseline)
     if base is None:
         return []

@@ -38,8 +38,7 @@ def storage_of(url: str) -> Any:
 
 
 def open_study(settings: dict[str, Any], url: str, sampler: Any, resumed: bool) -> optuna.Study:
-    """Create the study, or load it when the storage holds it already (a continued search, which
-    must find it there)."""
+    """Create the study, or load the one the storage holds (a continued search must find it)."""
     storage = storage_of(url)
     name = settings["study_name"]
     held = [s.study_name for s in optuna.study.get_all_study_summaries(storage)]

@@ -33,8 +33,7 @@ def optima(fit: dict) -> list[dict]:
 
 
 def jobs_scatter(ax, points: list[dict], x: str, color: str, fill=None, **style) -> None:
-    """The jobs' losses against `x`: filled (by `fill`, else `color`), hollow past
-    REPEATED_EPOCHS."""
+    """The jobs' losses against `x`: filled (`fill`, else `color`), hollow past REPEATED_EPOCHS."""
     for repeated in (False, True):
         part = [p for p in points if p["repeated"] == repeated]
         if part:

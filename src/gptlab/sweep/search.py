@@ -113,8 +113,7 @@ def add_plots(study: Any, png: Path, with_importances: bool) -> None:
 
 
 def search_summary(sweep_dir: Path, png: Path) -> list[str]:
-    """The Optuna section of summary.md (and the plots added to `png`, summary.png); none for a
-    sweep that is not an Optuna search."""
+    """summary.md's Optuna section (its plots added to `png`); none for other sweeps."""
     study = study_of(sweep_dir)
     if study is None:
         return []

@@ -111,8 +111,7 @@ def bootstrap(
 
 
 def percentile_interval(values: list[float], confidence: float = CONFIDENCE) -> list[float] | None:
-    """The central `confidence` interval of bootstrap values, [lo, hi] (percentiles); None below
-    two values."""
+    """The central `confidence` interval [lo, hi] of bootstrap values; None below two values."""
     import numpy as np
 
     finite = [v for v in values if number(v) is not None]

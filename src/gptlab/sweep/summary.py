@@ -99,8 +99,7 @@ def configuration(name: str, jobs: list[dict], knobs: list[str]) -> dict:
 
 
 def aggregate(rows: list[dict], knobs: list[str]) -> list[dict]:
-    """One row per configuration (jobs that differ only in `seed`), best mean val loss first,
-    each against the best by Welch's t-test."""
+    """One row per configuration, best mean val loss first, each against the best by Welch."""
     groups = group_configurations(rows, knobs)
     configs = [configuration(name, jobs, knobs) for name, jobs in groups.items()]
     configs.sort(key=lambda c: sort_key(c["val_loss_mean"]))

@@ -63,8 +63,7 @@ def format_estimate(value: float | None, error=None, spec: str = ".4f") -> str:
 
 
 def markdown_table(header: list[str], rows: list[list], spec: str = ".5g") -> list[str]:
-    """The lines of a Markdown table: a heading, its rule, a line per row of cells (a `|`
-    escaped)."""
+    """A Markdown table's lines: the header, its rule, a line per row of cells (`|` escaped)."""
     lines = [header, ["---"] * len(header), *rows]
     cells = [[cell(c, spec).replace("|", "\\|") for c in line] for line in lines]
     return ["| " + " | ".join(line) + " |" for line in cells]
@@ -73,8 +72,7 @@ def markdown_table(header: list[str], rows: list[list], spec: str = ".5g") -> li
 def write_table(
     path: Path, cols: list[str], rows: list[dict], shown: list[str] | None = None
 ) -> list[str]:
-    """Write the rows' `cols` as CSV; return their `shown` columns (default: the same) as
-    Markdown."""
+    """Write the rows' `cols` as CSV; return their `shown` ones (default: all) as Markdown."""
     with files.atomic(path) as f:
         writer = csv.DictWriter(f, cols, extrasaction="ignore")
         writer.writeheader()
