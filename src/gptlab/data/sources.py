@@ -42,13 +42,9 @@ def is_many(path: str | None) -> bool:
     return bool(path) and (glob.has_magic(path) or Path(path).expanduser().is_dir())
 
 
-def find_corpus(settings: dict):
-    """The corpus the data settings name: a Hugging Face dataset (data.name), the files of
-    data.path, or the download of data.url. Checked, not read yet."""
-    if settings["name"]:
-        from gptlab.data.hf import HFDataset
-
-        return HFDataset(settings["name"], settings["split"], settings["text_field"])
+def find_corpus(settings: dict) -> "Files":
+    """The files the data settings name: data.path's, or the download of data.url. Checked, not
+    read yet."""
     path = settings["path"]
     if is_many(path):
         if settings["sha256"]:
@@ -210,19 +206,30 @@ def parquet_file(path: Path, field: str):
         parquet = pq.ParquetFile(path)
     except (pa.ArrowException, OSError) as e:
         raise ConfigError(f"The Parquet file '{path}' cannot be read ({e}).") from None
-    schema = parquet.schema_arrow
-    if field not in schema.names:
-        raise ConfigError(
-            f"The Parquet file '{path}' has no column '{field}' (its columns: "
-            f"{', '.join(schema.names)}). Set data.text_field to the column that holds the text."
-        )
-    kind = schema.field(field).type
-    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
-        raise ConfigError(
-            f"The Parquet file '{path}': column '{field}' holds {kind}, not text. Set "
-            "data.text_field to a string column."
-        )
+    kinds = {column.name: column.type for column in parquet.schema_arrow}
+    check_text_column(f"The Parquet file '{path}'", field, kinds, is_arrow_text)
     return parquet
+
+
+def is_arrow_text(kind) -> bool:
+    import pyarrow as pa
+
+    return pa.types.is_string(kind) or pa.types.is_large_string(kind)
+
+
+def check_text_column(where: str, field: str, kinds: dict, is_text) -> None:
+    """`field` is one of the columns (`kinds`: each one's type) and holds text, else a ConfigError
+    naming `where` (a file, a dataset)."""
+    if field not in kinds:
+        raise ConfigError(
+            f"{where} has no column '{field}' (its columns: {', '.join(kinds)}). Set "
+            "data.text_field to the column that holds the text."
+        )
+    if not is_text(kinds[field]):
+        raise ConfigError(
+            f"{where}: column '{field}' holds {kinds[field]}, not text. Set data.text_field to a "
+            "string column."
+        )
 
 
 # ------------------------------------------------------------------ readers
