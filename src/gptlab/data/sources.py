@@ -97,20 +97,17 @@ class Files:
 
     def identity(self) -> list[dict]:
         """What the token store is keyed by: each file's format, field and content."""
-        entries = []
-        for source in self.sources:
-            digest = self.known_sha256 if len(self.sources) == 1 else None
-            field = None if source.format == "text" else self.text_field
-            entries.append(
-                {
-                    "path": str(source.path),
-                    "format": source.format,
-                    "text_field": field,
-                    "bytes": source.path.stat().st_size,
-                    "sha256": digest or sha256_of(source.path),
-                }
-            )
-        return entries
+        known = self.known_sha256 if len(self.sources) == 1 else None
+        return [
+            {
+                "path": str(source.path),
+                "format": source.format,
+                "text_field": None if source.format == "text" else self.text_field,
+                "bytes": source.path.stat().st_size,
+                "sha256": known or sha256_of(source.path),
+            }
+            for source in self.sources
+        ]
 
     def total_bytes(self) -> int | None:
         """The bytes of text to tokenize when every file is plain text (a progress bar's end)."""

@@ -170,7 +170,7 @@ def publish(tmp: Path, folder: Path) -> None:
     if folder.exists():
         if open_store(folder) is not None:
             return
-        old = folder.parent / f".{folder.name}-old.{socket.gethostname()}.{os.getpid()}.tmp"
+        old = temporary_folder(folder.with_name(f"{folder.name}-old"))
         os.replace(folder, old)
         shutil.rmtree(old, ignore_errors=True)
     try:
