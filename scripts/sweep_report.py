@@ -1,21 +1,12 @@
 #!/usr/bin/env python
 """Write summary.csv, summary.md and summary.png of a finished (or interrupted) sweep directory.
 
-    python scripts/sweep_report.py outputs/multirun/2026-11-29/12-00-00
+    python scripts/sweep_report.py outputs/multirun/2026-11-29/12-00-00 [--scaling]
 
-The same files a multirun writes at its end (gptlab.sweep.write_summary): one row a job, sorted
-by best val loss, failed jobs last with their reason; the plot of val loss against parameter
-count and against each swept knob. When the sweep varies `seed`, also summary_configs.csv: one
-row a configuration (the jobs that differ only in seed) with n_seeds, val_loss_mean,
-val_loss_std, val_loss_ci95 (95% Student-t half-width), the same for val bpb, and Welch's test
-against the best mean; summary.md then shows mean ± ci95 and summary.png error bars. Prints
-summary.md, which starts with the best job (and configuration).
-
-    python scripts/sweep_report.py outputs/multirun/2026-11-29/12-00-00 --scaling
-
-also fits scaling laws (scaling.json, scaling.md, scaling.png; docs/scaling.md), as a sweep whose
-jobs set flops_budget does by itself; exit code 2, the rest of the summary written, when there are
-too few budgets or sizes to fit. --metric picks the loss it fits.
+The files a multirun writes at its end (gptlab.sweep.summary.write_summary; docs/sweeps.md), then
+prints summary.md. --scaling also fits scaling laws (scaling.json, .md, .png; docs/scaling.md), as
+a sweep whose jobs set flops_budget does by itself; with too few budgets or sizes to fit, exit 2
+once the rest of the summary is written.
 """
 
 import argparse

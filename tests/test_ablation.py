@@ -1,9 +1,10 @@
-"""experiment=ablation end to end, and the statistics behind its verdicts.
+"""experiment=ablation end to end, and the deltas against its baseline.
 
 One real sweep through the console script (2 configurations x 2 seeds x 10 steps, with the
 experiment's test split) serves the end-to-end tests: every job's metrics.json holds its test
 loss and val curve, summary_configs.csv the deltas against the baseline with their verdicts, and
-gptlab-eval split=test gives back a job's test loss."""
+gptlab-eval split=test gives back a job's test loss. The Welch statistics behind the verdicts:
+tests/test_stats.py."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 from helpers import check, read_metrics, run_cli
 
-from gptlab.sweep.ablation import add_deltas, delta_verdict, welch
+from gptlab.sweep.ablation import add_deltas
 from gptlab.sweep.curves import add_time_to_loss, mean_curve
 
 SWEEP = (
@@ -94,26 +95,6 @@ def test_gptlab_eval_split_test_gives_the_runs_test_loss(sweep_dir):
         read_metrics(job)["test_loss"], abs=1e-5
     )
     assert "The run logged test_loss" in result.stdout
-
-
-def test_welch_matches_the_textbook_formula():
-    """a = 1, 2, 3 and b = 4, 5, 6: variance 1 each, se = sqrt(2/3), Welch df = 4,
-    t(0.975, 4) = 2.7764, t statistic -3 / se = -3.674, two-sided p = 0.0213."""
-    delta, half, p = welch([1.0, 2.0, 3.0], [4.0, 5.0, 6.0])
-    assert delta == -3.0
-    assert half == pytest.approx(2.7764 * math.sqrt(2 / 3), rel=1e-4)
-    assert p == pytest.approx(0.0213, abs=5e-4)
-    assert delta_verdict(delta, p) == "better" and delta_verdict(-delta, p) == "worse"
-    assert delta_verdict(0.01, 0.4) == "not distinguishable"
-    assert welch([1.0, 1.0], [1.0, 1.0])[2] == 1.0  # no spread, equal: alike
-    assert welch([1.0, 1.0], [2.0, 2.0])[2] == 0.0  # no spread, different: told apart
-
-
-def test_the_interval_excludes_zero_exactly_when_welch_tells_them_apart():
-    base = [4.30, 4.32, 4.29]
-    for shift in (0.0, 0.01, 0.02, 0.04, 0.08):
-        delta, half, p = welch([v - shift for v in base[::-1]] + [4.31 - shift], base)
-        assert (abs(delta) > half) == (p < 0.05)
 
 
 def test_add_deltas_needs_a_baseline():

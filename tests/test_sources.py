@@ -85,6 +85,9 @@ def bad_inputs(root: Path) -> dict[str, tuple[list[str], str]]:
     (root / "latin1.txt").write_bytes("caf\u00e9 cr\u00e8me".encode("latin-1"))
     (root / "nofield.jsonl").write_text('{"body": "some text"}\n', encoding="utf-8")
     pq.write_table(pa.table({"body": ["some text"]}), root / "nocolumn.parquet")
+    pq.write_table(pa.table({"text": [1, 2]}), root / "numbers.parquet")
+    (root / "hub").mkdir()
+    pq.write_table(pa.table({"text": ["some text"]}), root / "hub" / "train-00000-of-00001.parquet")
     text = "data=text_file"
     return {
         "empty folder": ([text, f"data.path={root / 'empty'}"], "the folder holds no"),
@@ -93,6 +96,11 @@ def bad_inputs(root: Path) -> dict[str, tuple[list[str], str]]:
         "not UTF-8": ([text, f"data.path={root / 'latin1.txt'}"], "not UTF-8"),
         "JSONL field": ([text, f"data.path={root / 'nofield.jsonl'}"], "no text field 'text'"),
         "Parquet column": ([text, f"data.path={root / 'nocolumn.parquet'}"], "no column 'text'"),
+        "Parquet numbers": ([text, f"data.path={root / 'numbers.parquet'}"], "int64, not text"),
+        "dataset column": (
+            ["data=hf", f"data.name={root / 'hub'}", "data.text_field=body"],
+            "has no column 'body' (its columns: text)",
+        ),
         "dataset offline": (["data=hf", "data.name=nobody/no-such-dataset"], "could not be loaded"),
     }
 

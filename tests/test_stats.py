@@ -13,9 +13,13 @@ from gptlab.sweep.stats import (
     job_values,
     mean_std,
     sort_key,
-    vs_best_verdict,
-    welch_p,
+    verdict,
+    welch,
 )
+
+
+def welch_p(a: list[float], b: list[float]) -> float | None:
+    return welch(a, b)[2]
 
 
 def t_density(x: float, df: float) -> float:
@@ -113,13 +117,34 @@ def test_welch_p_without_any_spread_only_equal_means_are_alike():
     assert welch_p([2.0, 2.0], [2.5, 2.5]) == 0.0
 
 
-def test_verdict_against_the_best():
-    assert vs_best_verdict(0, None) == "best"
-    assert vs_best_verdict(1, None) == "untested (fewer than 2 seeds)"
-    assert vs_best_verdict(1, 1 - 0.95) == "not distinguishable"  # p >= 1 - confidence
-    assert vs_best_verdict(2, 0.7) == "not distinguishable"
-    assert vs_best_verdict(1, 0.0499) == "worse"
-    assert vs_best_verdict(1, 0.08, confidence=0.9) == "worse"
+def test_verdict_of_a_difference_in_loss():
+    """Against the best (tests/test_sweep.py: the best itself is "best") or a baseline."""
+    assert verdict(0.1, None) == "untested (fewer than 2 seeds)"
+    assert verdict(0.1, 1 - 0.95) == "not distinguishable"  # p >= 1 - confidence
+    assert verdict(-0.1, 0.7) == "not distinguishable"
+    assert verdict(0.1, 0.0499) == "worse" and verdict(-0.1, 0.0499) == "better"
+    assert verdict(0.1, 0.08, confidence=0.9) == "worse"
+
+
+def test_welch_matches_the_textbook_formula():
+    """a = 1, 2, 3 and b = 4, 5, 6: variance 1 each, se = sqrt(2/3), Welch df = 4,
+    t(0.975, 4) = 2.7764, t statistic -3 / se = -3.674, two-sided p = 0.0213."""
+    delta, half, p = welch([1.0, 2.0, 3.0], [4.0, 5.0, 6.0])
+    assert delta == -3.0
+    assert half == pytest.approx(2.7764 * math.sqrt(2 / 3), rel=1e-4)
+    assert p == pytest.approx(0.0213, abs=5e-4)
+    assert verdict(delta, p) == "better" and verdict(-delta, p) == "worse"
+    assert verdict(0.01, 0.4) == "not distinguishable"
+    assert welch([1.0, 1.0], [1.0, 1.0]) == (0.0, 0.0, 1.0)  # no spread, equal: alike
+    assert welch([1.0, 1.0], [2.0, 2.0]) == (-1.0, 0.0, 0.0)  # no spread, different: told apart
+    assert welch([1.0], [2.0, 3.0]) == (-1.5, None, None) and welch([], [1.0])[0] is None
+
+
+def test_the_interval_excludes_zero_exactly_when_welch_tells_them_apart():
+    base = [4.30, 4.32, 4.29]
+    for shift in (0.0, 0.01, 0.02, 0.04, 0.08):
+        delta, half, p = welch([v - shift for v in base[::-1]] + [4.31 - shift], base)
+        assert (abs(delta) > half) == (p < 0.05)
 
 
 def test_jobs_grouped_by_every_knob_but_the_seed_in_the_order_first_seen():
@@ -146,8 +171,8 @@ def test_job_values_are_the_finite_results_of_ok_jobs():
         {"status": "ok", "best_val_loss": "5.5"},  # read from a csv; no bpb (an older run)
         {"status": "ok", "best_val_loss": float("nan"), "best_val_bpb": True},
     ]
-    assert job_values(jobs, "val_loss") == [4.5, 5.5]
-    assert job_values(jobs, "val_bpb") == [1.25]
+    assert job_values(jobs, "best_val_loss") == [4.5, 5.5]
+    assert job_values(jobs, "best_val_bpb") == [1.25]
 
 
 def test_sort_key_puts_numbers_first_by_value_then_text():

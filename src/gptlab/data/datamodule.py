@@ -18,7 +18,6 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader
 
-from gptlab.data.settings import check_settings
 from gptlab.data.sources import find_corpus, is_many
 from gptlab.data.store import TokenStore, open_store, remove_stale, store_folder, store_key
 from gptlab.data.store import write_store as write_token_store
@@ -45,9 +44,31 @@ SPLIT_SIZE = {
 }
 
 
+def check_settings(settings: dict) -> None:
+    """Every setting that can be checked without the data, before any download or tokenization."""
+    for key in ("batch_size", "context_length"):
+        if settings[key] < 1:
+            raise ConfigError(f"data.{key}={settings[key]}: it must be a positive integer.")
+    val_fraction = settings["val_fraction"]
+    test_fraction = settings["test_fraction"]
+    if not 0.0 < val_fraction <= 1.0:
+        raise ConfigError(
+            f"data.val_fraction={val_fraction}: it must lie in (0, 1] (1: no train split)."
+        )
+    if not 0.0 <= test_fraction < 1.0 or val_fraction + test_fraction > 1.0:
+        raise ConfigError(
+            f"data.test_fraction={test_fraction}: it must lie in [0, 1) and leave "
+            f"data.val_fraction={val_fraction} room (their sum at most 1; 0: no test split)."
+        )
+    for key in ("val_tokens", "test_tokens", "repeat_batches"):
+        if settings[key] is not None and settings[key] < 1:
+            raise ConfigError(f"data.{key}={settings[key]}: it must be positive or null.")
+    if settings["num_workers"] < 0:
+        raise ConfigError(f"data.num_workers={settings['num_workers']}: it must be 0 or more.")
+
+
 class GPTDataModule(L.LightningDataModule):
-    """The tokenized corpus, its train/val(/test) split and loaders; also the tokenizer for
-    generation."""
+    """The tokenized corpus, its splits and their loaders; the tokenizer for generation too."""
 
     def __init__(
         self,
@@ -112,6 +133,11 @@ class GPTDataModule(L.LightningDataModule):
         return state
 
     def corpus(self):
+        """A Hugging Face dataset (data.name), else the files of data.path or data.url."""
+        if self._corpus is None and self.name:
+            from gptlab.data.hf import HFDataset
+
+            self._corpus = HFDataset(self.name, self.split, self.text_field)
         if self._corpus is None:
             self._corpus = find_corpus(vars(self))
         return self._corpus
@@ -190,9 +216,7 @@ class GPTDataModule(L.LightningDataModule):
             if checked[split]:
                 self.check_split(split, len(part))
         # set only once the split is valid: `self.tokenizer` marks setup as done
-        self.train_tokens = splits["train"]
-        self.val_tokens = splits["val"]
-        self.test_tokens = splits["test"]
+        self.train_tokens, self.val_tokens, self.test_tokens = splits.values()
         self.tokenizer = tokenizer
 
     def check_split(self, split: str, size: int) -> None:
@@ -224,26 +248,15 @@ class GPTDataModule(L.LightningDataModule):
         return self.tokenizer.vocab_size
 
     def _rank(self) -> tuple[int, int]:
-        return (
-            (self.trainer.global_rank, self.trainer.world_size)
-            if self.trainer is not None
-            else (0, 1)
-        )
+        trainer = self.trainer
+        return (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
 
     def train_dataloader(self) -> DataLoader:
-        rank, world_size = self._rank()
         windows = Windows(self.train_tokens, self.context_length)
         # continuing from a checkpoint: start at the first batch the stopped run had not trained on
         start = self.trainer.global_step if self.trainer is not None else 0
-        sampler = RandomWindowSampler(
-            windows.num_starts,
-            self.batch_size,
-            self.seed,
-            rank,
-            world_size,
-            start,
-            self.repeat_batches,
-        )
+        batch, seed, repeat = self.batch_size, self.seed, self.repeat_batches
+        sampler = RandomWindowSampler(windows.num_starts, batch, seed, *self._rank(), start, repeat)
         return self._loader(windows, sampler)
 
     def val_dataloader(self) -> DataLoader:

@@ -3,9 +3,14 @@ own cache and its offline mode (HF_DATASETS_OFFLINE=1). One document per row of 
 
 from collections.abc import Iterator
 
+from gptlab.data.sources import check_text_column
 from gptlab.errors import ConfigError
 
 ROWS = 1024  # rows converted to Python strings at a time
+
+
+def is_text(feature) -> bool:
+    return getattr(feature, "dtype", None) in ("string", "large_string")
 
 
 class HFDataset:
@@ -31,22 +36,7 @@ class HFDataset:
                 "(HF_DATASETS_OFFLINE=1) it must be in the datasets cache (HF_HOME) already, or "
                 "be a local folder."
             ) from None
-        self.check_column()
-
-    def check_column(self) -> None:
-        columns = self.dataset.column_names
-        if self.text_field not in columns:
-            raise ConfigError(
-                f"data.name='{self.name}' has no column '{self.text_field}' (its columns: "
-                f"{', '.join(columns)}). Set data.text_field to the column that holds the text."
-            )
-        kind = getattr(self.dataset.features[self.text_field], "dtype", None)
-        if kind not in ("string", "large_string"):
-            raise ConfigError(
-                f"data.name='{self.name}': column '{self.text_field}' holds "
-                f"{self.dataset.features[self.text_field]}, not text. Set data.text_field to a "
-                "string column."
-            )
+        check_text_column(f"data.name='{name}'", text_field, self.dataset.features, is_text)
 
     def describe(self) -> str:
         return f"{self.name} ({self.split}, {self.dataset.num_rows:,} rows)"

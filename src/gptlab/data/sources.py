@@ -42,13 +42,9 @@ def is_many(path: str | None) -> bool:
     return bool(path) and (glob.has_magic(path) or Path(path).expanduser().is_dir())
 
 
-def find_corpus(settings: dict):
-    """The corpus the data settings name: a Hugging Face dataset (data.name), the files of
-    data.path, or the download of data.url. Checked, not read yet."""
-    if settings["name"]:
-        from gptlab.data.hf import HFDataset
-
-        return HFDataset(settings["name"], settings["split"], settings["text_field"])
+def find_corpus(settings: dict) -> "Files":
+    """The files the data settings name: data.path's, or the download of data.url. Checked, not
+    read yet."""
     path = settings["path"]
     if is_many(path):
         if settings["sha256"]:
@@ -62,20 +58,17 @@ def find_corpus(settings: dict):
 
 
 def find_files(path: str) -> list[Path]:
-    """The files `data.path` names: a file, a folder's files (sorted) or a glob's (sorted)."""
+    """The files of a folder or a glob (is_many), sorted."""
     where = Path(path).expanduser()
     if glob.has_magic(path):
         found = sorted(Path(p) for p in glob.glob(str(where), recursive=True) if Path(p).is_file())
         what = f"data.path='{path}': the glob matches no file"
-    elif where.is_dir():
+    else:
         found = sorted(p for p in where.iterdir() if p.is_file() and is_corpus_file(p))
         what = (
             f"data.path='{path}': the folder holds no {', '.join(FOLDER_SUFFIXES)} file "
             "(subfolders are not read; a glob such as 'folder/**/*.txt' reads them)"
         )
-    else:
-        found = [where] if where.is_file() else []
-        what = f"data.path: no file at '{where}'"
     if not found:
         raise ConfigError(
             f"{what}. Check the path (relative paths are taken from '{Path.cwd()}') or unset "
@@ -104,20 +97,17 @@ class Files:
 
     def identity(self) -> list[dict]:
         """What the token store is keyed by: each file's format, field and content."""
-        entries = []
-        for source in self.sources:
-            digest = self.known_sha256 if len(self.sources) == 1 else None
-            field = None if source.format == "text" else self.text_field
-            entries.append(
-                {
-                    "path": str(source.path),
-                    "format": source.format,
-                    "text_field": field,
-                    "bytes": source.path.stat().st_size,
-                    "sha256": digest or sha256_of(source.path),
-                }
-            )
-        return entries
+        known = self.known_sha256 if len(self.sources) == 1 else None
+        return [
+            {
+                "path": str(source.path),
+                "format": source.format,
+                "text_field": None if source.format == "text" else self.text_field,
+                "bytes": source.path.stat().st_size,
+                "sha256": known or sha256_of(source.path),
+            }
+            for source in self.sources
+        ]
 
     def total_bytes(self) -> int | None:
         """The bytes of text to tokenize when every file is plain text (a progress bar's end)."""
@@ -133,7 +123,7 @@ class Files:
 
 # ------------------------------------------------------------------ checks before any long work
 def check_source(source: Source, text_field: str) -> None:
-    checks = {"text": check_text, "jsonl": check_jsonl, "parquet": check_parquet}
+    checks = {"text": check_text, "jsonl": check_jsonl, "parquet": parquet_file}
     try:
         checks[source.format](source.path, text_field)
     except OSError as e:
@@ -174,15 +164,15 @@ def open_jsonl(path: Path):
 
 
 def check_jsonl(path: Path, field: str) -> None:
+    """Its first record."""
     try:
-        with open_jsonl(path) as f:
-            for number, line in enumerate(f, 1):
-                if line.strip():
-                    record_text(path, number, line, field)
-                    return
+        first = next(jsonl_texts(path, field), None)
     except (EOFError, gzip.BadGzipFile) as e:
         raise ConfigError(f"The corpus file '{path}' is not a readable gzip file ({e}).") from e
-    raise ConfigError(f"The JSONL file '{path}' holds no record. Remove it or give another path.")
+    if first is None:
+        raise ConfigError(
+            f"The JSONL file '{path}' holds no record. Remove it or give another path."
+        )
 
 
 def record_text(path: Path, number: int, line: bytes, field: str) -> str:
@@ -213,23 +203,30 @@ def parquet_file(path: Path, field: str):
         parquet = pq.ParquetFile(path)
     except (pa.ArrowException, OSError) as e:
         raise ConfigError(f"The Parquet file '{path}' cannot be read ({e}).") from None
-    schema = parquet.schema_arrow
-    if field not in schema.names:
-        raise ConfigError(
-            f"The Parquet file '{path}' has no column '{field}' (its columns: "
-            f"{', '.join(schema.names)}). Set data.text_field to the column that holds the text."
-        )
-    kind = schema.field(field).type
-    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
-        raise ConfigError(
-            f"The Parquet file '{path}': column '{field}' holds {kind}, not text. Set "
-            "data.text_field to a string column."
-        )
+    kinds = {column.name: column.type for column in parquet.schema_arrow}
+    check_text_column(f"The Parquet file '{path}'", field, kinds, is_arrow_text)
     return parquet
 
 
-def check_parquet(path: Path, field: str) -> None:
-    parquet_file(path, field)
+def is_arrow_text(kind) -> bool:
+    import pyarrow as pa
+
+    return pa.types.is_string(kind) or pa.types.is_large_string(kind)
+
+
+def check_text_column(where: str, field: str, kinds: dict, is_text) -> None:
+    """`field` is one of the columns (`kinds`: each one's type) and holds text, else a ConfigError
+    naming `where` (a file, a dataset)."""
+    if field not in kinds:
+        raise ConfigError(
+            f"{where} has no column '{field}' (its columns: {', '.join(kinds)}). Set "
+            "data.text_field to the column that holds the text."
+        )
+    if not is_text(kinds[field]):
+        raise ConfigError(
+            f"{where}: column '{field}' holds {kinds[field]}, not text. Set data.text_field to a "
+            "string column."
+        )
 
 
 # ------------------------------------------------------------------ readers

@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from gptlab import files
+from gptlab.data.tokenizer import unseen_tokens_error
 from gptlab.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -143,18 +144,8 @@ def vocabulary(counts: np.ndarray, vocab, encoding) -> tuple[list[int] | None, n
     table[kept[kept < len(counts)]] = np.flatnonzero(kept < len(counts))
     unseen = np.flatnonzero((counts > 0) & (table < 0))
     if len(unseen):
-        raise ConfigError(unseen_tokens_message(encoding, unseen))
+        raise unseen_tokens_error(encoding, unseen)
     return kept.tolist(), table
-
-
-def unseen_tokens_message(encoding, ids) -> str:
-    """What Tokenizer.to_model_ids says about tokens a compact vocabulary has never seen."""
-    pieces = sorted({encoding.decode([int(t)]) for t in ids})
-    return (
-        f"The text holds {len(pieces)} token(s) the compact vocabulary has never seen "
-        f"({', '.join(repr(p) for p in pieces[:10])}). Use text made of the corpus's "
-        "tokens, or train with data.compact_vocab=false (the whole tiktoken vocabulary)."
-    )
 
 
 def remap(raw: Path, tokens: Path, table: np.ndarray | None, dtype: np.dtype) -> None:
@@ -179,7 +170,7 @@ def publish(tmp: Path, folder: Path) -> None:
     if folder.exists():
         if open_store(folder) is not None:
             return
-        old = folder.parent / f".{folder.name}-old.{socket.gethostname()}.{os.getpid()}.tmp"
+        old = temporary_folder(folder.with_name(f"{folder.name}-old"))
         os.replace(folder, old)
         shutil.rmtree(old, ignore_errors=True)
     try:

@@ -30,28 +30,20 @@ def usable_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
-def newline_cut(text: str) -> int:
-    """The last position after a newline where `text` may be cut; 0 when there is none."""
-    i = text.rfind("\n", 0, len(text) - 1)
+def last_between(text: str, char: str, before) -> int:
+    """The last i > 0 with text[i] == `char`, a letter after it and `before(text[i - 1])`, or 0."""
+    i = text.rfind(char, 0, len(text) - 1)
     while i > 0:
-        if text[i + 1].isalpha() and not text[i - 1].isspace():
-            return i + 1
-        i = text.rfind("\n", 0, i)
-    return 0
-
-
-def space_cut(text: str) -> int:
-    """The last position before a space between two letters; 0 when there is none."""
-    i = text.rfind(" ", 0, len(text) - 1)
-    while i > 0:
-        if text[i + 1].isalpha() and text[i - 1].isalpha():
+        if text[i + 1].isalpha() and before(text[i - 1]):
             return i
-        i = text.rfind(" ", 0, i)
+        i = text.rfind(char, 0, i)
     return 0
 
 
 def last_cut(text: str) -> int:
-    return newline_cut(text) or space_cut(text)
+    """The last position where `text` may be cut (the module's rules); 0 when there is none."""
+    newline = last_between(text, "\n", lambda c: not c.isspace())
+    return newline + 1 if newline else last_between(text, " ", str.isalpha)
 
 
 def pieces(documents: Iterable[tuple[str, bool]]) -> Iterator[tuple[str, bool]]:

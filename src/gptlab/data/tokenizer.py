@@ -65,6 +65,16 @@ def load_encoding(name: str, offline: bool = False) -> tiktoken.Encoding:
         ) from e
 
 
+def unseen_tokens_error(encoding, ids) -> ConfigError:
+    """The error of text whose tiktoken `ids` a compact vocabulary has never seen."""
+    pieces = sorted({encoding.decode([int(t)]) for t in ids})
+    return ConfigError(
+        f"The text holds {len(pieces)} token(s) the compact vocabulary has never seen "
+        f"({', '.join(repr(p) for p in pieces[:10])}). Use text made of the corpus's "
+        "tokens, or train with data.compact_vocab=false (the whole tiktoken vocabulary)."
+    )
+
+
 class Tokenizer:
     """Text <-> model ids. `vocab` is None for the full tiktoken vocabulary."""
 
@@ -93,13 +103,7 @@ class Tokenizer:
         idx = np.searchsorted(self.vocab, tiktoken_ids)
         missing = self.vocab[np.minimum(idx, len(self.vocab) - 1)] != tiktoken_ids
         if missing.any():
-            pieces = sorted({self.encoding.decode([int(t)]) for t in tiktoken_ids[missing]})
-            raise ConfigError(
-                f"The text holds {len(pieces)} token(s) the compact vocabulary has never seen "
-                f"({', '.join(repr(p) for p in pieces[:10])}). Use text made of the corpus's "
-                "tokens, or train with data.compact_vocab=false (the whole tiktoken "
-                "vocabulary)."
-            )
+            raise unseen_tokens_error(self.encoding, tiktoken_ids[missing])
         return idx.astype(np.int64)
 
     def encode(self, text: str) -> list[int]:
@@ -134,26 +138,20 @@ class Tokenizer:
         becomes bits per byte: comparable across tokenizers."""
         ids = range(self.vocab_size) if self.vocab is None else self.vocab.tolist()
         special = self.special_ids()
-        lengths = []
-        for token in ids:
-            if token in special:
-                lengths.append(0)
-                continue
-            try:
-                lengths.append(len(self.encoding.decode_single_token_bytes(int(token))))
-            except KeyError:
-                lengths.append(0)
-        return np.asarray(lengths, dtype=np.int64)
+        lengths = np.zeros(len(ids), dtype=np.int64)
+        for i, token in enumerate(ids):
+            if token not in special:
+                with contextlib.suppress(KeyError):  # an id tiktoken leaves unused
+                    lengths[i] = len(self.encoding.decode_single_token_bytes(int(token)))
+        return lengths
 
     def special_ids(self) -> set[int]:
         return {self.encoding.encode_single_token(t) for t in self.encoding.special_tokens_set}
 
     def state_dict(self) -> dict:
         """Plain types only, so checkpoints load with torch.load(weights_only=True)."""
-        return {
-            "encoding": self.encoding.name,
-            "vocab": None if self.vocab is None else self.vocab.tolist(),
-        }
+        vocab = None if self.vocab is None else self.vocab.tolist()
+        return {"encoding": self.encoding.name, "vocab": vocab}
 
     @classmethod
     def from_state_dict(cls, state: dict) -> "Tokenizer":

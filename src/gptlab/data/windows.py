@@ -2,6 +2,7 @@
 validation and test."""
 
 import itertools
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -27,28 +28,19 @@ class Windows(Dataset):
         return window[:, :-1], window[:, 1:]  # x, y: [batch, context_length], y shifted by one
 
 
+@dataclass
 class RandomWindowSampler(Sampler[list[int]]):
     """Endless batches of random start offsets (one epoch that `trainer.max_steps` ends). Batch i
     is a pure function of (seed, rank, world size, i): a run continued from step n draws the
     batches the stopped run would have drawn next. With `repeat`, batch i is batch i % repeat."""
 
-    def __init__(
-        self,
-        num_starts: int,
-        batch_size: int,
-        seed: int,
-        rank: int = 0,
-        world_size: int = 1,
-        start: int = 0,
-        repeat: int | None = None,
-    ):
-        self.num_starts = num_starts
-        self.batch_size = batch_size
-        self.seed = seed
-        self.rank = rank
-        self.world_size = world_size
-        self.start = start
-        self.repeat = repeat
+    num_starts: int
+    batch_size: int
+    seed: int
+    rank: int = 0
+    world_size: int = 1
+    start: int = 0
+    repeat: int | None = None
 
     def __iter__(self):
         for i in itertools.count(self.start):

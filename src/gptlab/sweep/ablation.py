@@ -5,71 +5,15 @@ variances): the difference of the means, its 95% confidence interval and a verdi
 distinguishable, worse), on the best val loss and on the test loss (data.test_fraction > 0).
 `summary.md` then leads with that table and `summary_deltas.png`, the deltas with error bars."""
 
-import statistics
 from pathlib import Path
 
 from gptlab import files
 from gptlab.sweep.curves import add_time_to_loss, write_curves
-from gptlab.sweep.stats import (
-    CONFIDENCE,
-    ci_half_width,
-    mean_std,
-    number,
-    welch_half_width,
-    welch_p,
-)
-from gptlab.sweep.tables import markdown_table
+from gptlab.sweep.stats import CONFIDENCE, number, verdict, welch
+from gptlab.sweep.tables import format_estimate, markdown_table
 
 BASELINE = "ablation=baseline"  # the configuration the others are compared with
 METRICS = {"": "val_loss", "test_": "test_loss"}  # column prefix: per-configuration values
-DELTA_COLUMNS = [
-    f"{prefix}{column}"
-    for prefix in METRICS
-    for column in (
-        "delta_vs_baseline_mean",
-        "delta_vs_baseline_ci95",
-        "p_vs_baseline",
-        "verdict_vs_baseline",
-    )
-]
-
-
-def welch(a: list[float], b: list[float]) -> tuple[float, float | None, float | None]:
-    """mean(a) - mean(b), the half-width of its Welch confidence interval and the two-sided p."""
-    delta = statistics.fmean(a) - statistics.fmean(b)
-    return delta, welch_half_width(a, b), welch_p(a, b)
-
-
-def delta_verdict(delta: float, p: float | None) -> str:
-    """Lower loss is better; a difference Welch's test cannot see is no evidence either way."""
-    if p is None:
-        return "untested (fewer than 2 seeds)"
-    if p >= 1 - CONFIDENCE:
-        return "not distinguishable"
-    return "better" if delta < 0 else "worse"
-
-
-def add_test_stats(rows: list[dict], configs: list[dict]) -> None:
-    """Each configuration's test loss over its ok jobs: mean, std, 95% interval (as for val)."""
-    by_job = {row["job"]: row for row in rows if row["status"] == "ok"}
-    for config in configs:
-        jobs = [by_job[job] for job in config["jobs"].split() if job in by_job]
-        values = [v for v in (number(job.get("test_loss")) for job in jobs) if v is not None]
-        mean, std = mean_std(values)
-        config.update(
-            _test_loss=values,
-            test_loss_mean=mean,
-            test_loss_std=std,
-            test_loss_ci95=ci_half_width(values),
-        )
-        config["test_loss ± ci95"] = shown(mean, config["test_loss_ci95"])
-
-
-def shown(mean: float | None, half: float | None, sign: str = "") -> str:
-    """`mean ± half` for the Markdown tables ('' without a mean)."""
-    if mean is None:
-        return ""
-    return f"{mean:{sign}.4f}" + ("" if half is None else f" ± {half:.4f}")
 
 
 def add_deltas(configs: list[dict], baseline: str = BASELINE) -> dict | None:
@@ -85,26 +29,13 @@ def add_deltas(configs: list[dict], baseline: str = BASELINE) -> dict | None:
             if not a or not b:
                 continue
             delta, half, p = welch(a, b) if config is not base else (0.0, None, None)
-            mark = "baseline" if config is base else delta_verdict(delta, p)
+            mark = "baseline" if config is base else verdict(delta, p)
             config[f"{prefix}delta_vs_baseline_mean"] = delta
             config[f"{prefix}delta_vs_baseline_ci95"] = half
             config[f"{prefix}p_vs_baseline"] = p
             config[f"{prefix}verdict_vs_baseline"] = mark
-            config[f"{prefix}delta ± ci95"] = shown(delta, half, "+")
+            config[f"{prefix}delta ± ci95"] = format_estimate(delta, half, "+.4f")
     return base
-
-
-def cell(value) -> str:
-    """A Markdown cell: seconds and other floats to one decimal, nothing for None."""
-    if value is None:
-        return ""
-    return f"{value:.1f}" if isinstance(value, float) else str(value)
-
-
-def markdown(configs: list[dict], columns: dict[str, str]) -> list[str]:
-    """A Markdown table of `columns` (key: heading) with one line per configuration."""
-    rows = [[cell(config.get(key)) for key in columns] for config in configs]
-    return markdown_table(list(columns.values()), rows)
 
 
 def delta_figure(configs: list[dict], base: dict):
@@ -121,7 +52,7 @@ def delta_figure(configs: list[dict], base: dict):
         points = [(y, c) for y, c in zip(ys, rows, strict=True) if c.get(key) is not None]
         if points:
             ax.errorbar(
-                [c[f"{prefix}delta_vs_baseline_mean"] for _, c in points],
+                [c[key] for _, c in points],
                 [y + offset for y, _ in points],
                 xerr=[c[f"{prefix}delta_vs_baseline_ci95"] or 0 for _, c in points],
                 fmt="o",
@@ -139,8 +70,7 @@ def delta_figure(configs: list[dict], base: dict):
 
 
 def baseline_section(configs: list[dict], sweep_dir: Path, baseline: str = BASELINE) -> list[str]:
-    """The deltas against the baseline as summary.md's first section, and summary_deltas.png;
-    nothing when no configuration is the baseline."""
+    """summary.md's first section and summary_deltas.png; nothing without the baseline."""
     base = add_deltas(configs, baseline)
     if base is None:
         return []
@@ -157,6 +87,7 @@ def baseline_section(configs: list[dict], sweep_dir: Path, baseline: str = BASEL
         "test_verdict_vs_baseline": "test verdict",
         "time_to_val_loss": "s to target val loss",
     }
+    rows = [[config.get(key) for key in columns] for config in ordered]
     return [
         f"## Against the baseline ({baseline})",
         "",
@@ -164,27 +95,24 @@ def baseline_section(configs: list[dict], sweep_dir: Path, baseline: str = BASEL
         "interval; verdict by Welch's t-test at that level (*not distinguishable*: no evidence "
         "of a difference with these seeds, not proof of none).",
         "",
-        *markdown(ordered, columns),
+        *markdown_table(list(columns.values()), rows, ".1f"),
         "",
         "![deltas against the baseline](summary_deltas.png)",
         "",
     ]
 
 
-def summary_extras(
+def leading_sections(
     rows: list[dict],
     configs: list[dict] | None,
     sweep_dir: Path,
     target_val_loss: float | None = None,
     baseline: str = BASELINE,
-) -> tuple[list[str], list[str], list[str]]:
-    """What the sweep summary adds for quality per second, the test split and an ablation: the
-    new columns of summary_configs.csv and of summary.csv, and the lines that lead summary.md."""
+) -> list[str]:
+    """The lines that lead summary.md, for an ablation and quality per second: the deltas against
+    the baseline, the time to a val loss (its columns added to the rows and configurations)."""
     target = add_time_to_loss(rows, configs, target_val_loss)
-    lines = []
-    if configs:
-        add_test_stats(rows, configs)
-        lines += baseline_section(configs, sweep_dir, baseline)
+    lines = baseline_section(configs, sweep_dir, baseline) if configs else []
     if write_curves(rows, configs, sweep_dir / "summary_curves.png"):
         lines += [
             f"Time to val loss {target:.4f} (`time_to_val_loss`, seconds): "
@@ -193,11 +121,4 @@ def summary_extras(
             "![val loss against wall time and training FLOPs](summary_curves.png)",
             "",
         ]
-    config_columns = ["test_loss_mean", "test_loss_std", "test_loss_ci95", *DELTA_COLUMNS]
-    config_columns.append("time_to_val_loss")
-    job_columns = ["test_loss", "test_bpb", "time_to_val_loss"]
-    return (
-        [c for c in config_columns if any(config.get(c) is not None for config in configs or [])],
-        [c for c in job_columns if any(row.get(c) is not None for row in rows)],
-        lines,
-    )
+    return lines

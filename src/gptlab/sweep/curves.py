@@ -11,6 +11,8 @@ from gptlab import files
 from gptlab.run.overrides import short_label
 from gptlab.sweep.stats import number
 
+LINE_STYLES = ("-", "--", ":")
+
 
 def reached_at(curve: list, target: float) -> float | None:
     """Wall seconds of the first validation at or below `target` (None: never reached)."""
@@ -19,8 +21,8 @@ def reached_at(curve: list, target: float) -> float | None:
 
 def add_time_to_loss(rows: list[dict], configs: list[dict] | None, target: float | None) -> float:
     """`time_to_val_loss` of every ok job and configuration (the mean over its seeds, None if a
-    seed never got there). Without a target: the highest of the jobs' best val losses on their
-    curves, a loss every job reached. Returns the target used (nan without curves)."""
+    seed never got there). Without a target: the highest of the jobs' best val losses, a loss
+    every job reached. Returns the target used (nan without curves)."""
     ok = [row for row in rows if row["status"] == "ok" and row.get("val_curve")]
     if target is None:
         target = max((min(p[2] for p in row["val_curve"]) for row in ok), default=float("nan"))
@@ -54,13 +56,8 @@ def mean_curve(jobs: list[dict]) -> list[tuple[float, float, float]]:
 
 def curve_groups(rows: list[dict], configs: list[dict] | None) -> dict[str, list[dict]]:
     """One line per configuration (its seeds), or per job when no seed was swept."""
-    ok = {
-        row["job"]: row
-        for row in rows
-        if row["status"] == "ok"
-        and row.get("val_curve")
-        and number(row.get("flops_per_token")) is not None
-    }
+    drawn = [r for r in rows if r.get("val_curve") and number(r.get("flops_per_token")) is not None]
+    ok = {row["job"]: row for row in drawn if row["status"] == "ok"}
     if not configs:
         return {job_label(row, list(ok.values())): [row] for row in ok.values()}
     groups = {}
@@ -86,16 +83,11 @@ def job_label(row: dict, rows: list[dict]) -> str:
     return short_label(own, sep=", ") if own else f"job {row['job']}"
 
 
-LINE_STYLES = ("-", "--", ":")
-
-
 def write_curves(rows: list[dict], configs: list[dict] | None, path: Path) -> bool:
-    """summary_curves.png (curves_figure), titled by the sweep directory's name. False (and no
-    file) when no job has a val curve."""
+    """summary_curves.png, titled by the sweep directory's name; False (no file) without curves."""
     groups = curve_groups(rows, configs)
     if groups:
-        figure = curves_figure(groups, bool(configs), path.parent.name)
-        files.save_figure(figure, path, dpi=80)
+        files.save_figure(curves_figure(groups, bool(configs), path.parent.name), path, dpi=80)
     return bool(groups)
 
 

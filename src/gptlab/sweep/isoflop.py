@@ -16,11 +16,10 @@ MIN_BUDGETS = 2  # a line through the optima needs two budgets
 
 
 def assign_budgets(points: list[dict]) -> list[float]:
-    """Give each point {C, ...} its budget, `budget`: the geometric mean of the C of the jobs
-    within TOLERANCE of the smallest C not yet taken. Returns the budgets, smallest first."""
-    order = sorted(points, key=lambda p: p["C"])
+    """Give each point {C, ...} its `budget`: the geometric mean of the C of the jobs within
+    TOLERANCE of the smallest C not yet taken. Returns the budgets, smallest first."""
     groups = []
-    for point in order:
+    for point in sorted(points, key=lambda p: p["C"]):
         if groups and point["C"] <= groups[-1][0]["C"] * (1 + TOLERANCE):
             groups[-1].append(point)
         else:
@@ -91,15 +90,9 @@ def fit_approach2(points: list[dict]) -> dict | None:
     if len(optima) < MIN_BUDGETS:
         return None
     cs = [o["C"] for o in optima]
-    a, n_coefficient = power_law(cs, [o["N_opt"] for o in optima])
-    b, d_coefficient = power_law(cs, [o["D_opt"] for o in optima])
-    return {
-        "a": a,
-        "b": b,
-        "n_coefficient": n_coefficient,
-        "d_coefficient": d_coefficient,
-        "optima": optima,
-    }
+    a, n_coef = power_law(cs, [o["N_opt"] for o in optima])
+    b, d_coef = power_law(cs, [o["D_opt"] for o in optima])
+    return {"a": a, "b": b, "n_coefficient": n_coef, "d_coefficient": d_coef, "optima": optima}
 
 
 def approach2(points: list[dict], draws: int, seed: int = 0) -> dict | None:

@@ -11,11 +11,11 @@ from optuna.trial import FrozenTrial, Trial, TrialState
 
 from gptlab import files
 from gptlab.errors import ConfigError
+from gptlab.sweep.search import counts
 from gptlab.sweep.stats import number
 from gptlab.training.pruning import make_pruner
 
 log = logging.getLogger(__name__)
-FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 
 
 def storage_url(storage: str | None, sweep_dir: Path) -> str:
@@ -38,8 +38,7 @@ def storage_of(url: str) -> Any:
 
 
 def open_study(settings: dict[str, Any], url: str, sampler: Any, resumed: bool) -> optuna.Study:
-    """Create the study, or load it when the storage holds it already (a continued search, which
-    must find it there)."""
+    """Create the study, or load the one the storage holds (a continued search must find it)."""
     storage = storage_of(url)
     name = settings["study_name"]
     held = [s.study_name for s in optuna.study.get_all_study_summaries(storage)]
@@ -114,9 +113,8 @@ def rerun_killed(study: optuna.Study, space: dict) -> None:
 
 def done(study: optuna.Study) -> int:
     """Finished trials (complete, pruned, failed) but those a continued search runs again."""
-    trials = study.get_trials(deepcopy=False)
-    rerun = {t.user_attrs.get("rerun_of") for t in trials}
-    return sum(t.state in FINISHED and t.number not in rerun for t in trials)
+    found = counts(study)
+    return found["complete"] + found["pruned"] + found["fail"]
 
 
 def tell(study: optuna.Study, trial: Trial, job_dir: Path, ret: JobReturn) -> FrozenTrial:

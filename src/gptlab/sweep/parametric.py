@@ -13,14 +13,10 @@ import numpy as np
 from gptlab.sweep.stats import bootstrap, percentile_interval
 
 DELTA = 1e-3  # Huber's: residuals of log L beyond it count linearly (robust to outliers)
-# Hoffmann et al. 2022's grid of starts (as Besiroglu et al. 2024): alpha, beta, log E, log A, log B
-GRID = {
-    "alpha": np.arange(0.0, 2.01, 0.5),
-    "beta": np.arange(0.0, 2.01, 0.5),
-    "e": np.arange(-1.0, 1.01, 0.5),
-    "a": np.arange(0.0, 25.1, 5.0),
-    "b": np.arange(0.0, 25.1, 5.0),
-}
+# Hoffmann et al. 2022's grid of starts (as Besiroglu et al. 2024)
+COEFFICIENTS = np.arange(0.0, 25.1, 5.0)  # log A, log B
+LOG_E = np.arange(-1.0, 1.01, 0.5)
+EXPONENTS = np.arange(0.0, 2.01, 0.5)  # alpha, beta
 STARTS = 32  # L-BFGS runs from the grid's best starts by their objective (the whole grid: 4,500)
 CANDIDATES = 64  # a bootstrap draw's starts: the full fit's optimum and these best grid starts,
 DRAW_STARTS = 2  # of which L-BFGS runs from the best two on the draw's own points
@@ -31,8 +27,8 @@ NAMES = ("E", "A", "alpha", "B", "beta")
 
 
 def start_grid() -> np.ndarray:
-    """Every start of GRID, one row each: [log A, log B, log E, alpha, beta]."""
-    rows = itertools.product(GRID["a"], GRID["b"], GRID["e"], GRID["alpha"], GRID["beta"])
+    """Every start of the grid, one row each: theta = [log A, log B, log E, alpha, beta]."""
+    rows = itertools.product(COEFFICIENTS, COEFFICIENTS, LOG_E, EXPONENTS, EXPONENTS)
     return np.array(list(rows))
 
 
@@ -56,8 +52,7 @@ def huber(residual: np.ndarray) -> np.ndarray:
 
 
 def objective(theta: np.ndarray, log_n, log_d, log_loss) -> tuple[float, np.ndarray]:
-    """The summed Huber loss of log L and its gradient in theta [log A, log B, log E, alpha,
-    beta]."""
+    """The summed Huber loss of log L and its gradient in theta."""
     log_a, log_b, log_e, alpha, beta = theta
     terms = np.array([log_a - alpha * log_n, log_b - beta * log_d, np.full_like(log_n, log_e)])
     top = terms.max(axis=0)
@@ -76,9 +71,8 @@ def objective(theta: np.ndarray, log_n, log_d, log_loss) -> tuple[float, np.ndar
 def fit_law(
     points: list[dict], starts: np.ndarray | None = None, count: int = STARTS
 ) -> dict | None:
-    """The law fitted to points {N, D, L}: E, A, alpha, B, beta and the allocation `a`; L-BFGS
-    from the `count` best rows of `starts` (the grid by default) by their objective; None below 5
-    distinct points."""
+    """The law fitted to points {N, D, L} (law_of) by L-BFGS from the `count` best `starts` (the
+    grid by default); None below 5 distinct points."""
     from scipy.optimize import minimize
 
     if len({(p["N"], p["D"]) for p in points}) < len(NAMES):
@@ -102,7 +96,6 @@ def fit_law(
 
 
 def logs(points: list[dict]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """log N, log D and log L of the points."""
     return tuple(np.log([p[key] for p in points]) for key in ("N", "D", "L"))
 
 
@@ -114,6 +107,7 @@ def best_starts(starts: np.ndarray, points: list[dict], count: int) -> np.ndarra
 
 
 def law_of(theta: np.ndarray) -> dict:
+    """E, A, alpha, B, beta and the allocation they imply, a = beta / (alpha + beta)."""
     log_a, log_b, log_e, alpha, beta = (float(v) for v in theta)
     law = {"E": math.exp(log_e), "A": math.exp(log_a), "alpha": alpha}
     law.update(B=math.exp(log_b), beta=beta)
@@ -128,7 +122,6 @@ def theta_of(law: dict) -> np.ndarray:
 
 
 def law_loss(law: dict, n: float, d: float) -> float:
-    """L(N, D) of a fitted law."""
     return law["E"] + law["A"] / n ** law["alpha"] + law["B"] / d ** law["beta"]
 
 
@@ -145,10 +138,9 @@ def frontier(law: dict, compute: float) -> dict | None:
 
 
 def approach3(points: list[dict], draws: int, seed: int = 0) -> dict | None:
-    """The law with 95% bootstrap intervals of each parameter and of `a`; `draws_used` counts the
-    draws that fitted, `_draws` keeps their laws (for intervals of derived values: not written).
-    A draw is refitted from the DRAW_STARTS best of the full fit's optimum and the grid's
-    CANDIDATES best starts on the full data."""
+    """The law with 95% bootstrap intervals of each parameter and of `a`; `_draws` keeps the
+    draws' laws (not written). A draw starts from the full fit's optimum and the grid's
+    CANDIDATES best starts, of which L-BFGS runs from the DRAW_STARTS best on its points."""
     law = fit_law(points)
     if law is None:
         return None

@@ -1,14 +1,6 @@
 """summary.png: a sweep's best val loss against the parameter count and each swept knob."""
 
-from pathlib import Path
-
-from gptlab import files
 from gptlab.sweep.stats import number
-
-
-def write_plot(rows: list[dict], knobs: list[str], configs: list[dict] | None, path: Path) -> None:
-    """summary.png (summary_figure), titled by the sweep directory's name."""
-    files.save_figure(summary_figure(rows, knobs, configs, path.parent.name), path, dpi=80)
 
 
 def summary_figure(rows: list[dict], knobs: list[str], configs: list[dict] | None, title: str):

@@ -11,17 +11,10 @@ import math
 from gptlab.sweep import isoflop, parametric
 from gptlab.sweep.stats import group_configurations, number, percentile_interval, sort_key
 
-# what varies a model's size, its budget or its seed: the rest of the swept knobs makes
+# the knobs that vary a model's size, its budget or its seed: the rest of the swept knobs makes
 # a configuration (e.g. +ablation)
-SIZE_KEYS = (
-    "model.d_model",
-    "model.num_blocks",
-    "model.num_heads",
-    "model.ffn_mult",
-    "flops_budget",
-    "trainer.max_steps",
-    "seed",
-)
+SIZE_KEYS = ("model.d_model", "model.num_blocks", "model.num_heads", "model.ffn_mult")
+NOT_CONFIGURATION = (*SIZE_KEYS, "flops_budget", "trainer.max_steps", "seed")
 METRICS = ("best_val_loss", "final_val_loss", "test_loss")
 REPEATED_EPOCHS = 4  # past it, repeated tokens are worth clearly less (Muennighoff et al. 2023)
 DRAWS = 200  # bootstrap draws of each fit
@@ -44,9 +37,8 @@ def job_point(row: dict, metric: str) -> dict | None:
 def configurations(rows: list[dict], knobs: list[str], first: str | None) -> dict[str, list]:
     """The jobs by configuration, in job order; `first` (the baseline) leads when present."""
     ordered = sorted(rows, key=lambda r: sort_key(r["job"]))
-    groups = group_configurations(ordered, [k for k in knobs if k not in SIZE_KEYS])
-    lead = [name for name in groups if name == first]
-    return {name: groups[name] for name in lead + [n for n in groups if n not in lead]}
+    groups = group_configurations(ordered, [k for k in knobs if k not in NOT_CONFIGURATION])
+    return {name: groups[name] for name in sorted(groups, key=lambda name: name != first)}
 
 
 def usable_points(name: str, points: list[dict], metric: str) -> tuple[list[dict], list[str]]:
@@ -165,12 +157,10 @@ def fit_sweep(
     if not fits:
         raise TooFewPoints(" ".join(errors.values()))
     result = {"metric": metric, "configurations": fits, "errors": errors}
-    names = list(fits)
-    usable = {n: f for n, f in fits.items() if f["approach2"] is not None}
+    usable = [fit for fit in fits.values() if fit["approach2"] is not None]
     if len(usable) > 1:
-        base = usable[names[0]] if names[0] in usable else next(iter(usable.values()))
-        for fit in usable.values():
-            fit["vs_first"] = frontier_gap(base, fit)
+        for fit in usable:
+            fit["vs_first"] = frontier_gap(usable[0], fit)
     return result
 
 

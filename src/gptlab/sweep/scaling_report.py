@@ -5,16 +5,12 @@ import logging
 from pathlib import Path
 
 from gptlab import files
-from gptlab.sweep.scaling import DRAWS, REPEATED_EPOCHS, TooFewPoints, as_json, fit_sweep
+from gptlab.sweep.scaling import REPEATED_EPOCHS, TooFewPoints, as_json, fit_sweep
 from gptlab.sweep.scaling_plot import write_scaling_plot
 from gptlab.sweep.stats import number
-from gptlab.sweep.tables import markdown_table
+from gptlab.sweep.tables import format_estimate, markdown_table
 
 log = logging.getLogger(__name__)
-
-
-def interval(ci: list | None, digits: str = ".3g") -> str:
-    return "" if not ci else f"[{ci[0]:{digits}}, {ci[1]:{digits}}]"
 
 
 def approach2_lines(fit: dict | None) -> list[str]:
@@ -26,7 +22,7 @@ def approach2_lines(fit: dict | None) -> list[str]:
             o["sizes"],
             f"{o['N_opt']:,.0f}",
             f"{o['D_opt']:,.0f}",
-            f"{o['L_opt']:.4f} {interval(o.get('L_opt_ci95'), '.4f')}",
+            format_estimate(o["L_opt"], o.get("L_opt_ci95")),
             "edge: the best job (no minimum among these sizes)" if o["edge"] else "",
         ]
         for o in fit["optima"]
@@ -34,8 +30,8 @@ def approach2_lines(fit: dict | None) -> list[str]:
     return [
         "### Approach 2: a parabola per IsoFLOP budget",
         "",
-        f"N_opt ∝ C^a with a = {fit['a']:.3f} {interval(fit['ci95']['a'])}; "
-        f"D_opt ∝ C^b with b = {fit['b']:.3f} {interval(fit['ci95']['b'])} "
+        f"N_opt ∝ C^a with a = {format_estimate(fit['a'], fit['ci95']['a'], '.3g')}; "
+        f"D_opt ∝ C^b with b = {format_estimate(fit['b'], fit['ci95']['b'], '.3g')} "
         f"(95% bootstrap over jobs within each budget, {fit['draws_used']} draws).",
         "",
         *markdown_table(
@@ -49,7 +45,7 @@ def approach3_lines(law: dict | None) -> list[str]:
     if law is None:
         return ["Approach 3: fewer than 5 distinct (N, D) points to fit.", ""]
     rows = [
-        [name, f"{law[name]:.4g}", interval(law["ci95"][name], ".4g")]
+        [name, format_estimate(law[name], law["ci95"][name], ".4g")]
         for name in ("E", "A", "alpha", "B", "beta", "a")
         if law[name] is not None
     ]
@@ -60,7 +56,7 @@ def approach3_lines(law: dict | None) -> list[str]:
         f"2024); 95% bootstrap intervals over jobs ({law['draws_used']} draws). "
         "a = beta / (alpha + beta): the allocation it implies, N_opt ∝ C^a.",
         "",
-        *markdown_table(["parameter", "fit", "95% CI"], rows),
+        *markdown_table(["parameter", "fit (95% CI)"], rows),
         "",
     ]
 
@@ -125,8 +121,8 @@ def comparison_lines(fits: dict) -> list[str]:
     rows = []
     for name, fit in compared.items():
         for row in fit["vs_first"]:
-            gap = "" if name == first else f"{row['gap']:+.4f} {interval(row['gap_ci95'], '+.4f')}"
-            shown = f"{row['L_opt']:.4f} {interval(row['L_opt_ci95'], '.4f')}"
+            gap = "" if name == first else format_estimate(row["gap"], row["gap_ci95"], "+.4f")
+            shown = format_estimate(row["L_opt"], row["L_opt_ci95"])
             rows.append([f"{row['C']:.3g}", name, shown, gap])
     rows.sort(key=lambda r: float(r[0]))
     return [
@@ -142,7 +138,7 @@ def comparison_lines(fits: dict) -> list[str]:
     ]
 
 
-def markdown(result: dict, sweep_dir: Path) -> list[str]:
+def report_lines(result: dict, sweep_dir: Path) -> list[str]:
     fits = result["configurations"]
     lines = [
         f"# Scaling laws: {sweep_dir}",
@@ -162,37 +158,28 @@ def markdown(result: dict, sweep_dir: Path) -> list[str]:
 
 
 def write_scaling(
-    rows: list[dict],
-    knobs: list[str],
-    sweep_dir: Path,
-    out: Path,
-    metric: str = "best_val_loss",
-    first: str | None = None,
-    draws: int = DRAWS,
-) -> tuple[bool, list[str]]:
-    """scaling.json, .md, .png in `out`; returns whether it fitted and summary.md's lines. With
-    too few points scaling.md holds the message alone."""
+    rows: list[dict], knobs: list[str], sweep_dir: Path, out: Path, metric: str, first: str | None
+) -> str:
+    """scaling.json, .md, .png in `out`; the headline's line. TooFewPoints, once scaling.md
+    holds its message alone, when nothing can be fitted."""
     try:
-        result = fit_sweep(rows, knobs, metric, draws, first)
+        result = fit_sweep(rows, knobs, metric, first=first)
     except TooFewPoints as e:
-        message = f"No scaling fit: {e}"
-        files.write_text(out / "scaling.md", f"# Scaling laws: {sweep_dir}\n\n{message}\n")
-        return False, [message, ""]
+        files.write_text(
+            out / "scaling.md", f"# Scaling laws: {sweep_dir}\n\nNo scaling fit: {e}\n"
+        )
+        raise
     files.write_json(out / "scaling.json", as_json(result))
-    files.write_text(out / "scaling.md", "\n".join(markdown(result, sweep_dir)) + "\n")
+    files.write_text(out / "scaling.md", "\n".join(report_lines(result, sweep_dir)) + "\n")
     write_scaling_plot(result, out / "scaling.png")
-    fits = result["configurations"]
     heads = []
-    for name, fit in fits.items():
+    for name, fit in result["configurations"].items():
         law, two = fit["approach3"], fit["approach2"]
         parts = [] if two is None else [f"a = {round(two['a'], 2) + 0.0:.2f} (approach 2)"]
         if law is not None and law["a"] is not None:
             parts.append(f"{round(law['a'], 2) + 0.0:.2f} (approach 3)")  # + 0.0: no "-0.00"
         heads.append(f"{name}: N_opt ∝ C^a, " + ", ".join(parts))
-    return True, [
-        "Scaling laws (scaling.md, scaling.json, scaling.png): " + "; ".join(heads) + ".",
-        "",
-    ]
+    return "Scaling laws (scaling.md, scaling.json, scaling.png): " + "; ".join(heads) + "."
 
 
 def scaling_section(
@@ -206,17 +193,17 @@ def scaling_section(
 ) -> tuple[str | None, str | None]:
     """The sweep summary's part: scaling.* when `requested`, or by default (None) when a job set
     flops_budget. Returns the headline's line and, when requested and there were too few
-    points, the message (the caller raises it once summary.md is written)."""
+    points, what is missing (the caller raises it once summary.md is written)."""
     budgeted = any(number(row.get("flops_budget")) is not None for row in rows)
     if requested is False or (requested is None and not budgeted):
         return None, None
     try:
-        fitted, lines = write_scaling(rows, knobs, sweep_dir, out, metric, first)
+        return write_scaling(rows, knobs, sweep_dir, out, metric, first), None
+    except TooFewPoints as e:
+        log.warning("No scaling fit: %s", e)
+        return f"No scaling fit: {e}", str(e) if requested else None
     except Exception as e:  # a sweep's own summary must not be lost to its fit
         if requested:
             raise
         log.exception("The scaling fit failed")
         return f"No scaling fit: it failed ({type(e).__name__}: {e}).", None
-    if not fitted:
-        log.warning("%s", lines[0])
-    return lines[0], None if fitted or not requested else lines[0]

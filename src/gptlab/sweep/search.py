@@ -10,6 +10,7 @@ from typing import Any
 
 from gptlab import files
 from gptlab.run import ownership
+from gptlab.sweep.tables import markdown_table
 
 log = logging.getLogger(__name__)
 
@@ -57,19 +58,10 @@ def best_lines(study: Any) -> list[str]:
             f"- Best trial: {best.number} (job {best.user_attrs.get('job')}): {names[0]} "
             f"{best.value:.4f}, parameters {best.params}."
         ]
-    lines = [
-        "",
-        f"### Pareto front ({', '.join(names)})",
-        "",
-        "| trial | job | " + " | ".join(names) + " | parameters |",
-        "| --- " * (len(names) + 3) + "|",
-    ]
-    for trial in sorted(study.best_trials, key=lambda t: t.values):
-        values = " | ".join(f"{v:.5g}" for v in trial.values)
-        lines.append(
-            f"| {trial.number} | {trial.user_attrs.get('job')} | {values} | {trial.params} |"
-        )
-    return lines
+    front = sorted(study.best_trials, key=lambda t: t.values)
+    rows = [[t.number, t.user_attrs.get("job"), *t.values, t.params] for t in front]
+    header = ["trial", "job", *names, "parameters"]
+    return ["", f"### Pareto front ({', '.join(names)})", "", *markdown_table(header, rows)]
 
 
 def importances(study: Any) -> dict[str, float]:
@@ -121,8 +113,7 @@ def add_plots(study: Any, png: Path, with_importances: bool) -> None:
 
 
 def search_summary(sweep_dir: Path, png: Path) -> list[str]:
-    """The Optuna section of summary.md (and the plots added to `png`, summary.png); none for a
-    sweep that is not an Optuna search."""
+    """summary.md's Optuna section (its plots added to `png`); none for other sweeps."""
     study = study_of(sweep_dir)
     if study is None:
         return []
@@ -141,7 +132,7 @@ def search_summary(sweep_dir: Path, png: Path) -> list[str]:
     lines += best_lines(study)
     found = importances(study)
     if found:
-        lines += ["", "| parameter | importance |", "| --- | --- |"]
-        lines += [f"| {name} | {value:.3f} |" for name, value in found.items()]
+        rows = [[name, float(value)] for name, value in found.items()]
+        lines += ["", *markdown_table(["parameter", "importance"], rows, ".3f")]
     add_plots(study, png, with_importances=bool(found))
     return lines

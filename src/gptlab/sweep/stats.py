@@ -1,13 +1,12 @@
 """Statistics over a sweep's seeds, one small function each: the jobs grouped into configurations,
-mean and standard deviation, the Student-t interval (honest for few seeds), Welch's t-test
-against the best configuration and its verdict; the bootstrap and its percentile interval (the
-scaling-law fits' intervals)."""
+mean and standard deviation, the Student-t interval (honest for few seeds), Welch's t-test and
+its verdict; the bootstrap and its percentile interval (the scaling-law fits' intervals)."""
 
 import math
 import statistics
 from typing import Any
 
-CONFIDENCE = 0.95  # of the intervals; Welch's test against the best runs at 1 - CONFIDENCE
+CONFIDENCE = 0.95  # of the intervals; Welch's test tells means apart at p < 1 - CONFIDENCE
 
 
 def number(value: Any) -> float | None:
@@ -35,14 +34,10 @@ def group_configurations(rows: list[dict], knobs: list[str]) -> dict[str, list[d
     return members
 
 
-def job_values(jobs: list[dict], metric: str) -> list[float]:
-    """The finite `best_<metric>` of each ok job: failed jobs and missing values are left out."""
-    values = []
-    for job in jobs:
-        value = number(job.get(f"best_{metric}"))
-        if job["status"] == "ok" and value is not None:
-            values.append(value)
-    return values
+def job_values(jobs: list[dict], key: str) -> list[float]:
+    """The finite `key` of each ok job: failed jobs and missing values are left out."""
+    values = [number(job.get(key)) for job in jobs if job["status"] == "ok"]
+    return [value for value in values if value is not None]
 
 
 def mean_std(values: list[float]) -> tuple[float | None, float | None]:
@@ -64,45 +59,33 @@ def ci_half_width(values: list[float], confidence: float = CONFIDENCE) -> float 
     return t * statistics.stdev(values) / math.sqrt(n)
 
 
-def welch_p(a: list[float], b: list[float]) -> float | None:
-    """Two-sided p-value of Welch's t-test (unequal variances) that a and b have equal means;
-    None when either has fewer than two values. With no spread at all in either, only equal
-    means are alike: 1.0, else 0.0 (the t statistic would divide by zero)."""
+def welch(a: list[float], b: list[float], confidence: float = CONFIDENCE) -> tuple:
+    """Welch's t-test (unequal variances) of mean(a) - mean(b): the difference (None with a side
+    empty), the half-width of its interval (t at the Welch-Satterthwaite degrees of freedom times
+    the standard error) and the two-sided p that the means are equal; no interval nor p below two
+    values on a side. With no spread at all only equal means are alike: p 1.0, else 0.0."""
     from scipy import stats
 
+    delta = statistics.fmean(a) - statistics.fmean(b) if a and b else None
     if len(a) < 2 or len(b) < 2:
-        return None
-    if statistics.pstdev(a) == statistics.pstdev(b) == 0:
-        return float(a[0] == b[0])
-    return float(stats.ttest_ind(a, b, equal_var=False).pvalue)
-
-
-def welch_half_width(
-    a: list[float], b: list[float], confidence: float = CONFIDENCE
-) -> float | None:
-    """Half the width of the Welch interval of mean(a) - mean(b): t at the Welch-Satterthwaite
-    degrees of freedom times the standard error; None when either has fewer than two values."""
-    from scipy import stats
-
-    if len(a) < 2 or len(b) < 2:
-        return None
+        return delta, None, None
     var_a = statistics.variance(a) / len(a)  # the squared standard error of each mean
     var_b = statistics.variance(b) / len(b)
-    if var_a + var_b == 0:  # no spread at all
-        return 0.0
+    if var_a + var_b == 0:
+        return delta, 0.0, float(a[0] == b[0])
     df = (var_a + var_b) ** 2 / (var_a**2 / (len(a) - 1) + var_b**2 / (len(b) - 1))
-    return float(stats.t.ppf(0.5 + confidence / 2, df)) * math.sqrt(var_a + var_b)
+    half = float(stats.t.ppf(0.5 + confidence / 2, df)) * math.sqrt(var_a + var_b)
+    return delta, half, float(stats.ttest_ind(a, b, equal_var=False).pvalue)
 
 
-def vs_best_verdict(rank: int, p: float | None, confidence: float = CONFIDENCE) -> str:
-    """A configuration against the best (rank 0, by mean val loss), from Welch's p-value."""
-    if rank == 0:
-        return "best"
+def verdict(delta: float, p: float | None, confidence: float = CONFIDENCE) -> str:
+    """A difference in loss (< 0: lower, better) by Welch's p: one the test cannot see is no
+    evidence either way."""
     if p is None:
         return "untested (fewer than 2 seeds)"
     if p >= 1 - confidence:
         return "not distinguishable"
-    return "worse"
+    return "better" if delta < 0 else "worse"
 
 
 def bootstrap(
@@ -128,8 +111,7 @@ def bootstrap(
 
 
 def percentile_interval(values: list[float], confidence: float = CONFIDENCE) -> list[float] | None:
-    """The central `confidence` interval of bootstrap values, [lo, hi] (percentiles); None below
-    two values."""
+    """The central `confidence` interval [lo, hi] of bootstrap values; None below two values."""
     import numpy as np
 
     finite = [v for v in values if number(v) is not None]

@@ -1,6 +1,6 @@
 """The summary of a sweep: summary.csv/.md/.png, with seed statistics per configuration."""
 
-import logging
+import itertools
 import sys
 from pathlib import Path
 from typing import Any
@@ -13,32 +13,25 @@ from gptlab.exits import BAD_INPUT, FAILED
 from gptlab.run import directory, ownership
 from gptlab.run.overrides import split_override
 from gptlab.run.settings import saved_value
-from gptlab.sweep.ablation import BASELINE, summary_extras
+from gptlab.sweep.ablation import BASELINE, leading_sections
 from gptlab.sweep.horizon import short_horizon, smoke_test_note
 from gptlab.sweep.jobs import job_identity
-from gptlab.sweep.plots import write_plot
+from gptlab.sweep.plots import summary_figure
 from gptlab.sweep.scaling import TooFewPoints
 from gptlab.sweep.scaling_report import scaling_section
 from gptlab.sweep.search import search_summary
-from gptlab.sweep.stats import (
-    ci_half_width,
-    group_configurations,
-    job_values,
-    mean_std,
-    number,
-    sort_key,
-    vs_best_verdict,
-    welch_p,
-)
+from gptlab.sweep.stats import group_configurations, job_values, number, sort_key, verdict, welch
 from gptlab.sweep.tables import (
     CONFIG_SHOWN,
     PARAMS,
     config_columns,
     job_columns,
+    metric_columns,
     write_table,
 )
 
-log = logging.getLogger(__name__)
+# a configuration's statistics over its seeds: column prefix, the key of its jobs' metrics
+CONFIG_METRICS = {"val_loss": "best_val_loss", "val_bpb": "best_val_bpb", "test_loss": "test_loss"}
 
 
 def read_job(job: Path) -> tuple[dict, list[str]]:
@@ -87,23 +80,6 @@ def collect(sweep_dir: Path) -> tuple[list[dict], list[str]]:
     return rows, [key for key in keys if len({repr(row.get(key)) for row in rows}) > 1]
 
 
-def metric_columns(metric: str, values: list[float]) -> dict:
-    """A metric's columns of summary_configs.csv over a configuration's seeds, and "mean ± ci95"
-    for summary.md; `_<metric>` keeps the values for Welch's test (not written)."""
-    mean, std = mean_std(values)
-    half = ci_half_width(values)
-    shown = "" if mean is None else f"{mean:.4f}"
-    if mean is not None and half is not None:
-        shown += f" ± {half:.4f}"
-    return {
-        f"_{metric}": values,
-        f"{metric}_mean": mean,
-        f"{metric}_std": std,
-        f"{metric}_ci95": half,
-        f"{metric} ± ci95": shown,
-    }
-
-
 def configuration(name: str, jobs: list[dict], knobs: list[str]) -> dict:
     """A configuration's row: its knobs, its seeds and jobs, and the statistics of its ok jobs."""
     group = [key for key in knobs if key != "seed"]
@@ -117,22 +93,25 @@ def configuration(name: str, jobs: list[dict], knobs: list[str]) -> dict:
         "seeds": " ".join(sorted((str(job.get("seed")) for job in jobs), key=sort_key)),
         "jobs": " ".join(sorted((job["job"] for job in jobs), key=sort_key)),
     }
-    for metric in ("val_loss", "val_bpb"):
-        config.update(metric_columns(metric, job_values(jobs, metric)))
+    for metric, key in CONFIG_METRICS.items():
+        config.update(metric_columns(metric, job_values(jobs, key)))
     return config
 
 
 def aggregate(rows: list[dict], knobs: list[str]) -> list[dict]:
-    """One row per configuration (jobs that differ only in `seed`), by mean val loss: mean, std
-    and Student-t interval of its ok jobs' best val loss and bpb; Welch's t-test against the
-    best."""
+    """One row per configuration, best mean val loss first, each against the best by Welch."""
     groups = group_configurations(rows, knobs)
     configs = [configuration(name, jobs, knobs) for name, jobs in groups.items()]
     configs.sort(key=lambda c: sort_key(c["val_loss_mean"]))
+    best = configs[0]
     for rank, config in enumerate(configs):
-        p = welch_p(config["_val_loss"], configs[0]["_val_loss"]) if rank else None
+        p = welch(config["_val_loss"], best["_val_loss"])[2] if rank else None
         config["p_vs_best"] = p
-        config["vs_best"] = vs_best_verdict(rank, p) if config["val_loss_mean"] is not None else ""
+        if config["val_loss_mean"] is None:
+            config["vs_best"] = ""
+        else:
+            delta = config["val_loss_mean"] - best["val_loss_mean"]
+            config["vs_best"] = verdict(delta, p) if rank else "best"
     return configs
 
 
@@ -173,29 +152,26 @@ def write_summary(
     metric: str = "best_val_loss",
 ) -> tuple[list[dict], list[str]]:
     """Write summary.csv, .md, .png (and summary_configs.csv with `seed` swept) of the jobs in
-    `sweep_dir` into `out` (the sweep directory itself by default); return the jobs and the
-    headline. The jobs' files are read as data. `target_val_loss` and `baseline`: see
-    gptlab.sweep.ablation. `scaling`, `metric`: the scaling-law fit of `metric` (None: when a
-    job set flops_budget; True: TooFewPoints, once summary.md is written, when it cannot fit;
-    gptlab.sweep.scaling_report)."""
+    `sweep_dir` (read as data) into `out` (default: `sweep_dir`); return the jobs and the
+    headline. `scaling`: fit `metric`'s scaling laws (None: when a job set flops_budget; True:
+    TooFewPoints, once summary.md is written, when it cannot)."""
     sweep_dir = Path(sweep_dir)
     out = Path(out or sweep_dir)
     out.mkdir(parents=True, exist_ok=True)
     rows, knobs = collect(sweep_dir)
     configs = aggregate(rows, knobs) if "seed" in knobs else None
-    config_extra, job_extra, extra_lines = summary_extras(
-        rows, configs, out, target_val_loss, baseline
-    )
+    leading = leading_sections(rows, configs, out, target_val_loss, baseline)
     head = headline(rows, configs, out)
     fit, missing = scaling_section(rows, knobs, sweep_dir, out, scaling, metric, baseline)
     head += [fit] if fit else []
-    lines = [f"# Sweep {sweep_dir}", "", *(f"- {line}" for line in head), "", *extra_lines]
+    lines = [f"# Sweep {sweep_dir}", "", *(f"- {line}" for line in head), "", *leading]
     if configs is not None:
         path = out / "summary_configs.csv"
-        table = write_table(path, config_columns(knobs, config_extra), configs, CONFIG_SHOWN)
+        table = write_table(path, config_columns(knobs, configs), configs, CONFIG_SHOWN)
         lines += ["## Configurations", "", *table, "", "## Jobs", ""]
-    lines += write_table(out / "summary.csv", job_columns(rows, knobs, job_extra), rows)
-    write_plot(rows, knobs, configs, out / "summary.png")
+    lines += write_table(out / "summary.csv", job_columns(rows, knobs), rows)
+    figure = summary_figure(rows, knobs, configs, out.name)
+    files.save_figure(figure, out / "summary.png", dpi=80)
     lines += search_summary(sweep_dir, out / "summary.png")  # an Optuna search's study and plots
     files.write_text(out / "summary.md", "\n".join(lines) + "\n")
     if missing:
@@ -206,14 +182,11 @@ def write_summary(
 def job_ranges(jobs: list[str]) -> str:
     """Job numbers as ranges: "jobs 0-3, 7" ("job 5" for one)."""
     numbers = sorted(int(job) for job in jobs if job.isdigit())
-    names = sorted(job for job in jobs if not job.isdigit())  # a job dir someone renamed
-    ranges = []
-    for n in numbers:
-        if ranges and ranges[-1][1] == n - 1:
-            ranges[-1][1] = n
-        else:
-            ranges.append([n, n])
-    parts = [str(a) if a == b else f"{a}-{b}" for a, b in ranges] + names
+    parts = []
+    for _, group in itertools.groupby(enumerate(numbers), key=lambda pair: pair[1] - pair[0]):
+        run = [n for _, n in group]  # consecutive numbers
+        parts.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
+    parts += sorted(job for job in jobs if not job.isdigit())  # a job dir someone renamed
     return ("job " if len(jobs) == 1 else "jobs ") + ", ".join(parts)
 
 
@@ -262,7 +235,5 @@ class SweepSummary(Callback):
         failed = [r for r in rows if r["status"] not in ("ok", "pruned")]
         if failed:
             print(failure_message(failed, rows, sweep_dir), file=sys.stderr, flush=True)
-            every_job_bad_input = len(failed) == len(rows) and all(
-                r.get("bad_input") is True for r in failed
-            )
-            sys.exit(BAD_INPUT if every_job_bad_input else FAILED)
+            bad_input = len(failed) == len(rows) and all(r.get("bad_input") is True for r in failed)
+            sys.exit(BAD_INPUT if bad_input else FAILED)
