@@ -87,8 +87,9 @@ def test_full_vocab_size_is_tiktokens(corpus_text, cl100k_ids, tmp_path, corpus_
     assert tok.vocab_size == enc.n_vocab == enc.max_token_value + 1
     assert tok.decode(tok.encode(corpus_text)) == corpus_text
     full = make_dm(tmp_path, corpus_path, compact_vocab=False)
-    assert full.vocab_size == enc.n_vocab
-    assert np.array_equal(np.concatenate([full.train_tokens, full.val_tokens]), cl100k_ids)
+    full.setup("fit")
+    assert full.tokenizer.vocab_size == enc.n_vocab
+    assert np.array_equal(np.concatenate([full.splits["train"], full.splits["val"]]), cl100k_ids)
     assert full.token_store().meta["dtype"] == "uint32"  # 100,277 ids do not fit in 16 bits
 
 
@@ -158,7 +159,7 @@ def test_corpus_too_short_for_a_val_window(tmp_path):
     with pytest.raises(ConfigError, match="data.context_length"):
         module.setup("validate")  # a failed setup is not remembered as done
     with pytest.raises(ConfigError, match="data.context_length"):
-        _ = module.vocab_size
+        module.setup("fit")
 
 
 @pytest.mark.parametrize(
@@ -204,15 +205,16 @@ def test_second_setup_loads_the_store_without_tokenizing(
     second.setup("fit")
     assert "Loaded token store" in caplog.text and "Tokenizing" not in caplog.text
     assert (caches[0] / "tokens.bin").stat().st_mtime_ns == mtime
-    assert second.vocab_size == first.vocab_size == 3771
-    assert np.array_equal(second.train_tokens, first.train_tokens)
-    assert np.array_equal(second.val_tokens, first.val_tokens)
+    assert second.tokenizer.vocab_size == first.tokenizer.vocab_size == 3771
+    assert np.array_equal(second.splits["train"], first.splits["train"])
+    assert np.array_equal(second.splits["val"], first.splits["val"])
 
 
 def test_truncated_store_is_rebuilt(tmp_path, corpus_path, caplog):
     first = make_dm(tmp_path, corpus_path)
     first.setup("fit")
-    expected = np.concatenate([first.train_tokens, first.val_tokens])  # a copy, not the mapping
+    # a copy, not the mapping
+    expected = np.concatenate([first.splits["train"], first.splits["val"]])
     del first  # truncating a mapped file in place would fault its readers (gptlab never does)
     (folder,) = (tmp_path / "cache").iterdir()
     tokens = folder / "tokens.bin"
@@ -222,23 +224,23 @@ def test_truncated_store_is_rebuilt(tmp_path, corpus_path, caplog):
     second.setup("fit")
     assert any(r.levelno == logging.WARNING and "damaged" in r.getMessage() for r in caplog.records)
     assert "Tokenizing" in caplog.text
-    assert np.array_equal(np.concatenate([second.train_tokens, second.val_tokens]), expected)
-    assert tokens.stat().st_size == 2 * (len(second.train_tokens) + len(second.val_tokens))
+    assert np.array_equal(np.concatenate([second.splits["train"], second.splits["val"]]), expected)
+    assert tokens.stat().st_size == 2 * (len(second.splits["train"]) + len(second.splits["val"]))
     assert [p.name for p in (tmp_path / "cache").iterdir()] == [folder.name]  # no temp folder
 
 
 # ------------------------------------------------------------------ split, windows, batches
 def test_split_is_train_then_val_in_token_order(dm, cl100k_ids):
     expected = np.searchsorted(np.unique(cl100k_ids), cl100k_ids)
-    assert len(dm.train_tokens) == int(len(expected) * 0.9)
-    assert np.array_equal(np.concatenate([dm.train_tokens, dm.val_tokens]), expected)
-    assert isinstance(dm.train_tokens, np.memmap) and dm.train_tokens.dtype == np.uint16
+    assert len(dm.splits["train"]) == int(len(expected) * 0.9)
+    assert np.array_equal(np.concatenate([dm.splits["train"], dm.splits["val"]]), expected)
+    assert isinstance(dm.splits["train"], np.memmap) and dm.splits["train"].dtype == np.uint16
 
 
 def test_train_windows_use_train_positions_only(dm):
     loader = dm.train_dataloader()
-    n_train = len(dm.train_tokens)
-    assert loader.dataset.tokens is dm.train_tokens
+    n_train = len(dm.splits["train"])
+    assert loader.dataset.tokens is dm.splits["train"]
     assert loader.sampler.num_starts == n_train - T  # the last start still ends inside train
     offsets = np.arange(T + 1)
     highest = 0
@@ -247,7 +249,7 @@ def test_train_windows_use_train_positions_only(dm):
     ):  # endless
         starts = np.asarray(starts)
         highest = max(highest, int(starts.max()) + T)  # last token position the window reads
-        window = torch.from_numpy(dm.train_tokens[starts[:, None] + offsets].astype(np.int64))
+        window = torch.from_numpy(dm.splits["train"][starts[:, None] + offsets].astype(np.int64))
         assert torch.equal(x, window[:, :-1]) and torch.equal(y, window[:, 1:])
     assert highest < n_train  # never a val position (those start at n_train)
 
@@ -266,15 +268,15 @@ def test_batches_shape_and_shift(dm):
 def test_val_windows_cover_val_split_once(dm):
     loader = dm.val_dataloader()
     starts = [s for batch in loader.sampler for s in batch]
-    n_val = len(dm.val_tokens)
+    n_val = len(dm.splits["val"])
     assert starts == list(range(0, n_val - T, T))
     assert len(starts) == (n_val - 1) // T  # what is left over is shorter than one window
     xs, ys = zip(*loader, strict=True)
     x = torch.cat(xs)
     y = torch.cat(ys)
     assert len(x) == len(starts)
-    assert x.flatten().tolist() == dm.val_tokens[: len(starts) * T].tolist()
-    assert y.flatten().tolist() == dm.val_tokens[1 : len(starts) * T + 1].tolist()
+    assert x.flatten().tolist() == dm.splits["val"][: len(starts) * T].tolist()
+    assert y.flatten().tolist() == dm.splits["val"][1 : len(starts) * T + 1].tolist()
     assert dm.evaluated("val") == n_val  # the default budget keeps the book's whole val split
 
 
@@ -290,9 +292,9 @@ def test_test_fraction_zero_keeps_the_articles_split(dm, corpus_path, tmp_path):
     """data.test_fraction=0 (the default): the same 90/10 split to the token, no test split."""
     zero = make_dm(tmp_path, corpus_path, sha256=SALES_TEXTBOOK_SHA256, test_fraction=0.0)
     zero.setup("fit")
-    assert np.array_equal(zero.train_tokens, dm.train_tokens)
-    assert np.array_equal(zero.val_tokens, dm.val_tokens)
-    assert len(zero.test_tokens) == 0
+    assert np.array_equal(zero.splits["train"], dm.splits["train"])
+    assert np.array_equal(zero.splits["val"], dm.splits["val"])
+    assert len(zero.splits["test"]) == 0
     with pytest.raises(ConfigError, match="data.test_fraction=0"):
         zero.test_dataloader()
 
@@ -300,31 +302,31 @@ def test_test_fraction_zero_keeps_the_articles_split(dm, corpus_path, tmp_path):
 def test_test_split_comes_after_train_and_val(dm, corpus_path, tmp_path):
     held = make_dm(tmp_path, corpus_path, sha256=SALES_TEXTBOOK_SHA256, test_fraction=0.1)
     held.setup("fit")
-    everything = np.concatenate([dm.train_tokens, dm.val_tokens])
+    everything = np.concatenate([dm.splits["train"], dm.splits["val"]])
     n = len(everything)
-    assert len(held.train_tokens) == int(n * 0.8)
-    assert len(held.test_tokens) == int(n * 0.1)
+    assert len(held.splits["train"]) == int(n * 0.8)
+    assert len(held.splits["test"]) == int(n * 0.1)
     assert np.array_equal(
-        np.concatenate([held.train_tokens, held.val_tokens, held.test_tokens]), everything
+        np.concatenate([held.splits["train"], held.splits["val"], held.splits["test"]]), everything
     )
-    assert np.array_equal(held.test_tokens, everything[n - int(n * 0.1) :])  # the last tokens
+    assert np.array_equal(held.splits["test"], everything[n - int(n * 0.1) :])  # the last tokens
     # the test loader walks every non-overlapping window of the test split once, in order
     xs, ys = zip(*held.test_dataloader(), strict=True)
     x = torch.cat(xs)
     y = torch.cat(ys)
-    assert len(x) == (len(held.test_tokens) - 1) // T
-    assert x.flatten().tolist() == held.test_tokens[: len(x) * T].tolist()
-    assert y.flatten().tolist() == held.test_tokens[1 : len(x) * T + 1].tolist()
+    assert len(x) == (len(held.splits["test"]) - 1) // T
+    assert x.flatten().tolist() == held.splits["test"][: len(x) * T].tolist()
+    assert y.flatten().tolist() == held.splits["test"][1 : len(x) * T + 1].tolist()
 
 
 def test_validation_covers_a_fixed_prefix_of_its_split(corpus_path, tmp_path):
-    """data.val_tokens / data.test_tokens: every window of the first N tokens, the same each
+    """data.splits["val"] / data.splits["test"]: every window of the first N tokens, the same each
     time, exact over them; too few for one window is refused."""
     capped = make_dm(tmp_path, corpus_path, val_tokens=1000, test_fraction=0.1, test_tokens=500)
     capped.setup("fit")
     for split, budget in (("val", 1000), ("test", 500)):
         loader = capped.val_dataloader() if split == "val" else capped.test_dataloader()
-        tokens = capped.val_tokens if split == "val" else capped.test_tokens
+        tokens = capped.splits["val"] if split == "val" else capped.splits["test"]
         assert capped.evaluated(split) == budget < len(tokens)
         x = torch.cat([x for x, _ in loader])
         assert len(x) == (budget - 1) // T  # every whole window of the prefix
@@ -333,7 +335,7 @@ def test_validation_covers_a_fixed_prefix_of_its_split(corpus_path, tmp_path):
         assert torch.equal(x, again)
     with pytest.raises(ConfigError, match="data.val_tokens=10: fewer than one window"):
         make_dm(tmp_path, corpus_path, val_tokens=10).setup("fit")
-    with pytest.raises(ConfigError, match="data.test_tokens=0: it must be positive or null"):
+    with pytest.raises(ConfigError, match="data.splits["test"]=0: it must be positive or null"):
         make_dm(tmp_path, corpus_path, test_tokens=0)
 
 
@@ -438,7 +440,8 @@ def test_datamodule_downloads_through_mirror(mirror, tmp_path):
         batch_size=B,
         context_length=T,
     )
-    assert module.vocab_size == 3771
+    module.setup("fit")
+    assert module.tokenizer.vocab_size == 3771
     assert (tmp_path / "data" / "sha256" / SALES_TEXTBOOK_SHA256 / "sales_textbook.txt").is_file()
     (store,) = (tmp_path / "cache").iterdir()
     assert sorted(p.name for p in store.iterdir()) == ["meta.json", "tokens.bin"]

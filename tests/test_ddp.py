@@ -15,7 +15,7 @@ from hydra import compose, initialize_config_module
 from gptlab.config.schemas import register_configs
 from gptlab.data.tokenizer import Tokenizer
 from gptlab.model.gpt import GPTConfig
-from gptlab.training.loading import load_module
+from gptlab.run.checkpoints import load_model
 from gptlab.training.module import GPTModule, OptimConfig
 
 register_configs()  # the config schemas and resolvers that composing conf/train.yaml needs
@@ -129,8 +129,8 @@ def test_compiled_model_checkpoint_loads_uncompiled_with_identical_logits(tmp_pa
 
     state = torch.load(tmp_path / "compiled.ckpt", weights_only=True)["state_dict"]
     assert state and not [k for k in state if "_orig_mod" in k]
-    loaded = load_module(tmp_path / "compiled.ckpt")
+    loaded, _, _ = load_model(tmp_path / "compiled.ckpt")
     assert loaded.config.compile is False
     module.eval()
     with torch.no_grad():
-        assert torch.equal(loaded.model(x), module.model(x))
+        assert torch.equal(loaded(x), module.model(x))

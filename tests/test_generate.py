@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import shutil
 from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -14,8 +15,7 @@ from hydra import compose, initialize_config_module
 from gptlab.cli.generate import decode_stream, run_job, sample_texts
 from gptlab.data.tokenizer import Tokenizer
 from gptlab.errors import ConfigError
-from gptlab.run.checkpoints import find_checkpoint, load_checkpoint
-from gptlab.training.loading import load_module
+from gptlab.run.checkpoints import find_checkpoint, load_checkpoint, load_model
 
 PROMPT = "The salesperson"
 HEADER = re.compile(r"^--- sample \d+ of \d+ ---\n", re.MULTILINE)
@@ -29,9 +29,15 @@ def run_dir(tmp_path_factory):
     return cwd / "run"
 
 
+def loaded(path):
+    """The model and tokenizer gptlab-generate samples from."""
+    model, tokenizer, step = load_model(path)
+    return SimpleNamespace(model=model, tokenizer=tokenizer, step=step)
+
+
 @pytest.fixture(scope="module")
 def module(run_dir):
-    return load_module(run_dir / "checkpoints" / "best.ckpt")
+    return loaded(run_dir / "checkpoints" / "best.ckpt")
 
 
 TOOL = "gptlab-generate"
@@ -62,7 +68,10 @@ def test_samples_from_run_dir_and_file_start_with_the_prompt_and_repeat(run_dir,
     assert by_file.stdout == by_dir.stdout  # same checkpoint, same seed: same text
     assert "Traceback" not in by_dir.stderr
     # what was streamed is what the model generates in one piece, decoded at the end
-    assert sample_texts(module, PROMPT, 12, 0.8, 50, num_samples=3, seed=3) == texts
+    assert (
+        sample_texts(module.model, module.tokenizer, PROMPT, 12, 0.8, 50, num_samples=3, seed=3)
+        == texts
+    )
     assert list(
         (tmp_path / "outputs" / "generate").rglob("generate.log")
     )  # the Hydra run directory
@@ -71,22 +80,30 @@ def test_samples_from_run_dir_and_file_start_with_the_prompt_and_repeat(run_dir,
 def test_streaming_writes_token_by_token_and_matches_generate(module):
     pieces: list[str] = []
     [text] = sample_texts(
-        module, PROMPT, max_new_tokens=10, temperature=0.0, top_k=None, write=pieces.append
+        module.model,
+        module.tokenizer,
+        PROMPT,
+        max_new_tokens=10,
+        temperature=0.0,
+        top_k=None,
+        write=pieces.append,
     )
     assert len(pieces) >= 10 and "".join(pieces) == text + "\n"
     ids = torch.tensor([module.tokenizer.encode(PROMPT)])
     expected = module.tokenizer.decode(module.model.generate(ids, 10, temperature=0.0)[0].tolist())
     assert text == expected  # temperature 0: greedy
-    other_seed = sample_texts(module, PROMPT, 12, num_samples=2, seed=1)
-    assert other_seed != sample_texts(module, PROMPT, 12, num_samples=2, seed=2)
+    other_seed = sample_texts(module.model, module.tokenizer, PROMPT, 12, num_samples=2, seed=1)
+    assert other_seed != sample_texts(
+        module.model, module.tokenizer, PROMPT, 12, num_samples=2, seed=2
+    )
 
 
 def test_empty_prompt_starts_from_a_newline_and_unknown_tokens_are_refused(module):
-    [text] = sample_texts(module, "", max_new_tokens=5)
+    [text] = sample_texts(module.model, module.tokenizer, "", max_new_tokens=5)
     assert text.startswith("\n") and len(text) > 1
     # the same check as gptlab-generate's (in process: a process importing Lightning costs seconds)
     with pytest.raises(ConfigError, match=r"prompt='xylophone quantum': .* compact vocabulary"):
-        sample_texts(module, "xylophone quantum")
+        sample_texts(module.model, module.tokenizer, "xylophone quantum")
 
 
 def test_stream_decoder_holds_back_split_characters():
@@ -189,9 +206,9 @@ def test_load_module_strips_the_torch_compile_prefix(run_dir, module, tmp_path):
         k.replace("model.", "model._orig_mod.", 1): v for k, v in checkpoint["state_dict"].items()
     }
     torch.save(checkpoint, tmp_path / "compiled.ckpt")
-    loaded = load_module(tmp_path / "compiled.ckpt")
-    assert not loaded.training
+    model = loaded(tmp_path / "compiled.ckpt").model
+    assert not model.training
     for (name, a), (_, b) in zip(
-        loaded.state_dict().items(), module.state_dict().items(), strict=True
+        model.state_dict().items(), module.model.state_dict().items(), strict=True
     ):
         assert torch.equal(a, b), name

@@ -423,14 +423,19 @@ def test_parameter_counts(overrides):
         {"ffn_mult": 2, "bias": False, "qk_norm": True, "positional": "rope"},
     ],
 )
-def test_the_models_own_accounting_matches_the_training_formulas(overrides):
-    """GPT.scaling_params and GPT.flops_per_token count what training/module.py's functions of
-    the config count (the callers move over to the methods next)."""
-    from gptlab.training.module import flops_per_token, scaling_params
+def test_the_models_own_accounting_is_the_scaling_law_formula(overrides):
+    """GPT.scaling_params: per block 4 d_model² (Wq, Wk, Wv, Wo) and the FFN's 2 (SwiGLU: 3)
+    matrices of ffn_hidden x d_model, plus the head's vocab x d_model; GPT.flops_per_token: 6 per
+    such weight plus attention's 12 num_blocks context_length d_model."""
+    from gptlab.model.config import ffn_hidden
 
     model = make_model(**overrides)
-    assert model.scaling_params() == scaling_params(model.config)
-    assert model.flops_per_token() == flops_per_token(model.config)
+    c = model.config
+    ffn = (3 if c.activation == "swiglu" else 2) * ffn_hidden(c) * c.d_model
+    expected = c.num_blocks * (4 * c.d_model**2 + ffn) + c.d_model * c.vocab_size
+    assert model.scaling_params() == expected
+    attention = 12 * c.num_blocks * c.context_length * c.d_model
+    assert model.flops_per_token() == 6 * expected + attention
 
 
 @pytest.mark.parametrize("attention", ["manual", "sdpa"])

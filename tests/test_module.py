@@ -364,7 +364,6 @@ def test_declared_flops_match_what_torch_counts_for_a_training_step(settings):
     from lightning.fabric.utilities.throughput import measure_flops
 
     from gptlab.model.gpt import GPT
-    from gptlab.training.module import flops_per_token
 
     config = GPTConfig(
         vocab_size=500,
@@ -378,5 +377,5 @@ def test_declared_flops_match_what_torch_counts_for_a_training_step(settings):
     model = GPT(config)
     ids = torch.randint(500, (4, 32))
     counted = measure_flops(model, lambda: model(ids), loss_fn=lambda logits: logits.sum())
-    declared = flops_per_token(config) * ids.numel()
+    declared = model.flops_per_token() * ids.numel()
     assert counted == pytest.approx(declared, rel=0.02)

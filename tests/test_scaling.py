@@ -9,12 +9,12 @@ import json
 import math
 from pathlib import Path
 
-import lightning as L
 import numpy as np
 import pytest
 import yaml
 from helpers import check, read_metrics, run_cli, run_main
 from hydra import compose, initialize_config_module
+from omegaconf import OmegaConf
 
 from gptlab.config.schemas import register_configs
 from gptlab.data.datamodule import GPTDataModule
@@ -22,8 +22,7 @@ from gptlab.errors import ConfigError
 from gptlab.model.config import GPTConfig
 from gptlab.model.gpt import GPT
 from gptlab.sweep import isoflop, parametric
-from gptlab.training.budget import apply_budget, steps_for_budget, unique_train_tokens
-from gptlab.training.module import flops_per_token, scaling_params
+from gptlab.training.budget import run_length, steps_for_budget, tokens_per_step, world_size
 
 register_configs()  # the config schemas and resolvers that composing conf/train.yaml needs
 
@@ -127,23 +126,30 @@ def test_scaling_params_are_the_blocks_matrices_and_the_head(toggles):
     config = GPTConfig(vocab_size=97, context_length=16, d_model=32, num_heads=4, **toggles)
     model = GPT(config)
     matrices = [p for p in model.blocks.parameters() if p.dim() == 2]
-    assert scaling_params(config) == sum(p.numel() for p in matrices) + model.head.weight.numel()
-    assert 0 < scaling_params(config) < model.num_params()["total"]
+    assert model.scaling_params() == sum(p.numel() for p in matrices) + model.head.weight.numel()
+    assert 0 < model.scaling_params() < model.num_params()["total"]
     attention = 12 * config.num_blocks * config.context_length * config.d_model
-    assert flops_per_token(config) == 6 * scaling_params(config) + attention
+    assert model.flops_per_token() == 6 * model.scaling_params() + attention
 
 
-def test_a_budget_sets_max_steps_the_schedule_follows_and_too_small_a_budget_is_refused(
-    corpus_path,
-):
-    config = GPTConfig(vocab_size=100, context_length=32, d_model=32, num_heads=2, num_blocks=1)
-    data = GPTDataModule(path=str(corpus_path), sha256=None, batch_size=8, context_length=32)
-    trainer = L.Trainer(accelerator="cpu", max_steps=1200, logger=False, accumulate_grad_batches=2)
-    per_step = flops_per_token(config) * 8 * 32 * 2  # x2: accumulated batches
-    assert apply_budget(trainer, 10.4 * per_step, config, data) == 10
-    assert trainer.max_steps == trainer.estimated_stepping_batches == 10  # the cosine's length
+def test_a_budget_sets_max_steps_before_the_trainer_and_too_small_a_budget_is_refused():
+    """The steps a budget buys over every rank's tokens (accumulated batches included), known
+    from the settings alone: the Trainer is then built once with them."""
+    cfg = OmegaConf.create(
+        {
+            "flops_budget": None,
+            "data": {"batch_size": 8, "context_length": 32},
+            "trainer": {"accelerator": "cpu", "devices": 2, "max_steps": 1200},
+        }
+    )
+    cfg.trainer.accumulate_grad_batches = 2
+    assert world_size(cfg.trainer) == 2 and tokens_per_step(cfg, 2) == 8 * 32 * 2 * 2
+    per_step = 1000 * 8 * 32 * 2 * 2  # 1000 FLOPs a token
+    assert run_length(cfg, 1000, 2) == 1200  # no budget: trainer.max_steps
+    cfg.flops_budget = 10.4 * per_step
+    assert run_length(cfg, 1000, 2) == 10
     with pytest.raises(ConfigError, match=r"flops_budget=.*buys no step"):
-        steps_for_budget(0.4 * per_step, flops_per_token(config), 8 * 32 * 2)
+        steps_for_budget(0.4 * per_step, 1000, 8 * 32 * 2 * 2)
 
 
 def test_gptlab_train_refuses_a_budget_below_one_step_with_exit_2(tmp_path):
@@ -165,7 +171,7 @@ def test_experiment_scaling_is_an_isoflop_grid_that_composes_with_an_ablation():
         model = {**cfg.model, "d_model": d_model, "vocab_size": 3771}  # the compact vocabulary
         config = GPTConfig(**{k: v for k, v in model.items() if k != "_target_"})
         assert config.head_size % 2 == 0  # valid for RoPE too
-        sizes.append(scaling_params(config))
+        sizes.append(GPT(config).scaling_params())
     assert max(sizes) / min(sizes) >= 10
     assert rope.model.positional == "rope" and rope.optim == cfg.optim
 
@@ -195,7 +201,7 @@ def test_every_job_of_a_budget_spends_it_and_reports_what_a_fit_reads(isoflop_sw
         assert m["train_flops"] == m["flops_per_token"] * m["tokens_seen"]
         assert abs(m["train_flops"] / m["flops_budget"] - 1) < 0.05
         assert 0 < m["scaling_params"] < m["num_params"]
-        assert m["epochs"] == pytest.approx(m["tokens_seen"] / unique_train_tokens(data), 1e-3)
+        assert m["epochs"] == pytest.approx(m["tokens_seen"] / len(data.splits["train"]), 1e-3)
     with open(sweep / "summary.csv", newline="") as f:  # the budget's steps, not the config's
         rows = {row["job"]: row for row in csv.DictReader(f)}
     for job in jobs:

@@ -61,7 +61,7 @@ def joined_ids(docs: list[str]) -> np.ndarray:
 def tokens_of(tmp_path: Path, **settings) -> np.ndarray:
     module = GPTDataModule(url=None, sha256=None, cache_dir=str(tmp_path / "cache"), **settings)
     module.setup("fit")
-    return np.concatenate([module.train_tokens, module.val_tokens])
+    return np.concatenate([module.splits["train"], module.splits["val"]])
 
 
 def test_a_folder_and_a_glob_read_their_files_in_sorted_order(corpora, tmp_path):

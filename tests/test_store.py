@@ -168,7 +168,7 @@ def test_a_kill_mid_tokenizing_leaves_nothing_the_next_start_uses(tmp_path, corp
     (folder,) = cache.iterdir()  # the store, and nothing else
     count = len(tiktoken.get_encoding("cl100k_base").encode_ordinary(corpus_text * 20))
     assert (folder / "tokens.bin").stat().st_size == 2 * count
-    assert len(again.train_tokens) + len(again.val_tokens) == count
+    assert len(again.splits["train"]) + len(again.splits["val"]) == count
 
 
 def test_a_live_tokenization_is_left_alone(tmp_path):
@@ -193,10 +193,10 @@ def test_a_data_module_pickles_by_the_stores_path(tmp_path, corpus_path):
     module = GPTDataModule(path=str(corpus_path), url=None, cache_dir=str(tmp_path))
     module.setup("fit")
     data = pickle.dumps(module)
-    assert len(data) < 10_000 < len(module.train_tokens)  # no token array travels
+    assert len(data) < 10_000 < len(module.splits["train"])  # no token array travels
     copy = pickle.loads(data)
-    assert copy.tokenizer is None and copy.train_tokens is None
+    assert copy.tokenizer is None and copy.splits == {}
     copy.setup("fit")  # maps the same store, no tokenizing, no hashing
-    assert isinstance(copy.train_tokens, np.memmap)
-    assert np.array_equal(copy.train_tokens, module.train_tokens)
-    assert copy.vocab_size == module.vocab_size == 3771
+    assert isinstance(copy.splits["train"], np.memmap)
+    assert np.array_equal(copy.splits["train"], module.splits["train"])
+    assert copy.tokenizer.vocab_size == module.tokenizer.vocab_size == 3771

@@ -17,7 +17,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.plugins.hparams import plugin_data_pb2
 
 from gptlab.config.schemas import register_configs
-from gptlab.training.loading import load_module
+from gptlab.run.checkpoints import load_model
 
 register_configs()  # the config schemas and resolvers that composing conf/train.yaml needs
 CONF = Path(gptlab.conf.__file__).parent
@@ -125,7 +125,7 @@ def test_metrics_json_is_sane(fast_run):
     assert m["tokens_seen"] == 30 * 8 * 32  # steps x batch x context (debug=fast)
     assert 0 < m["best_val_loss"] <= m["final_val_loss"] + 1e-6 < math.log(5000)
     assert m["best_val_perplexity"] == pytest.approx(math.exp(m["best_val_loss"]), rel=1e-6)
-    model = load_module(run_dir / "checkpoints" / "last.ckpt").model  # the trained model, rebuilt
+    model, _, _ = load_model(run_dir / "checkpoints" / "last.ckpt")  # the trained model, rebuilt
     assert m["num_params"] == sum(p.numel() for p in model.parameters())
     # training time (tokens / rate) is part of the wall time
     assert 0 < m["tokens_seen"] / m["tokens_per_sec"] <= m["wall_seconds"] * 1.01

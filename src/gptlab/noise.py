@@ -1,8 +1,10 @@
-"""Lightning's warnings that tell a gptlab user nothing, ignored by their exact text in every
-process that imports gptlab. The spawned ranks of DDP are new interpreters that never run a
-run's log set-up (gptlab.run.logs), but they import gptlab when they unpickle the trainer, so
-this is where their filters come from too."""
+"""What Lightning says that tells a gptlab user nothing, by its exact text, in one place: the
+warnings ignored in every process that imports gptlab (the spawned ranks of DDP are new
+interpreters that never run a run's log set-up, but they import gptlab when they unpickle the
+trainer) and the log messages gptlab.run.logs leaves out."""
 
+import logging
+import re
 import warnings
 
 KNOWN_WARNINGS = (
@@ -14,8 +16,30 @@ KNOWN_WARNINGS = (
     r"It is recommended to use `self\.log\('(val|test)/[a-z_]+', \.\.\., sync_dist=True\)` "
     r"when logging on epoch level in distributed setting",
 )
+KNOWN_MESSAGES = (
+    # adverts for Lightning's cloud services (litlogger, litmodels)
+    re.compile(
+        r"💡 Tip: For seamless cloud (logging and experiment tracking|uploads and versioning)"
+    ),
+    # gptlab's callbacks group configures the model summary on purpose
+    re.compile(
+        r"Trainer already configured with model summary callbacks: \[.*\]\. "
+        r"Skipping setting a default `ModelSummary` callback\.\Z"
+    ),
+    # a limit that is the default (gptlab-eval passes the run's own)
+    re.compile(
+        r"`Trainer\(limit_(train|val|test|predict)_batches=1(\.0)?\)` was configured so "
+        r"(1 batch|100% of the batches)( per epoch)? will be used\.+\Z"
+    ),
+)
 
 
 def ignore_known_warnings() -> None:
     for pattern in KNOWN_WARNINGS:
         warnings.filterwarnings("ignore", message=pattern)
+
+
+def not_noise(record: logging.LogRecord) -> bool:
+    """A log filter: Lightning's known messages (KNOWN_MESSAGES) are dropped."""
+    message = record.getMessage()
+    return not any(pattern.match(message) for pattern in KNOWN_MESSAGES)

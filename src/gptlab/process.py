@@ -1,4 +1,5 @@
-"""Process defaults for training on a CPU, set once when gptlab is imported.
+"""This process: its rank, and its defaults for training on a CPU, set once when gptlab is
+imported.
 
 - OpenMP: `GOMP_SPINCOUNT=1000`. An idle OpenMP thread spins briefly, then sleeps, so a run keeps
   its speed alone and beside another busy process. libgomp reads it when torch loads it, so it is
@@ -68,6 +69,16 @@ def keep_freed_memory(environ) -> bool:
     mmap_set = mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1
     trim_set = mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1
     return mmap_set and trim_set
+
+
+def rank(environ=os.environ) -> int:
+    """This process's rank as its launcher set it, read as Lightning reads it (RANK, LOCAL_RANK,
+    SLURM_PROCID, JSM_NAMESPACE_RANK), before Lightning is imported. A DDP rank Lightning spawns
+    itself is known to Lightning only: its callbacks ask the trainer (is_global_zero)."""
+    for key in ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK"):
+        if environ.get(key, "").isdigit():
+            return int(environ[key])
+    return 0
 
 
 def apply_defaults(environ=os.environ) -> dict[str, bool]:

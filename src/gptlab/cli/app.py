@@ -13,9 +13,9 @@ from typing import Any
 from omegaconf import DictConfig
 
 from gptlab.cli.compose import check_command_line, output_place
-from gptlab.config.resolvers import process_rank
 from gptlab.errors import ConfigError
 from gptlab.exits import BAD_INPUT
+from gptlab.process import rank
 from gptlab.run import place
 from gptlab.run.ownership import RUN, SWEEP
 
@@ -39,7 +39,7 @@ def run_hydra_app(hydra_main: Callable[[], object], tool: str) -> None:
     exit code 2."""
     try:
         composed = check_command_line(tool, sys.argv)
-        if composed is not None and process_rank() == 0 and not composed[0].get("resume"):
+        if composed is not None and rank() == 0 and not composed[0].get("resume"):
             cfg, multirun = composed  # resume= found its directory own already
             where, key = output_place(cfg, multirun)
             kind = None if tool != "gptlab-train" else SWEEP if multirun else RUN

@@ -34,7 +34,7 @@ def read_results(path: Path) -> dict:
     return saved
 
 
-def own_run(checkpoint: Path) -> tuple[Path | None, ownership.Manifest | None]:
+def run_of(checkpoint: Path) -> tuple[Path | None, ownership.Manifest | None]:
     """The run directory the checkpoint lies in (as given: links are not followed), and its
     manifest when it is the user's own; anyone else's is read for the checkpoint's tensors only."""
     if checkpoint.parent.name != directory.CHECKPOINTS:
@@ -55,15 +55,15 @@ def evaluate(cfg: DictConfig) -> dict:
     import lightning as L
 
     from gptlab.data.datamodule import GPTDataModule
-    from gptlab.run.checkpoints import find_checkpoint, load_checkpoint, step_of
+    from gptlab.run.checkpoints import find_checkpoint, read_trained
     from gptlab.run.logs import route_lightning_logs
-    from gptlab.training.loading import module_from
+    from gptlab.training.module import GPTModule
 
     route_lightning_logs()  # Lightning's messages as the run's, its known noise left out
 
     place.check_data_places(cfg.data.data_dir, cfg.data.cache_dir)
     checkpoint = Path(find_checkpoint(cfg.ckpt_path).absolute())
-    run_dir, manifest = own_run(checkpoint)
+    run_dir, manifest = run_of(checkpoint)
     data, trainer_cfg = run_settings(manifest)
     other = {
         k: v
@@ -77,8 +77,9 @@ def evaluate(cfg: DictConfig) -> dict:
     places = ([run_dir] if own else []) + [Path(cfg.output_dir)]
     read_results(places[0] / directory.EVAL)  # a corrupt one is refused before the long part
     split = check_split(cfg.split, data, other)
-    loaded = load_checkpoint(checkpoint)
-    module = module_from(loaded, checkpoint)
+    trained = read_trained(checkpoint)
+    module = GPTModule(model=trained.model, optim={}, tokenizer=trained.tokenizer)
+    module.load_state_dict(trained.weights)
     most = module.config.context_length  # windows of the model's length unless the run or cfg says
     settings = {"context_length": most, **data, **other, "tokenizer": module.tokenizer_state}
     if settings["context_length"] > most:
@@ -103,7 +104,7 @@ def evaluate(cfg: DictConfig) -> dict:
     loss, bpb = (float(trainer.callback_metrics[f"{split}/{k}"]) for k in ("loss", "bpb"))
     result = {
         "checkpoint": str(checkpoint),
-        "step": step_of(loaded),
+        "step": trained.step,
         "corpus": str(datamodule.corpus_path()),
         "val_fraction": datamodule.val_fraction,
         "context_length": datamodule.context_length,

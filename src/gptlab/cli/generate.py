@@ -29,7 +29,8 @@ def decode_stream(tokenizer, chunks: Iterable[list[int]]) -> Iterator[str]:
 
 
 def sample_texts(
-    module,
+    model,
+    tokenizer,
     prompt: str,
     max_new_tokens: int = 100,
     temperature: float = 0.8,
@@ -42,19 +43,18 @@ def sample_texts(
     `write`."""
     import torch
 
-    prompt_ids = module.tokenizer.encode_prompt(prompt)  # an unknown token fails before any output
-    generator = torch.Generator(device=module.device).manual_seed(seed)
+    prompt_ids = tokenizer.encode_prompt(prompt)  # an unknown token fails before any output
+    device = next(model.parameters()).device
+    generator = torch.Generator(device=device).manual_seed(seed)
     texts = [""] * num_samples
     for i in range(num_samples):
         if num_samples > 1:
             write(f"--- sample {i + 1} of {num_samples} ---\n")
-        ids = torch.tensor([prompt_ids], device=module.device)  # [1, len(prompt)]
-        new = module.model.generate_stream(
+        ids = torch.tensor([prompt_ids], device=device)  # [1, len(prompt)]
+        new = model.generate_stream(
             ids, max_new_tokens, temperature, top_k, generator
         )  # [1, 1] each
-        for piece in decode_stream(
-            module.tokenizer, chain([prompt_ids], (t[0].tolist() for t in new))
-        ):
+        for piece in decode_stream(tokenizer, chain([prompt_ids], (t[0].tolist() for t in new))):
             write(piece)
             texts[i] += piece
         write("\n")
@@ -78,15 +78,14 @@ def generate(cfg: DictConfig) -> list[str]:
             "always the most likely token; 1 samples from the model's distribution as it is)."
         )
     device = resolve_device(cfg.device)
-    # torch and Lightning: after the checks
-    from gptlab.run.checkpoints import find_checkpoint
-    from gptlab.training.loading import load_module
+    from gptlab.run.checkpoints import find_checkpoint, load_model  # torch: after the checks
 
     path = find_checkpoint(cfg.ckpt_path)
-    module = load_module(path, map_location=device)
+    model, tokenizer, _ = load_model(path, map_location=device)
     start = time.perf_counter()
     texts = sample_texts(
-        module,
+        model,
+        tokenizer,
         cfg.prompt,
         cfg.max_new_tokens,
         float(cfg.temperature),

@@ -25,8 +25,7 @@ from gptlab.data.tokenizer import Tokenizer
 from gptlab.errors import ConfigError, check_whole_number
 from gptlab.model.gpt import GPT, GPTConfig
 from gptlab.run import directory, ownership
-from gptlab.run.checkpoints import find_checkpoint, load_checkpoint, step_of
-from gptlab.training.loading import module_from
+from gptlab.run.checkpoints import find_checkpoint, load_model
 
 log = logging.getLogger("gptlab.inspect")
 register_configs()  # the unique_dir resolver of the run directory
@@ -187,11 +186,7 @@ def look_inside(cfg: DictConfig) -> None:
     check_whole_number(cfg, "block", 0, "the block whose attention is drawn")
     if cfg.ckpt_path:
         path = find_checkpoint(cfg.ckpt_path)
-        checkpoint = load_checkpoint(path)
-        module = module_from(checkpoint, path)
-        model = module.model
-        tokenizer = module.tokenizer
-        step = step_of(checkpoint)
+        model, tokenizer, step = load_model(path)
         log.info("Model from %s (step %d)", path, step)
     else:
         model, tokenizer = random_model(

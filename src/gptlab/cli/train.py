@@ -25,7 +25,8 @@ def run_job(cfg: DictConfig) -> float:
     """The Hydra task: bad input ends in one paragraph and exit code 2; in a multirun the failed
     job is recorded in its metrics.json instead and the sweep goes on."""
     from gptlab.cli.fit import train
-    from gptlab.sweep.jobs import in_multirun, sweep_job
+    from gptlab.run.place import in_multirun
+    from gptlab.sweep.jobs import sweep_job
 
     return sweep_job(train, cfg) if in_multirun() else run_task(train, cfg, log)
 

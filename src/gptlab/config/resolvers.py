@@ -11,6 +11,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import OmegaConf
 
+from gptlab.process import rank
 from gptlab.run import directory, ownership
 
 
@@ -18,21 +19,13 @@ def unique_dir(path: str) -> str:
     """`path`, or `path_1`, `path_2`, ...: the first that does not exist yet, so two runs
     started in the same second get one each (gptlab.run.place creates it; other ranks of a
     SLURM job share rank 0's)."""
-    if process_rank() > 0:
+    if rank() > 0:
         return path
     candidate, n = path, 0
     while os.path.lexists(candidate):
         n += 1
         candidate = f"{path}_{n}"
     return candidate
-
-
-def process_rank() -> int:
-    """This process's rank as its launcher set it (Lightning reads the same variables)."""
-    for key in ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK"):
-        if os.environ.get(key, "").isdigit():
-            return int(os.environ[key])
-    return 0
 
 
 def start_subdir() -> str | None:
@@ -53,7 +46,7 @@ def start_subdir_of(output_dir: str) -> str | None:
     what an earlier one saved; none (Hydra saves nothing) in a directory that is not the user's
     own, which the start then refuses (gptlab.run.ownership.claim). Other ranks of a DDP job
     save nothing."""
-    if process_rank() > 0:
+    if rank() > 0:
         return None
     run_dir = Path(output_dir)
     if not os.path.lexists(run_dir / directory.HYDRA):

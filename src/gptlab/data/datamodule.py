@@ -106,8 +106,8 @@ class GPTDataModule(L.LightningDataModule):
         self.compact_vocab = compact_vocab
         self.val_fraction = val_fraction
         self.test_fraction = test_fraction
-        self.val_budget = val_tokens  # `val_tokens` is the val split itself (below)
-        self.test_budget = test_tokens
+        self.val_tokens = val_tokens
+        self.test_tokens = test_tokens
         self.batch_size = batch_size
         self.context_length = context_length
         self.num_workers = num_workers
@@ -120,16 +120,14 @@ class GPTDataModule(L.LightningDataModule):
         self._store: TokenStore | None = None
         self._store_folder: Path | None = None  # kept when pickled: a DDP rank maps it itself
         self.tokenizer: Tokenizer | None = None
-        self.train_tokens = None  # views of the store (np.memmap) once set up
-        self.val_tokens = None
-        self.test_tokens = None  # stays empty with test_fraction 0
+        # the splits once set up: views of the store (np.memmap); test is empty at test_fraction 0
+        self.splits: dict = {}
 
     def __getstate__(self) -> dict:
         """Pickled by the store's path: a spawned DDP rank maps the store itself, so no copy of
         the tokens travels (setup runs again there)."""
         state = dict(self.__dict__)
-        dropped = ("_corpus", "_store", "tokenizer", "train_tokens", "val_tokens", "test_tokens")
-        state.update(dict.fromkeys(dropped))
+        state.update(dict.fromkeys(("_corpus", "_store", "tokenizer")), splits={})
         return state
 
     def corpus(self):
@@ -216,7 +214,7 @@ class GPTDataModule(L.LightningDataModule):
             if checked[split]:
                 self.check_split(split, len(part))
         # set only once the split is valid: `self.tokenizer` marks setup as done
-        self.train_tokens, self.val_tokens, self.test_tokens = splits.values()
+        self.splits = splits
         self.tokenizer = tokenizer
 
     def check_split(self, split: str, size: int) -> None:
@@ -228,7 +226,7 @@ class GPTDataModule(L.LightningDataModule):
                 f"{size} tokens, fewer than one window of context_length + 1. Lower "
                 f"data.context_length, {SPLIT_SIZE[split]}, or use a longer corpus."
             )
-        budget = {"val": self.val_budget, "test": self.test_budget}.get(split)
+        budget = {"val": self.val_tokens, "test": self.test_tokens}.get(split)
         if budget is not None and budget < window:
             raise ConfigError(
                 f"data.{split}_tokens={budget}: fewer than one window of context_length + 1 = "
@@ -237,22 +235,16 @@ class GPTDataModule(L.LightningDataModule):
 
     def evaluated(self, split: str) -> int:
         """How many tokens of the val or test split a validation (or test) covers."""
-        self.setup()
-        tokens = self.val_tokens if split == "val" else self.test_tokens
-        budget = self.val_budget if split == "val" else self.test_budget
-        return len(tokens) if budget is None else min(budget, len(tokens))
-
-    @property
-    def vocab_size(self) -> int:
-        self.setup()  # a no-op once set up; else it prepares the data first if need be
-        return self.tokenizer.vocab_size
+        budget = self.val_tokens if split == "val" else self.test_tokens
+        size = len(self.splits[split])
+        return size if budget is None else min(budget, size)
 
     def _rank(self) -> tuple[int, int]:
         trainer = self.trainer
         return (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
 
     def train_dataloader(self) -> DataLoader:
-        windows = Windows(self.train_tokens, self.context_length)
+        windows = Windows(self.splits["train"], self.context_length)
         # continuing from a checkpoint: start at the first batch the stopped run had not trained on
         start = self.trainer.global_step if self.trainer is not None else 0
         batch, seed, repeat = self.batch_size, self.seed, self.repeat_batches
@@ -260,7 +252,7 @@ class GPTDataModule(L.LightningDataModule):
         return self._loader(windows, sampler)
 
     def val_dataloader(self) -> DataLoader:
-        return self._every_window(self.val_tokens[: self.evaluated("val")])
+        return self.windows_of("val", *self._rank())
 
     def test_dataloader(self) -> DataLoader:
         if self.test_fraction == 0:
@@ -268,11 +260,12 @@ class GPTDataModule(L.LightningDataModule):
                 "data.test_fraction=0: there is no test split to evaluate. Train with "
                 "data.test_fraction=0.1 (or more) to hold one out."
             )
-        return self._every_window(self.test_tokens[: self.evaluated("test")])
+        return self.windows_of("test", *self._rank())
 
-    def _every_window(self, tokens) -> DataLoader:
-        """Every non-overlapping window of the tokens once, in order: an exact loss over them."""
-        rank, world_size = self._rank()
+    def windows_of(self, split: str, rank: int = 0, world_size: int = 1) -> DataLoader:
+        """Every non-overlapping window of the split's evaluated prefix once, in order (a rank's
+        share of them): an exact loss over them."""
+        tokens = self.splits[split][: self.evaluated(split)]
         windows = Windows(tokens, self.context_length)
         batches = every_window(len(tokens), self.context_length, self.batch_size)
         return self._loader(windows, batches[rank::world_size])

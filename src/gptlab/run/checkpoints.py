@@ -7,24 +7,20 @@ names and shapes against the model they load into. Light to import: torch and Li
 with the functions that need them, so a tool checks its arguments in a fraction of a second."""
 
 import dataclasses
-import os
 import pickle
 import types
 import typing
-import zipfile
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-from gptlab import files
 from gptlab.errors import ConfigError
 from gptlab.model.config import GPTConfig
 from gptlab.run import directory
+from gptlab.run.bounds import check_archive, check_memory, check_plain_size, not_a_checkpoint
 
-MAX_NODES = 1_000_000  # values a checkpoint's plain part may hold (dicts, lists, numbers, ...)
-MAX_DEPTH = 64
+BUFFER_SLACK = 256 << 20  # bytes of tables a model may hold beyond the weights it carries
+
 MAX_STEP = 2**53  # a step counter beyond any run
-BUFFER_SLACK = 256 << 20  # bytes of buffers a model may hold beyond the weights it carries
-
 # Model keys that decide the weights' shapes; dropout, attention kernel and compile may change.
 ARCHITECTURE_KEYS = (
     "vocab_size",
@@ -72,50 +68,6 @@ def find_checkpoint(path: str | Path | None, prefer: str = directory.BEST) -> Pa
 
 def first_line(error: Exception) -> str:
     return f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else 'no details'}"
-
-
-def not_a_checkpoint(path: str | Path, why: str) -> ConfigError:
-    return ConfigError(
-        f"ckpt_path: '{path}' is not a checkpoint gptlab can read: {why}. Give one saved by "
-        "gptlab-train (a run's checkpoints/last.ckpt or best.ckpt)."
-    )
-
-
-def check_archive(path: str | Path) -> None:
-    """A checkpoint is torch's zip archive of members stored as they are: a regular file (not a
-    FIFO or device) whose members declare no more bytes than it holds (no deflated bomb), checked
-    before torch reads a byte of it."""
-    try:
-        with files.open_regular(path, follow=True) as f:
-            size = os.fstat(f.fileno()).st_size
-            with zipfile.ZipFile(f) as archive:
-                members = archive.infolist()
-    except FileNotFoundError:
-        raise ConfigError(f"ckpt_path: '{path}' does not exist.") from None
-    except (OSError, zipfile.BadZipFile, ValueError, EOFError) as e:
-        why = f"it is truncated or not a checkpoint at all (not a whole zip archive: {e})"
-        raise not_a_checkpoint(path, why) from None
-    if any(m.compress_type != zipfile.ZIP_STORED for m in members):
-        raise not_a_checkpoint(path, "it holds compressed members, which torch.save never writes")
-    if sum(m.file_size for m in members) > size:
-        raise not_a_checkpoint(path, "its members declare more bytes than the file holds")
-
-
-def check_plain_size(value: Any, path: str | Path) -> None:
-    """The plain part of a checkpoint (everything but the tensors' data) is bounded: at most
-    MAX_NODES values, MAX_DEPTH deep (a value shared many times counts each time)."""
-    import torch
-
-    todo, count = [(value, 0)], 0
-    while todo:
-        node, level = todo.pop()
-        count += 1
-        if count > MAX_NODES or level > MAX_DEPTH:
-            raise not_a_checkpoint(path, "its settings are nested too deeply or hold too much")
-        if isinstance(node, dict):
-            todo += [(v, level + 1) for item in node.items() for v in item]
-        elif isinstance(node, list | tuple) and not isinstance(node, torch.Size):
-            todo += [(v, level + 1) for v in node]
 
 
 def load_checkpoint(path: str | Path) -> dict:
@@ -242,40 +194,6 @@ def check_weights(module, state: dict, path: str | Path) -> None:
     check_shapes({k: tuple(v.shape) for k, v in module.state_dict().items()}, state, path)
 
 
-def available_memory() -> int | None:
-    """Bytes of memory this machine can still give (Linux's MemAvailable), None where unknown."""
-    for line in (files.read_bytes("/proc/meminfo") or b"").decode().splitlines():
-        if line.startswith("MemAvailable:"):
-            return int(line.split()[1]) * 1024
-    return None
-
-
-def memory_needed(model, batch_size: int = 1) -> int:
-    """Bytes a GPT (built on torch's meta device: no memory yet) takes for its weights and tables
-    and one forward pass of `batch_size` full windows (logits, activations, manual attention's
-    scores): an estimate, to refuse what cannot fit before anything is allocated."""
-    c = model.config
-    tensors = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
-    activations = batch_size * c.context_length * (c.vocab_size + 16 * c.d_model * c.num_blocks)
-    if c.attention == "manual":
-        activations += batch_size * c.num_heads * c.context_length**2 * c.num_blocks
-    return tensors + 4 * activations
-
-
-def check_memory(model, batch_size: int, where: str) -> None:
-    """What `memory_needed` says must fit in the memory this machine has available."""
-    needed, available = memory_needed(model, batch_size), available_memory()
-    if available is not None and needed > available:
-        c = model.config
-        raise ConfigError(
-            f"{where}: the model needs about {needed / 2**30:,.1f} GiB (d_model {c.d_model}, "
-            f"{c.num_blocks} blocks, context_length {c.context_length}, vocabulary "
-            f"{c.vocab_size:,}, batch {batch_size}), more than the {available / 2**30:,.1f} GiB "
-            "this machine has available. Make it smaller (model.d_model, model.num_blocks, "
-            "data.context_length, data.batch_size) or run it on a larger machine."
-        )
-
-
 def bounded_model(model: dict, state: dict, path: str | Path):
     """The GPT a checkpoint's settings ask for, built on torch's meta device (no memory): it must
     be the model its weights carry (its blocks counted first: a setting alone cannot make it
@@ -302,6 +220,38 @@ def bounded_model(model: dict, state: dict, path: str | Path):
         )
     check_memory(gpt, 1, "ckpt_path")
     return gpt
+
+
+class Trained(NamedTuple):
+    """A checkpoint read for what a tool needs: its checked model and tokenizer settings, its
+    weights (their model within bounds) and its step."""
+
+    model: dict
+    tokenizer: dict
+    weights: dict
+    step: int
+
+
+def read_trained(path: str | Path) -> Trained:
+    checkpoint = load_checkpoint(path)
+    model, tokenizer = model_settings(checkpoint, path)
+    state = weights(checkpoint, path)
+    bounded_model(model, state, path)  # before any memory is taken for it
+    return Trained({**model, "compile": False}, tokenizer, state, step_of(checkpoint))
+
+
+def load_model(path: str | Path, map_location="cpu"):
+    """(the GPT in eval mode, its Tokenizer, its step) of a checkpoint, built from its checked
+    settings and its weights only, never Lightning's load_from_checkpoint (which builds from
+    whatever the file says); no Lightning at all: what generate and inspect look inside."""
+    from gptlab.data.tokenizer import Tokenizer
+    from gptlab.model.gpt import GPT
+
+    trained = read_trained(path)
+    model = GPT(GPTConfig(**trained.model))
+    model.load_state_dict({k.removeprefix("model."): v for k, v in trained.weights.items()})
+    tokenizer = Tokenizer.from_state_dict(trained.tokenizer)
+    return model.to(map_location).eval(), tokenizer, trained.step
 
 
 def step_of(checkpoint: dict) -> int:

@@ -1,38 +1,19 @@
 """Where a run's messages go: Lightning's loggers through Hydra's handlers (so they reach the
-run's train.log too), warnings only from other DDP ranks, and Lightning's known noise left out."""
+run's train.log too), warnings only from other DDP ranks, Lightning's known noise left out
+(gptlab.noise); and a log of their own for DDP ranks Lightning spawns."""
 
 import logging
 import re
+import sys
 import warnings
 from pathlib import Path
 
-from lightning.fabric.utilities.rank_zero import rank_zero_only
+import lightning as L
 
-from gptlab.noise import ignore_known_warnings
-
-# Lightning's messages that tell a gptlab user nothing, by their exact text
-NOISE = (
-    # adverts for Lightning's cloud services (litlogger, litmodels)
-    re.compile(
-        r"💡 Tip: For seamless cloud (logging and experiment tracking|uploads and versioning)"
-    ),
-    # gptlab's callbacks group configures the model summary on purpose
-    re.compile(
-        r"Trainer already configured with model summary callbacks: \[.*\]\. "
-        r"Skipping setting a default `ModelSummary` callback\.\Z"
-    ),
-    # a limit that is the default (gptlab-eval passes the run's own)
-    re.compile(
-        r"`Trainer\(limit_(train|val|test|predict)_batches=1(\.0)?\)` was configured so "
-        r"(1 batch|100% of the batches)( per epoch)? will be used\.+\Z"
-    ),
-)
-
-
-def not_noise(record: logging.LogRecord) -> bool:
-    """Lightning's known noise (NOISE) is dropped."""
-    message = record.getMessage()
-    return not any(pattern.match(message) for pattern in NOISE)
+from gptlab import files
+from gptlab.noise import ignore_known_warnings, not_noise
+from gptlab.process import rank
+from gptlab.run import directory
 
 
 def route_lightning_logs() -> None:
@@ -42,7 +23,7 @@ def route_lightning_logs() -> None:
         logger = logging.getLogger(name)
         logger.handlers.clear()
         logger.propagate = True
-    if rank_zero_only.rank > 0:  # a DDP rank other than 0: only warnings reach the shared log
+    if rank() > 0:  # a DDP rank other than 0: only warnings reach the shared log
         for handler in logging.getLogger().handlers:
             handler.setLevel(logging.WARNING)
     rank_zero = logging.getLogger("lightning.pytorch.utilities.rank_zero")
@@ -55,3 +36,22 @@ def own_checkpoint_dir(path: str | Path) -> None:
     not empty" (a resume's, a requeue's): a fresh start over another run's is refused before."""
     text = f"Checkpoint directory {path} exists and is not empty."
     warnings.filterwarnings("ignore", message=re.escape(text) + r"\Z")
+
+
+class SpawnedRankLog(L.Callback):
+    """A DDP process Lightning spawned has no Hydra logging: train.log and stderr for rank 0's
+    (its validation lines and the report), as Hydra formats them."""
+
+    def __init__(self, run_dir: str | Path):
+        self.run_dir = Path(run_dir)
+
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        if trainer.is_global_zero and not logging.getLogger().handlers:
+            logging.basicConfig(
+                format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s",
+                level=logging.INFO,
+                handlers=[
+                    files.LogFile(self.run_dir / directory.TRAIN_LOG),
+                    logging.StreamHandler(sys.stderr),
+                ],
+            )

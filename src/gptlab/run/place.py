@@ -8,10 +8,14 @@ the command line (`++`, `${oc.env:...}`, quotes, spaces).
 - A start that continues (resume=, a SLURM requeue) writes into a directory that is the user's
   own (gptlab.run.ownership), checked here or by resume=.
 - The directory then reaches Hydra through an environment variable, never the override grammar.
-- A failed start removes what it created here, and only that (gptlab.files)."""
+- A failed start removes what it created here, and only that (gptlab.files).
+Later, in a job, it tells whether this process runs a job of a sweep, and which."""
 
 import os
 from pathlib import Path
+
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 
 from gptlab import files
 from gptlab.errors import ConfigError
@@ -19,6 +23,16 @@ from gptlab.run import directory, ownership
 
 OUTPUT_DIR = "GPTLAB_OUTPUT_DIR"  # the directory this start writes into, as Hydra reads it
 FROM_ENV = "${oc.env:" + OUTPUT_DIR + "}"
+
+
+def in_multirun() -> bool:
+    """This process runs a job of a sweep (-m)."""
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
+def sweep_dir() -> Path | None:
+    """The sweep directory of this job (what resume= continues), None outside a sweep."""
+    return Path(HydraConfig.get().sweep.dir).resolve() if in_multirun() else None
 
 
 def refuse_inside_run(place: Path, key: str) -> None:

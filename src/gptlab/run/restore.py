@@ -8,9 +8,9 @@
   warning.
 - Any other checkpoint (ckpt_path=, a file or a directory of anyone's): its tensors only, the
   weights and the optimizer's state, and its step counter as a whole number. Lightning's loop
-  progress at that step is built here from a fresh Trainer's own (never read from the file); the
-  callbacks', the learning-rate scheduler's (the schedule follows the step) and the precision
-  plugin's saved states are left out.
+  progress at that step is built from a fresh Trainer's own (fit_loop_at, never read from the
+  file); the callbacks', the learning-rate scheduler's (the schedule follows the step) and the
+  precision plugin's saved states are left out.
 - A checkpoint of the run's own read for its weights (best.ckpt, for the test split): its weights.
 """
 
@@ -104,8 +104,9 @@ def fit_loop_at(template: dict, step: int) -> dict:
     return state
 
 
-def tensors_only(checkpoint: dict, path: str | Path, fit_loop: dict, optimizer: str) -> dict:
-    """What a new run takes from someone's checkpoint: weights, optimizer state, step. The
+def tensors_only(checkpoint: dict, path: str | Path, optimizer: str) -> dict:
+    """What a new run takes from someone's checkpoint: weights, optimizer state, step (the
+    module builds the loops' state at that step from a fresh Trainer's, fit_loop_at). The
     optimizer state is dropped (a fresh optimizer, said in a warning) when it is another
     optimizer's than `optimizer` (adamw or muon) or the file holds none."""
     import lightning
@@ -126,7 +127,6 @@ def tensors_only(checkpoint: dict, path: str | Path, fit_loop: dict, optimizer: 
         "state_dict": weights(checkpoint, path),
         "optimizer_states": states,
         "lr_schedulers": [],
-        "loops": {"fit_loop": fit_loop_at(fit_loop, step)},
         "callbacks": {},
         "global_step": step,
         "epoch": 0,

@@ -16,6 +16,7 @@ from omegaconf import DictConfig
 
 from gptlab import files
 from gptlab.errors import ConfigError
+from gptlab.process import rank
 from gptlab.run import directory, ownership, place
 from gptlab.run.checkpoints import find_checkpoint
 from gptlab.run.overrides import override_key
@@ -119,8 +120,6 @@ def checkpoint_to_continue(cfg: DictConfig, output_dir: Path) -> tuple[str | Non
     the run directory's own last checkpoint is continued whole when this start continues the run
     in place (resume=, a sweep's resume=, a SLURM requeue), after checking it is own; else
     (None, False): a fresh start, refused when the directory already holds a run."""
-    from lightning.fabric.utilities.rank_zero import rank_zero_only
-
     if cfg.ckpt_path:
         return str(find_checkpoint(cfg.ckpt_path, prefer=directory.LAST)), False
     if directory.continues(output_dir, cfg.resume):
@@ -131,6 +130,6 @@ def checkpoint_to_continue(cfg: DictConfig, output_dir: Path) -> tuple[str | Non
         last = directory.last_checkpoint(output_dir)
         log.info("Continuing from %s (%s)", last, "resume=" if cfg.resume else "SLURM requeue")
         return str(last), True
-    if not cfg.resume and not directory.requeued() and rank_zero_only.rank == 0:
+    if not cfg.resume and not directory.requeued() and rank() == 0:
         directory.refuse_fresh_run_over(output_dir)
     return None, False

@@ -11,7 +11,7 @@ from rich.tree import Tree
 
 from gptlab import files
 from gptlab.model.gpt import GPT
-from gptlab.run import directory
+from gptlab.run import directory, place
 
 log = logging.getLogger("gptlab.train")
 GROUPS = ("data", "model", "optim", "trainer", "callbacks", "logger", "paths")
@@ -37,12 +37,11 @@ def data_lines(cfg: DictConfig, datamodule) -> list[str]:
     corpus's vocabulary cannot encode (its samples are skipped)."""
     if datamodule is None:
         return []
-    val = len(datamodule.val_tokens)
+    train, val, test = (len(datamodule.splits[split]) for split in ("train", "val", "test"))
     covered = datamodule.evaluated("val")
     lines = [
         f"Data: {datamodule.corpus().describe()}: {datamodule.token_store().meta['count']:,} "
-        f"tokens (train {len(datamodule.train_tokens):,}, val {val:,}, test "
-        f"{len(datamodule.test_tokens):,}); a validation covers "
+        f"tokens (train {train:,}, val {val:,}, test {test:,}); a validation covers "
         f"{'all' if covered == val else 'the first'} {covered:,} val tokens"
     ]
     prompts = {cfg.get("sample_prompt"), OmegaConf.select(cfg, "callbacks.text_sample.prompt")}
@@ -55,9 +54,7 @@ def data_lines(cfg: DictConfig, datamodule) -> list[str]:
     return lines
 
 
-def print_first_screen(
-    cfg: DictConfig, model: GPT, output_dir: Path, multirun: bool, datamodule=None
-) -> None:
+def print_first_screen(cfg: DictConfig, model: GPT, output_dir: Path, datamodule=None) -> None:
     """The config tree (not printed by a sweep's jobs; saved in the run dir), model, data and
     run dir."""
     c, tree = model.config, config_tree(cfg)
@@ -65,7 +62,7 @@ def print_first_screen(
         console = Console(file=io.StringIO(), width=110, color_system=None)
         console.print(tree)
         files.write_text(output_dir / directory.CONFIG_TREE, console.file.getvalue())
-    if not multirun:
+    if not place.in_multirun():
         Console(stderr=True, width=110).print(tree)
     for line in data_lines(cfg, datamodule):
         log.info(line)

@@ -9,26 +9,18 @@ from collections.abc import Callable
 from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
-from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from gptlab import files
 from gptlab.errors import ConfigError
+from gptlab.process import rank
 from gptlab.run import directory, ownership
 from gptlab.run.overrides import override_key, short_label
+from gptlab.run.place import in_multirun, sweep_dir
 from gptlab.run.settings import NOT_REPLAYED, NOT_REPLAYED_GROUPS, WHERE_KEYS
 from gptlab.sweep.stats import number
 
 log = logging.getLogger(__name__)
-
-
-def in_multirun() -> bool:
-    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
-
-
-def sweep_dir() -> Path | None:
-    """The sweep directory of this job (what resume= continues), None outside a sweep."""
-    return Path(HydraConfig.get().sweep.dir).resolve() if in_multirun() else None
 
 
 def job_overrides() -> list[str]:
@@ -36,18 +28,13 @@ def job_overrides() -> list[str]:
     return [str(o) for o in HydraConfig.get().overrides.task] if HydraConfig.initialized() else []
 
 
-def start_subdir() -> str | None:
-    """The folder of this start's saved config (hydra.output_subdir), None outside Hydra."""
-    return HydraConfig.get().output_subdir if HydraConfig.initialized() else None
-
-
 def claim(output_dir: Path) -> None:
-    """Before a run or a job writes anything (rank 0): this start is recorded in its directory's
-    manifest (gptlab.run.ownership)."""
-    from lightning.fabric.utilities.rank_zero import rank_zero_only
-
-    if rank_zero_only.rank == 0:
-        ownership.claim(output_dir, start_subdir())
+    """Before a run or a job writes anything (rank 0): this start, and the folder Hydra saved its
+    config in (hydra.output_subdir), recorded in its directory's manifest
+    (gptlab.run.ownership)."""
+    if rank() == 0:
+        saved_in = HydraConfig.get().output_subdir if HydraConfig.initialized() else None
+        ownership.claim(output_dir, saved_in)
 
 
 def trains(override: str) -> bool:

@@ -1,23 +1,39 @@
-"""A FLOP budget decides a run's length (`flops_budget`): the number of optimizer steps whose
-training FLOPs, flops_per_token x the tokens of every rank, come closest to it. What a run of a
-budget reports for a scaling-law fit joins metrics.json (see `budget_metrics`)."""
+"""A run's length and its tokens: how many tokens an optimizer step takes over every rank, and
+the steps a FLOP budget (`flops_budget`) buys, flops_per_token x the tokens of every rank; both
+known before the Trainer is built, so it is built once with its max_steps."""
 
 import logging
 
-import lightning as L
+from omegaconf import DictConfig
 
 from gptlab.errors import ConfigError
-from gptlab.model.config import GPTConfig
-from gptlab.training.module import flops_per_token, scaling_params
 
 log = logging.getLogger("gptlab.train")
 
 
-def tokens_per_step(trainer: L.Trainer, datamodule) -> int:
-    """The tokens of one optimizer step over every rank: batch x context x accumulated batches x
-    world size."""
-    per_batch = datamodule.batch_size * datamodule.context_length
-    return per_batch * trainer.accumulate_grad_batches * trainer.world_size
+def world_size(trainer: DictConfig) -> int:
+    """The processes a Trainer of these settings trains on: its devices per node (`auto` and -1
+    resolved as Lightning resolves them) times its nodes."""
+    from lightning.pytorch.accelerators import AcceleratorRegistry, CUDAAccelerator, MPSAccelerator
+
+    name = str(trainer.get("accelerator") or "auto")
+    if name in ("auto", "gpu"):
+        gpu = "cuda" if CUDAAccelerator.is_available() else "mps"
+        name = gpu if CUDAAccelerator.is_available() or MPSAccelerator.is_available() else "cpu"
+    accelerator = AcceleratorRegistry.get(name)
+    devices = trainer.get("devices", "auto")
+    if devices in ("auto", -1, "-1"):
+        count = accelerator.auto_device_count()
+    else:
+        count = len(accelerator.get_parallel_devices(accelerator.parse_devices(devices)))
+    return count * int(trainer.get("num_nodes") or 1)
+
+
+def tokens_per_step(cfg: DictConfig, ranks: int) -> int:
+    """The tokens of one optimizer step over `ranks` processes: batch x context x accumulated
+    batches x ranks."""
+    accumulated = int(cfg.trainer.get("accumulate_grad_batches") or 1)
+    return cfg.data.batch_size * cfg.data.context_length * accumulated * ranks
 
 
 def steps_for_budget(budget: float, flops: int, tokens: int) -> int:
@@ -35,35 +51,18 @@ def steps_for_budget(budget: float, flops: int, tokens: int) -> int:
     return steps
 
 
-def apply_budget(trainer: L.Trainer, budget: float, model: GPTConfig, datamodule) -> int:
-    """Set the trainer's max_steps from the budget (the model's vocab_size and the trainer's world
-    size known); the schedule follows it (trainer.estimated_stepping_batches). Returns the
-    steps."""
-    steps = steps_for_budget(budget, flops_per_token(model), tokens_per_step(trainer, datamodule))
-    if trainer.max_steps not in (-1, steps):
+def run_length(cfg: DictConfig, flops_per_token: int, ranks: int) -> int:
+    """The run's max_steps: trainer.max_steps, or the steps flops_budget buys on `ranks`
+    processes (said when they differ from trainer.max_steps)."""
+    if cfg.flops_budget is None:
+        return cfg.trainer.max_steps
+    tokens = tokens_per_step(cfg, ranks)
+    steps = steps_for_budget(cfg.flops_budget, flops_per_token, tokens)
+    if cfg.trainer.max_steps not in (-1, steps):
         log.info(
             "flops_budget=%g decides the run's length: %d steps (not trainer.max_steps=%d)",
-            budget,
+            cfg.flops_budget,
             steps,
-            trainer.max_steps,
+            cfg.trainer.max_steps,
         )
-    trainer.fit_loop.epoch_loop.max_steps = steps  # what trainer.max_steps reads
     return steps
-
-
-def unique_train_tokens(datamodule) -> int:
-    """How many tokens the train split holds: the denominator of `epochs`."""
-    return len(datamodule.train_tokens)
-
-
-def budget_metrics(cfg: dict, trainer: L.Trainer, pl_module, tokens: int) -> dict:
-    """What a scaling-law fit reads from metrics.json: the budget (None without one), the
-    training FLOPs, the parameters whose FLOPs grow with tokens (the blocks' matrices and the
-    head: no embeddings, norms or biases) and the passes over the train split."""
-    unique = unique_train_tokens(trainer.datamodule) if trainer.datamodule is not None else 0
-    return {
-        "flops_budget": cfg.get("flops_budget"),
-        "train_flops": flops_per_token(pl_module.config) * tokens,
-        "scaling_params": scaling_params(pl_module.config),
-        "epochs": tokens / unique if unique else None,
-    }

@@ -5,7 +5,6 @@ import logging
 import os
 import signal
 import threading
-from pathlib import Path
 
 import lightning as L
 import torch
@@ -24,8 +23,9 @@ class LastCheckpoint(ModelCheckpoint):
     on a stop; never after an error (a crashed or diverged step's weights must not replace the
     last good ones). Where it goes is the run directory's, not a setting: resume looks there."""
 
-    def __init__(self, every_n_train_steps: int = 100):  # 0: only at the end and on a stop
-        super().__init__(
+    def __init__(self, every_n_train_steps: int = 100, dirpath: str | None = None):
+        super().__init__(  # every_n_train_steps=0: only at the end and on a stop
+            dirpath=dirpath,  # gptlab-train gives the run's checkpoints/
             filename=directory.LAST,
             every_n_train_steps=every_n_train_steps,
             enable_version_counter=False,
@@ -49,16 +49,6 @@ class LastCheckpoint(ModelCheckpoint):
         path = self.format_checkpoint_name({})
         trainer.save_checkpoint(path, weights_only=False)
         log.info("Saved %s at step %d", path, trainer.global_step)
-
-
-def into_run_dir(callbacks: list, run_dir: str | Path) -> None:
-    """Every checkpoint goes to the run directory's checkpoints/, where resume, eval and generate
-    find it: the run directory decides, not a setting that could send it elsewhere."""
-    for callback in callbacks:
-        if isinstance(callback, ModelCheckpoint):
-            callback.dirpath = str(directory.checkpoint_dir(run_dir))
-            if callback.filename is None:
-                callback.filename = directory.BEST
 
 
 class FinalValidation(L.Callback):

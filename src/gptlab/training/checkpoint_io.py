@@ -31,12 +31,17 @@ log = logging.getLogger(__name__)
 class RunCheckpointIO(TorchCheckpointIO):
     """Saves, loads and removes the checkpoints of one run directory (see above)."""
 
-    def __init__(self, run_dir: str | Path):
+    def __init__(
+        self,
+        run_dir: str | Path,
+        continued: Path | None = None,  # own last.ckpt, continued whole
+        started_from: Path | None = None,  # ckpt_path=: its tensors only
+        optimizer: str = "adamw",  # the run's optimizer (optim.name): whose state it can take
+    ):
         self.run_dir = Path(run_dir)
-        self.continued: Path | None = None  # own last.ckpt, continued whole
-        self.started_from: Path | None = None  # ckpt_path=: its tensors only
-        self.optimizer = "adamw"  # the run's optimizer (optim.name): whose state it can take
-        self.fit_loop: dict | None = None  # a fresh Trainer's loop state (set by gptlab-train)
+        self.continued = continued
+        self.started_from = started_from
+        self.optimizer = optimizer
         self.hand_over: Path | None = None  # spawned DDP's weights file, once read
         self.saved: set[Path] = set()  # the checkpoints this process wrote: all it may remove
 
@@ -55,8 +60,7 @@ class RunCheckpointIO(TorchCheckpointIO):
         if path == self.continued:
             return restore.own_state(load_checkpoint(path), self.run_dir)
         if path == self.started_from:
-            checkpoint = load_checkpoint(path)
-            return restore.tensors_only(checkpoint, path, self.fit_loop, self.optimizer)
+            return restore.tensors_only(load_checkpoint(path), path, self.optimizer)
         if restore.in_checkpoint_dir(str(path.absolute()), self.run_dir):
             return restore.weights_only(load_checkpoint(path), path)
         if restore.is_weights_hand_over(path):

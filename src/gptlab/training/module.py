@@ -14,27 +14,11 @@ import torch.nn.functional as F
 from lightning.pytorch.plugins import MixedPrecision
 
 from gptlab.data.tokenizer import Tokenizer
-from gptlab.model.config import GPTConfig, ffn_hidden
+from gptlab.model.config import GPTConfig
 from gptlab.model.gpt import GPT
+from gptlab.run.restore import fit_loop_at
 from gptlab.training.optim_config import OptimConfig, lr_factor
 from gptlab.training.optimizers import MuonWithAdamW, block_matrices
-
-
-def scaling_params(config: GPTConfig) -> int:
-    """The parameters whose FLOPs grow with every token: the blocks' matrices (attention's Wq, Wk,
-    Wv and Wo, the FFN's) and the head. Embeddings (a lookup), norms and biases are left out: the
-    N of a scaling law (Kaplan et al. 2020's non-embedding count, plus the head)."""
-    d = config.d_model
-    ffn_matrices = 3 if config.activation == "swiglu" else 2
-    ffn = ffn_matrices * ffn_hidden(config) * d
-    return config.num_blocks * (4 * d * d + ffn) + d * config.vocab_size
-
-
-def flops_per_token(config: GPTConfig) -> int:
-    """Training FLOPs per token: 6 per weight of the blocks and the head (forward 2, backward 4)
-    plus attention's scores and weighted sum, 12 * num_blocks * context_length * d_model."""
-    attention = 12 * config.num_blocks * config.context_length * config.d_model
-    return 6 * scaling_params(config) + attention
 
 
 class GPTModule(L.LightningModule):
@@ -54,16 +38,10 @@ class GPTModule(L.LightningModule):
         self.best_val_loss = math.inf
 
     def setup(self, stage: str) -> None:
-        """One batch as the example input: Lightning's summary then counts its forward FLOPs."""
-        batch_size = (
-            self.trainer.datamodule.batch_size if self.trainer.datamodule is not None else 1
-        )
+        """One batch as the example input: Lightning's summary shows its shapes."""
+        batch_size = self.trainer.datamodule.batch_size if self.trainer.datamodule else 1
         self.example_input_array = torch.zeros(
             batch_size, self.config.context_length, dtype=torch.long
-        )
-        # forward + backward of one batch on one device: ThroughputMonitor and vitals/mfu read it
-        self.flops_per_batch = (
-            flops_per_token(self.config) * batch_size * self.config.context_length
         )
 
     @cached_property
@@ -127,22 +105,38 @@ class GPTModule(L.LightningModule):
         self._count += targets.numel()
         self._bytes += self._token_bytes[targets].sum()
 
-    def exact_means(self) -> tuple[torch.Tensor, torch.Tensor]:
+    def exact_means(self, across_ranks: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
         """Exact means over every token of the split, summed across ranks before dividing: the loss
         in nats per token, and in bits per UTF-8 byte of the text (comparable across tokenizers)."""
-        total, count, num_bytes = (
-            self.trainer.strategy.reduce(t, reduce_op="sum")
-            for t in (self._sum, self._count, self._bytes)
-        )
+        sums = (self._sum, self._count, self._bytes)
+        if across_ranks:
+            sums = [self.trainer.strategy.reduce(t, reduce_op="sum") for t in sums]
+        total, count, num_bytes = sums
         loss = (total / count.clamp(min=1)).float()
         bpb = (total / (math.log(2) * num_bytes.clamp(min=1))).float()
         return loss, bpb
+
+    @torch.no_grad()
+    def score(self, batches) -> tuple[float, float]:
+        """The exact loss and bpb over `batches`, in eval mode, in this process alone (a run's
+        test split at its end, on rank 0)."""
+        self.eval()
+        self.start_sums()
+        for x, y in batches:
+            self.add_to_sums((x.to(self.device), y.to(self.device)))
+        loss, bpb = self.exact_means(across_ranks=False)
+        return float(loss), float(bpb)
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["best_val_loss"] = self.best_val_loss
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
+        """A checkpoint read for its tensors (ckpt_path=: gptlab.run.restore) holds no loop
+        state: the run goes on from its step, in Lightning's own fresh loop state at that step."""
         self.best_val_loss = checkpoint.get("best_val_loss", math.inf)
+        if "loops" not in checkpoint and self.trainer.state.fn == "fit":
+            fresh = self.trainer.fit_loop.state_dict()
+            checkpoint["loops"] = {"fit_loop": fit_loop_at(fresh, checkpoint["global_step"])}
 
     def build_optimizer(self, mixed_precision: bool = False) -> torch.optim.Optimizer:
         """AdamW with weight decay on matrices only, fused (one pass over all parameters: about 4x

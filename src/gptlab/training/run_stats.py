@@ -15,50 +15,54 @@ log = logging.getLogger(__name__)
 class RunStats(L.Callback):
     """Seconds of training (validation left out) and in all, over the run's whole life (resumes
     included); logs tokens/s and model FLOPs utilisation (where Lightning knows the device's peak);
-    keeps the val curve, [step, wall seconds, val loss] at each validation: quality per second."""
+    keeps the val curve, [step, wall seconds, val loss] at each validation: quality per second.
+    `tokens_per_step` and `flops_per_token` are the run's (gptlab.training.budget, the model)."""
 
-    def __init__(self):
+    def __init__(self, tokens_per_step: int, flops_per_token: int):
+        self.tokens_per_step = tokens_per_step
+        self.flops_per_token = flops_per_token
         self.train_seconds = 0.0
         self.wall_seconds = 0.0
         self.val_curve: list[list[float]] = []
-        self.tokens_per_step = 0
         self.peak_flops: float | None = None
         self._fit_start = 0.0
         self._wall_before = 0.0  # of the runs this one continues
         self._clock: float | None = None  # when the stretch of training being timed began
-        # since the last logged rate
-        self._steps = 0
-        self._seconds = 0.0
+        self._rate_since = (0, 0.0)  # (step, train seconds) of the last logged rate
         # val/loss and val/bpb of the latest validation, its step
         self.last_validation: dict = {}
-        # since the previous validation: the summed train loss (on its device), steps, seconds
+        # since the previous validation: the summed train loss (on its device), batches, (step,
+        # train seconds)
         self._loss_sum: torch.Tensor | None = None
-        self._since = {"steps": 0, "train_seconds": 0.0}
+        self._batches = 0
+        self._line_since = (0, 0.0)
 
     def on_fit_start(self, trainer, pl_module) -> None:
         self._fit_start = time.perf_counter()
-        self._since["train_seconds"] = self.train_seconds  # a resume's: the earlier starts'
+        self._rate_since = self._line_since = (trainer.global_step, self.train_seconds)
         dtype = torch.bfloat16 if "bf16" in str(trainer.precision) else torch.float32
         self.peak_flops = get_available_flops(trainer.strategy.root_device, dtype)
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        self.tokens_per_step = batch[0].numel() * trainer.world_size
         if self._clock is None:
             self._clock = time.perf_counter()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        self._steps += 1
         loss = outputs["loss"].detach()  # summed where it is: no wait for the device
         self._loss_sum = loss if self._loss_sum is None else self._loss_sum + loss
-        self._since["steps"] += 1
+        self._batches += 1
         if trainer.global_step % trainer.log_every_n_steps == 0:
             self.pause()
-            rate = self._steps * self.tokens_per_step / self._seconds
+            rate = self.rate(trainer.global_step, self._rate_since)
+            self._rate_since = (trainer.global_step, self.train_seconds)
             pl_module.log("vitals/tokens_per_sec", rate)
             if self.peak_flops:
-                pl_module.log("vitals/mfu", self.mfu(rate, pl_module, trainer.world_size))
-            self._steps = 0
-            self._seconds = 0.0
+                pl_module.log("vitals/mfu", self.mfu(rate, trainer.world_size))
+
+    def rate(self, step: int, since: tuple[int, float]) -> float:
+        """Tokens per second of training from `since` (a step and the train seconds then)."""
+        seconds = self.train_seconds - since[1]
+        return (step - since[0]) * self.tokens_per_step / seconds if seconds > 0 else 0.0
 
     def on_validation_start(self, trainer, pl_module) -> None:
         self.pause()
@@ -85,12 +89,12 @@ class RunStats(L.Callback):
     def validation_line(self, trainer, wall: float) -> str:
         """nanoGPT's line per validation: the step, the mean train loss since the previous
         validation, val loss and bpb, tokens/s of training since then, the run's time so far."""
-        steps = self._since["steps"]
-        seconds = self.train_seconds - self._since["train_seconds"]
-        train = f"{float(self._loss_sum) / steps:.4f}" if steps else "-"
-        rate = steps * self.tokens_per_step / seconds if seconds > 0 else 0.0
+        batches = self._batches
+        train = f"{float(self._loss_sum) / batches:.4f}" if batches else "-"
+        rate = self.rate(trainer.global_step, self._line_since)
         self._loss_sum = None
-        self._since = {"steps": 0, "train_seconds": self.train_seconds}
+        self._batches = 0
+        self._line_since = (trainer.global_step, self.train_seconds)
         total = f"/{trainer.max_steps}" if trainer.max_steps > 0 else ""
         bpb = self.last_validation.get("val/bpb", math.nan)
         return (
@@ -102,18 +106,15 @@ class RunStats(L.Callback):
     def pause(self) -> None:
         """End the stretch of training being timed (at a logged rate, a validation, the end)."""
         if self._clock is not None:
-            seconds = time.perf_counter() - self._clock
-            self.train_seconds += seconds
-            self._seconds += seconds
+            self.train_seconds += time.perf_counter() - self._clock
             self._clock = None
 
-    def mfu(self, tokens_per_sec: float, pl_module, world_size: int) -> float | None:
+    def mfu(self, tokens_per_sec: float, world_size: int) -> float | None:
         if not self.peak_flops:
             return None
-        flops_per_token = pl_module.flops_per_batch / pl_module.example_input_array.numel()
-        return tokens_per_sec * flops_per_token / (self.peak_flops * world_size)
+        return tokens_per_sec * self.flops_per_token / (self.peak_flops * world_size)
 
-    def on_fit_end(self, trainer, pl_module) -> None:
+    def on_train_end(self, trainer, pl_module) -> None:
         self.pause()
         self.wall_seconds = self._wall_before + time.perf_counter() - self._fit_start
 
@@ -123,7 +124,6 @@ class RunStats(L.Callback):
         return {
             "train_seconds": self.train_seconds,
             "wall_seconds": wall,
-            "tokens_per_step": self.tokens_per_step,
             "last_validation": self.last_validation,
             "val_curve": self.val_curve,
         }
@@ -131,6 +131,5 @@ class RunStats(L.Callback):
     def load_state_dict(self, state_dict: dict) -> None:
         self.train_seconds = state_dict["train_seconds"]
         self._wall_before = state_dict["wall_seconds"]
-        self.tokens_per_step = state_dict.get("tokens_per_step", 0)
         self.last_validation = state_dict.get("last_validation", {})
         self.val_curve = state_dict.get("val_curve", [])  # a checkpoint of an older gptlab

@@ -1,0 +1,94 @@
+"""What a file another person could have written may ask of this machine, bounded before
+anything is allocated for it: a checkpoint's archive (its members' declared sizes against the
+file's), its plain part (how many values, how deep), and the model its settings describe (the
+weights it carries, the tables its settings alone size, this machine's memory). A model from the
+command line is checked against the memory too. (gptlab.run.checkpoints asks.)"""
+
+import os
+import zipfile
+from pathlib import Path
+from typing import Any
+
+from gptlab import files
+from gptlab.errors import ConfigError
+
+MAX_NODES = 1_000_000  # values a checkpoint's plain part may hold (dicts, lists, numbers, ...)
+MAX_DEPTH = 64
+
+
+def not_a_checkpoint(path: str | Path, why: str) -> ConfigError:
+    return ConfigError(
+        f"ckpt_path: '{path}' is not a checkpoint gptlab can read: {why}. Give one saved by "
+        "gptlab-train (a run's checkpoints/last.ckpt or best.ckpt)."
+    )
+
+
+def check_archive(path: str | Path) -> None:
+    """A checkpoint is torch's zip archive of members stored as they are: a regular file (not a
+    FIFO or device) whose members declare no more bytes than it holds (no deflated bomb), checked
+    before torch reads a byte of it."""
+    try:
+        with files.open_regular(path, follow=True) as f:
+            size = os.fstat(f.fileno()).st_size
+            with zipfile.ZipFile(f) as archive:
+                members = archive.infolist()
+    except FileNotFoundError:
+        raise ConfigError(f"ckpt_path: '{path}' does not exist.") from None
+    except (OSError, zipfile.BadZipFile, ValueError, EOFError) as e:
+        why = f"it is truncated or not a checkpoint at all (not a whole zip archive: {e})"
+        raise not_a_checkpoint(path, why) from None
+    if any(m.compress_type != zipfile.ZIP_STORED for m in members):
+        raise not_a_checkpoint(path, "it holds compressed members, which torch.save never writes")
+    if sum(m.file_size for m in members) > size:
+        raise not_a_checkpoint(path, "its members declare more bytes than the file holds")
+
+
+def check_plain_size(value: Any, path: str | Path) -> None:
+    """The plain part of a checkpoint (everything but the tensors' data) is bounded: at most
+    MAX_NODES values, MAX_DEPTH deep (a value shared many times counts each time)."""
+    import torch
+
+    todo, count = [(value, 0)], 0
+    while todo:
+        node, level = todo.pop()
+        count += 1
+        if count > MAX_NODES or level > MAX_DEPTH:
+            raise not_a_checkpoint(path, "its settings are nested too deeply or hold too much")
+        if isinstance(node, dict):
+            todo += [(v, level + 1) for item in node.items() for v in item]
+        elif isinstance(node, list | tuple) and not isinstance(node, torch.Size):
+            todo += [(v, level + 1) for v in node]
+
+
+def available_memory() -> int | None:
+    """Bytes of memory this machine can still give (Linux's MemAvailable), None where unknown."""
+    for line in (files.read_bytes("/proc/meminfo") or b"").decode().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024
+    return None
+
+
+def memory_needed(model, batch_size: int = 1) -> int:
+    """Bytes a GPT (built on torch's meta device: no memory yet) takes for its weights and tables
+    and one forward pass of `batch_size` full windows (logits, activations, manual attention's
+    scores): an estimate, to refuse what cannot fit before anything is allocated."""
+    c = model.config
+    tensors = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
+    activations = batch_size * c.context_length * (c.vocab_size + 16 * c.d_model * c.num_blocks)
+    if c.attention == "manual":
+        activations += batch_size * c.num_heads * c.context_length**2 * c.num_blocks
+    return tensors + 4 * activations
+
+
+def check_memory(model, batch_size: int, where: str) -> None:
+    """What `memory_needed` says must fit in the memory this machine has available."""
+    needed, available = memory_needed(model, batch_size), available_memory()
+    if available is not None and needed > available:
+        c = model.config
+        raise ConfigError(
+            f"{where}: the model needs about {needed / 2**30:,.1f} GiB (d_model {c.d_model}, "
+            f"{c.num_blocks} blocks, context_length {c.context_length}, vocabulary "
+            f"{c.vocab_size:,}, batch {batch_size}), more than the {available / 2**30:,.1f} GiB "
+            "this machine has available. Make it smaller (model.d_model, model.num_blocks, "
+            "data.context_length, data.batch_size) or run it on a larger machine."
+        )
