@@ -335,7 +335,7 @@ def test_validation_covers_a_fixed_prefix_of_its_split(corpus_path, tmp_path):
         assert torch.equal(x, again)
     with pytest.raises(ConfigError, match="data.val_tokens=10: fewer than one window"):
         make_dm(tmp_path, corpus_path, val_tokens=10).setup("fit")
-    with pytest.raises(ConfigError, match="data.splits["test"]=0: it must be positive or null"):
+    with pytest.raises(ConfigError, match="data.test_tokens=0: it must be positive or null"):
         make_dm(tmp_path, corpus_path, test_tokens=0)
 
 
