@@ -110,6 +110,7 @@ def test_time_to_loss_and_mean_curve():
             "status": "ok",
             "steps": 20,
             "tokens_seen": 20 * 512,
+            "tokens_per_step": 512,
             "flops_per_token": 1000,
             "val_curve": [[10, 1.0 + i, 5.0 - i], [20, 2.0 + i, 4.0 - i]],
         }

@@ -74,7 +74,7 @@ def test_curves_are_named_by_their_settings():
             overrides=f"debug=fast model.num_heads={h} model.num_blocks={b}",
             val_curve=curve,
         )
-        | {"steps": 20, "tokens_seen": 20 * 256, "flops_per_token": 1000}
+        | {"steps": 20, "tokens_seen": 20 * 256, "tokens_per_step": 256, "flops_per_token": 1000}
         for i, (h, b) in enumerate([(1, 1), (1, 2), (2, 1)])
     ]
     groups = curve_groups(rows, None)

@@ -36,7 +36,7 @@ def rates(metrics: dict) -> dict:
     """Steps/s from a metrics.json: training steps only (its tokens_per_sec leaves validation
     out), and with validation (steps over the fit's wall time)."""
     steps = metrics["steps"]
-    tokens_per_step = metrics["tokens_seen"] / steps if steps else math.nan
+    tokens_per_step = metrics["tokens_per_step"] if steps else math.nan
     wall = metrics["wall_seconds"]
     return {
         "steps": steps,

@@ -24,7 +24,7 @@ from gptlab.training.optim_config import OptimConfig
 from hydra_plugins.gptlab_optuna_sweeper import register as register_optuna_sweeper
 
 PRIMITIVES = (int, float, bool, str)
-BY_NAME = {t.__name__: t for t in PRIMITIVES}
+BY_NAME = {t.__name__: t for t in PRIMITIVES} | {"List": list}
 # Passed to the Trainer by gptlab itself, from the callbacks/ and logger/ groups.
 TRAINER_EXCLUDED = {"callbacks", "logger"}
 DATA_MODULE = ("gptlab.data.datamodule", "GPTDataModule")
@@ -78,35 +78,16 @@ def schema_for(target: type) -> type:
     return dataclasses.make_dataclass(f"{target.__name__}Schema", fields)
 
 
-def union_members(node: ast.expr) -> list[ast.expr] | None:
-    """The members of `A | B`, `Optional[A]` or `Union[A, B]` as written; None for anything else."""
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
-        return [*(union_members(node.left) or [node.left]), node.right]
-    if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name):
-        inner = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
-        if node.value.id == "Optional":
-            return [*inner, ast.Constant(None)]
-        if node.value.id == "Union":
-            return list(inner)
-    return None
-
-
 def annotation_type(node: ast.expr | None) -> Any:
-    """omegaconf_type for an annotation as the source writes it."""
-    if isinstance(node, ast.Constant) and isinstance(node.value, str):  # a string annotation
-        node = ast.parse(node.value, mode="eval").body
-    if isinstance(node, ast.Name):
-        return BY_NAME.get(node.id, Any)
-    members = union_members(node) if node is not None else None
-    if members is not None:
-        rest = [m for m in members if not (isinstance(m, ast.Constant) and m.value is None)]
-        if len(rest) == len(members) - 1 and len(rest) == 1 and annotation_type(rest[0]) is not Any:
-            return Optional[annotation_type(rest[0])]  # noqa: UP045 - OmegaConf wants it
+    """omegaconf_type of an annotation as the source writes it (a name unknown here: Any)."""
+    if node is None:
         return Any
-    if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name):
-        if node.value.id in ("list", "List") and annotation_type(node.slice) in PRIMITIVES:
-            return list[annotation_type(node.slice)]
-    return Any
+    text = node.value if isinstance(node, ast.Constant) else ast.unparse(node)  # "a string"
+    names = {**BY_NAME, "None": None, "Optional": Optional, "Union": Union, "list": list}
+    try:
+        return omegaconf_type(eval(str(text), {"__builtins__": {}}, names))  # noqa: S307
+    except Exception:  # noqa: BLE001 - a name of the module's own (a class, a typing alias)
+        return Any
 
 
 def source_of(module: str) -> Path:

@@ -4,7 +4,6 @@ once: `oc.decode` can build a `_target_` that no override spells), and `build` b
 same checked copy. Hydra builds `hydra.callbacks` (and a sweep's launcher and sweeper) itself,
 before a task runs: `check_hydra_node` checks them first (see cli/app.py)."""
 
-import re
 from typing import Any
 
 import lightning as L
@@ -22,6 +21,7 @@ from omegaconf.errors import OmegaConfBaseException
 from gptlab.data.datamodule import GPTDataModule
 from gptlab.errors import ConfigError
 from gptlab.model.gpt import GPTConfig
+from gptlab.run.overrides import escape_interpolation
 from gptlab.training.optim_config import OptimConfig
 
 # What a `_target_` may name: a class from these packages that is one of these kinds.
@@ -48,7 +48,6 @@ TASK_KINDS = (
 HYDRA_CALLBACK_PACKAGES = ("gptlab", "hydra")
 # Inside a sweep's launcher or sweeper: only Optuna's samplers (hparams_search=optuna).
 PLUGIN_PART_PACKAGES = ("optuna",)
-INTERPOLATION = re.compile(r"(\\*)\$\{")
 
 
 def check_class(target: Any, where: str, packages: tuple, kinds: tuple, what: str) -> None:
@@ -124,7 +123,7 @@ def escape(node: Any) -> Any:
     if isinstance(node, list):
         return [escape(value) for value in node]
     if isinstance(node, str):
-        return INTERPOLATION.sub(lambda m: m.group(1) * 2 + "\\${", node)
+        return escape_interpolation(node)
     return node
 
 

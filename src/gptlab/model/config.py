@@ -1,9 +1,26 @@
 """The GPT's settings: every architecture knob, checked when the config is built, before any data
 is touched. Plain Python (no torch), so a tool checks a command line before its heavy imports."""
 
+import dataclasses
+import types
+import typing
 from dataclasses import dataclass
+from typing import Any
 
 from gptlab.errors import ConfigError
+
+
+def fits(annotation: Any, value: Any) -> bool:
+    """Whether `value` is of a field's type: int, float (an int too), bool, str, or Optional."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return any(fits(a, value) for a in typing.get_args(annotation))
+    if annotation is type(None):
+        return value is None
+    if annotation is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if annotation is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, annotation)
 
 
 @dataclass
@@ -30,9 +47,25 @@ class GPTConfig:
     logit_softcap: float | None = None  # logits = cap * tanh(logits / cap); None or 0: off
     zero_init: bool = False  # Wo and the FFN's last linear start at zero
 
+    # the settings a trained model's weights do not depend on: anything else names another model
+    TRAINING_ONLY = ("dropout", "attention", "compile", "zero_init")
+
     def __post_init__(self) -> None:
+        self.check_types()
         self.check_sizes()
         self.check_choices()
+
+    @classmethod
+    def architecture(cls) -> list[str]:
+        """The settings that decide what the weights are: every field but TRAINING_ONLY."""
+        return [f.name for f in dataclasses.fields(cls) if f.name not in cls.TRAINING_ONLY]
+
+    def check_types(self) -> None:
+        for key, kind in typing.get_type_hints(GPTConfig).items():
+            value = getattr(self, key)
+            if not fits(kind, value):
+                name = getattr(kind, "__name__", str(kind))
+                raise ConfigError(f"model.{key}={value!r}: it must be of type {name}.")
 
     def check_sizes(self) -> None:
         sizes = ["context_length", "d_model", "num_heads", "num_blocks", "ffn_mult"]

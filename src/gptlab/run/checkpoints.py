@@ -8,8 +8,6 @@ with the functions that need them, so a tool checks its arguments in a fraction 
 
 import dataclasses
 import pickle
-import types
-import typing
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -21,22 +19,9 @@ from gptlab.run.bounds import check_archive, check_memory, check_plain_size, not
 BUFFER_SLACK = 256 << 20  # bytes of tables a model may hold beyond the weights it carries
 
 MAX_STEP = 2**53  # a step counter beyond any run
+
+
 # Model keys that decide the weights' shapes; dropout, attention kernel and compile may change.
-ARCHITECTURE_KEYS = (
-    "vocab_size",
-    "context_length",
-    "d_model",
-    "num_heads",
-    "num_blocks",
-    "ffn_mult",
-    "norm",
-    "positional",
-    "tie_weights",
-    "bias",
-    *("norm_layer", "qk_norm", "activation", "logit_softcap"),  # the toggles (not zero_init)
-)
-
-
 def find_checkpoint(path: str | Path | None, prefer: str = directory.BEST) -> Path:
     """A checkpoint file as given, or a run directory's checkpoint: `prefer` (best, for the tools
     that read weights; last, to train on), else the other."""
@@ -95,19 +80,6 @@ def load_checkpoint(path: str | Path) -> dict:
     return checkpoint
 
 
-def fits(annotation: Any, value: Any) -> bool:
-    """Whether `value` is of a field's type: int, float (an int too), bool, str, or Optional."""
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        return any(fits(a, value) for a in typing.get_args(annotation))
-    if annotation is type(None):
-        return value is None
-    if annotation is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if annotation is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    return isinstance(value, annotation)
-
-
 def not_gptlab(path: str | Path, what: str) -> ConfigError:
     return ConfigError(
         f"ckpt_path: '{path}' does not hold a gptlab model this version can rebuild ({what}); "
@@ -116,16 +88,17 @@ def not_gptlab(path: str | Path, what: str) -> ConfigError:
 
 
 def checked_model(model: Any, path: str | Path) -> dict:
-    """The model settings of a checkpoint, each a field of GPTConfig of the field's type."""
+    """The model settings of a checkpoint, each a field of GPTConfig, checked by GPTConfig: its
+    type, size and choice."""
     if not isinstance(model, dict):
         raise not_gptlab(path, "no model settings")
-    hints = typing.get_type_hints(GPTConfig)
-    for key, value in model.items():
-        if key not in hints:
-            raise not_gptlab(path, f"an unknown model setting {key!r}")
-        if not fits(hints[key], value):
-            raise not_gptlab(path, f"model.{key} is {value!r}, not a {hints[key]}")
-    return dataclasses.asdict(GPTConfig(**model))  # sizes and choices checked too
+    unknown = set(model) - {f.name for f in dataclasses.fields(GPTConfig)}
+    if unknown:
+        raise not_gptlab(path, f"an unknown model setting {sorted(unknown)[0]!r}")
+    try:
+        return dataclasses.asdict(GPTConfig(**model))
+    except ConfigError as e:
+        raise not_gptlab(path, str(e).rstrip(".")) from None
 
 
 def checked_tokenizer(tokenizer: Any, path: str | Path) -> dict:
@@ -273,7 +246,7 @@ def check_architecture(path: str | Path, checkpoint: dict, hparams: dict) -> Non
     model = hparams["model"]
     differ = [
         f"model.{k}: checkpoint {saved_model.get(k)!r}, now {model[k]!r}"
-        for k in ARCHITECTURE_KEYS
+        for k in GPTConfig.architecture()
         if saved_model.get(k) != model[k]
     ]
     if saved_tokenizer != hparams["tokenizer"]:

@@ -26,10 +26,16 @@ def split_override(override: str) -> tuple[str, str]:
     return key.lstrip("+~"), value
 
 
+def escape_interpolation(text: str) -> str:
+    """`text` with each `${` escaped (and the backslashes before it doubled), so that neither
+    OmegaConf nor Hydra's grammar resolves it: it reads back as itself."""
+    return re.sub(r"(\\*)\$\{", lambda m: m.group(1) * 2 + "\\${", str(text))
+
+
 def quote(text: str) -> str:
     """`text` as a single-quoted string Hydra reads back as `text`: a quote, and the backslashes
     before one or at the end, are escaped; so is `${`."""
-    text = re.sub(r"(\\*)(\$\{)", lambda m: m.group(1) * 2 + "\\${", str(text))
+    text = escape_interpolation(text)
     text = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", text)
     text = re.sub(r"(\\+)$", lambda m: m.group(1) * 2, text)
     return f"'{text}'"

@@ -39,16 +39,15 @@ def add_time_to_loss(rows: list[dict], configs: list[dict] | None, target: float
 
 def mean_curve(jobs: list[dict]) -> list[tuple[float, float, float]]:
     """(wall seconds, training FLOPs, val loss) at each step every job validated, averaged over
-    the jobs (seeds). FLOPs: flops_per_token x tokens, tokens = step x tokens per step."""
+    the jobs (seeds). FLOPs: flops_per_token x tokens, tokens = step x tokens_per_step."""
     steps = set.intersection(*({point[0] for point in job["val_curve"]} for job in jobs))
     points = []
     for step in sorted(steps):
         walls, flops, losses = [], [], []
         for job in jobs:
             point = next(p for p in job["val_curve"] if p[0] == step)
-            tokens_per_step = job["tokens_seen"] / max(1, job["steps"])
             walls.append(point[1])
-            flops.append(job["flops_per_token"] * step * tokens_per_step)
+            flops.append(job["flops_per_token"] * step * job["tokens_per_step"])
             losses.append(point[2])
         points.append((statistics.fmean(walls), statistics.fmean(flops), statistics.fmean(losses)))
     return points
@@ -56,7 +55,8 @@ def mean_curve(jobs: list[dict]) -> list[tuple[float, float, float]]:
 
 def curve_groups(rows: list[dict], configs: list[dict] | None) -> dict[str, list[dict]]:
     """One line per configuration (its seeds), or per job when no seed was swept."""
-    drawn = [r for r in rows if r.get("val_curve") and number(r.get("flops_per_token")) is not None]
+    numbers = ("flops_per_token", "tokens_per_step")
+    drawn = [r for r in rows if r.get("val_curve") and None not in map(number, map(r.get, numbers))]
     ok = {row["job"]: row for row in drawn if row["status"] == "ok"}
     if not configs:
         return {job_label(row, list(ok.values())): [row] for row in ok.values()}
