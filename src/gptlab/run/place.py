@@ -81,8 +81,12 @@ def fresh(place: Path, key: str, kind: str | None) -> None:
         files.adopt(place)
     else:
         files.make_dir(place)
-    if kind is not None:
-        ownership.Manifest.new(place, kind).save()
+    try:
+        if kind is not None:
+            ownership.Manifest.new(place, kind).save()
+    except BaseException:  # the key refused, say: nothing of this start stays
+        files.remove_created(place)
+        raise
 
 
 def continued(place: Path, key: str, sweep: bool) -> None:
