@@ -161,7 +161,9 @@ def fitted(tmp_path_factory):
         },
         "trainer": {"max_steps": STEPS},
     }
-    stats = RunStats()
+    stats = RunStats(
+        tokens_per_step=BATCH * CONTEXT, flops_per_token=module.model.flops_per_token()
+    )
     report = RunReport(cfg, str(out), stats, overrides=["seed=0"])
     trainer = L.Trainer(
         accelerator="cpu",
@@ -219,10 +221,10 @@ def test_the_report_states_the_results_and_a_sample(fitted):
     out, trainer, module, _ = fitted
     report = next(c for c in trainer.callbacks if isinstance(c, RunReport))
     metrics = json.loads((out / "metrics.json").read_text())
-    lines = report.report(trainer, module, metrics)
+    lines = report.report(trainer, metrics)
     assert lines[0].startswith(f"Done: {STEPS} steps, {STEPS * BATCH * CONTEXT:,} tokens in ")
     assert f"Best val loss {metrics['best_val_loss']:.4f}" in lines[1]
     assert f"final {metrics['final_val_loss']:.4f}." in lines[1]
     assert lines[2] == f"Run directory: {out}"
-    assert lines[-1].startswith("Sample: 'Building rapport")
+    assert report.sample(module).startswith("Sample: 'Building rapport")
     assert not any(line.startswith("TensorBoard") for line in lines)  # no logger in this fit

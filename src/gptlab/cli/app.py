@@ -39,11 +39,12 @@ def run_hydra_app(hydra_main: Callable[[], object], tool: str) -> None:
     exit code 2."""
     try:
         composed = check_command_line(tool, sys.argv)
-        if composed is not None and rank() == 0 and not composed[0].get("resume"):
+        if composed is not None and not composed[0].get("resume"):
             cfg, multirun = composed  # resume= found its directory own already
             where, key = output_place(cfg, multirun)
             kind = None if tool != "gptlab-train" else SWEEP if multirun else RUN
-            sys.argv = [*sys.argv, place.prepare(where, key, kind)]
+            decide = place.prepare if rank() == 0 else place.follow
+            sys.argv = [*sys.argv, decide(where, key, kind)]
     except ConfigError as e:
         print(f"{tool}: {e}", file=sys.stderr)
         sys.exit(BAD_INPUT)

@@ -11,7 +11,7 @@ composed and checked, and the run directory made, before any of this was importe
 import contextlib
 import logging
 import sys
-from dataclasses import asdict, replace
+from dataclasses import replace
 from inspect import signature
 from pathlib import Path
 
@@ -103,11 +103,7 @@ def build_module(model_config, optim_config, datamodule, ckpt_path, checkpoint, 
     starts from must hold this architecture (and, read for its tensors, weights of its shapes)."""
     with torch.device("meta"):  # shapes without memory: what it needs, before it is taken
         check_memory(GPT(replace(model_config, compile=False)), datamodule.batch_size, "model")
-    hparams = {
-        "model": asdict(model_config),
-        "optim": asdict(optim_config),
-        "tokenizer": datamodule.tokenizer.state_dict(),
-    }
+    hparams = GPTModule.hparams_from(model_config, optim_config, datamodule.tokenizer)
     if checkpoint:
         check_architecture(ckpt_path, checkpoint, hparams)
     module = GPTModule(**hparams)

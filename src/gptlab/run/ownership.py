@@ -183,9 +183,8 @@ def claim(root: str | Path, subdir: str | None) -> None:
 
 def unsafe_entries(root: Path) -> list[str]:
     """What could lead gptlab elsewhere or make it hang, anywhere inside `root`: a symlink, a
-    file with more than one hard link, a FIFO, socket or device. W&B keeps links of its own in
-    the run's top-level wandb/ folder (latest-run, debug logs, its copies of the run's files):
-    those are allowed when they lead to a place inside the run."""
+    file with more than one hard link, a FIFO, socket or device; but W&B's own links in the
+    run's top-level wandb/ folder (trackers_link)."""
     root = canonical(root)
     tracker = root / TRACKER_FOLDER
     found = []
@@ -195,13 +194,25 @@ def unsafe_entries(root: Path) -> list[str]:
             info = path.lstat()
             inside = path.is_relative_to(tracker)
             if stat.S_ISLNK(info.st_mode):
-                if not (inside and Path(os.path.realpath(path)).is_relative_to(root)):
+                if not (inside and trackers_link(path, root)):
                     found.append(f"'{path.relative_to(root)}' is a symlink")
             elif stat.S_ISREG(info.st_mode) and info.st_nlink > 1 and not inside:
                 found.append(f"'{path.relative_to(root)}' has {info.st_nlink} hard links")
             elif not (stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode)):
                 found.append(f"'{path.relative_to(root)}' is not a regular file")
     return found
+
+
+def trackers_link(link: Path, root: Path) -> bool:
+    """A link W&B keeps in the run's wandb/ folder: to a place inside the run, or (its core's
+    debug log) to that log in W&B's own cache folder."""
+    target = Path(os.path.realpath(link))
+    cache = os.environ.get("WANDB_CACHE_DIR") or Path(
+        os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache", "wandb"
+    )
+    core_log = link.name == "debug-core.log" and target.name.startswith("core-debug-")
+    in_cache = target.parent == Path(os.path.realpath(cache)) / "logs"
+    return target.is_relative_to(root) or (core_log and in_cache)
 
 
 def check_plain(root: Path) -> None:

@@ -12,6 +12,7 @@ the command line (`++`, `${oc.env:...}`, quotes, spaces).
 Later, in a job, it tells whether this process runs a job of a sweep, and which."""
 
 import os
+import time
 from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
@@ -23,6 +24,7 @@ from gptlab.run import directory, ownership
 
 OUTPUT_DIR = "GPTLAB_OUTPUT_DIR"  # the directory this start writes into, as Hydra reads it
 FROM_ENV = "${oc.env:" + OUTPUT_DIR + "}"
+RANK_ZERO_WAIT = 600  # seconds another rank waits for rank 0's run directory
 
 
 def in_multirun() -> bool:
@@ -110,6 +112,23 @@ def prepare(place: Path, key: str, kind: str | None) -> str:
         continued(place, key, sweep=kind == ownership.SWEEP)
     else:
         fresh(place, key, kind)
+    os.environ[OUTPUT_DIR] = str(place)
+    return f"{key}={FROM_ENV}"
+
+
+def follow(place: Path, key: str, kind: str | None) -> str:
+    """Another rank of a job whose ranks each run the command line (srun, torchrun): it writes
+    into the directory rank 0 makes, once rank 0 has made it (its manifest), and makes nothing.
+    Returns the override that hands it to Hydra."""
+    place = Path(os.path.abspath(place))
+    deadline = time.monotonic() + RANK_ZERO_WAIT
+    while kind is not None and not os.path.lexists(place / ownership.MANIFEST):
+        if time.monotonic() > deadline:
+            raise ConfigError(
+                f"{key}: rank 0 of this job made no run directory at '{place}' in "
+                f"{RANK_ZERO_WAIT} s; see rank 0's output for why."
+            )
+        time.sleep(0.1)
     os.environ[OUTPUT_DIR] = str(place)
     return f"{key}={FROM_ENV}"
 
