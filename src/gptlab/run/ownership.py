@@ -207,11 +207,10 @@ def trackers_link(link: Path, root: Path) -> bool:
     """A link W&B keeps in the run's wandb/ folder: to a place inside the run, or (its core's
     debug log) to that log in W&B's own cache folder."""
     target = Path(os.path.realpath(link))
-    cache = os.environ.get("WANDB_CACHE_DIR") or Path(
-        os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache", "wandb"
-    )
+    env = os.environ
+    cache = env.get("WANDB_CACHE_DIR") or env.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     core_log = link.name == "debug-core.log" and target.name.startswith("core-debug-")
-    in_cache = target.parent == Path(os.path.realpath(cache)) / "logs"
+    in_cache = target.parent == Path(os.path.realpath(cache)) / "wandb" / "logs"
     return target.is_relative_to(root) or (core_log and in_cache)
 
 
