@@ -6,12 +6,14 @@ what Hydra builds itself (hydra.callbacks, a sweep's launcher and sweeper) is ch
 
 import argparse
 import difflib
+import os
 import re
 from pathlib import Path
 from typing import Any
 
 from gptlab.errors import ConfigError
 
+OFFLINE = ("offline", "disabled", "dryrun")  # W&B modes that need no login
 SUBDIR = re.compile(r"[\w.-]*\$\{hydra\.job\.(num|id)\}[\w.-]*")
 UNSUPPORTED = {
     "config_path": "--config-path: the tools read their configs from the package (add a folder "
@@ -146,6 +148,26 @@ def output_place(cfg: Any, multirun: bool) -> tuple[Path, str]:
     return Path(value).expanduser(), key
 
 
+def check_logins(cfg: Any) -> None:
+    """logger=wandb needs a W&B login, or its offline mode: checked before any work, with the fix
+    (W&B itself fails inside the first step, in a traceback)."""
+    for node in (cfg.get("logger") or {}).values():
+        if not str(node.get("_target_", "")).endswith("WandbLogger"):
+            continue
+        if node.get("offline") is True or os.environ.get("WANDB_MODE", "").lower() in OFFLINE:
+            continue
+        import wandb
+
+        try:
+            wandb.login(verify=False)  # finds a key (WANDB_API_KEY, ~/.netrc) or asks at a tty
+        except wandb.errors.UsageError as e:
+            raise ConfigError(
+                f"logger=wandb: W&B has no login here ({e}). Run `wandb login` (or set "
+                "WANDB_API_KEY), or log without an account: WANDB_MODE=offline keeps the run on "
+                "disk and `wandb sync <run dir>/wandb/offline-run-*` uploads it later."
+            ) from None
+
+
 def check_command_line(tool: str, argv: list[str]) -> tuple[Any, bool] | None:
     """Compose the command line as Hydra will and check what Hydra builds itself; a ConfigError
     (one paragraph) for anything wrong. Returns the composed config (with its hydra node) and
@@ -165,4 +187,5 @@ def check_command_line(tool: str, argv: list[str]) -> tuple[Any, bool] | None:
 
     multirun = args.multirun or cfg.hydra.mode == RunMode.MULTIRUN
     check_hydra_node(cfg, multirun)
+    check_logins(cfg)
     return cfg, multirun

@@ -1,21 +1,9 @@
 """Own or foreign: whether gptlab may continue a run or sweep directory in place.
 
 A directory is *own* when gptlab made it, here, for this user, and nothing gptlab relies on in it
-has changed since. Anything else is *foreign*: a copy or a move (the path is part of what is
-signed, so a byte-identical copy is foreign too), a download, a planted or edited file, a symlink
-anywhere inside. resume= and a SLURM requeue continue own directories only; every tool reads a
-foreign one for its checkpoint's tensors alone (gptlab.run.checkpoints) and writes nothing into it.
-
-How it is told: `manifest.json` at the top of each own directory, signed with HMAC-SHA256 under a
-secret key of the user's that lives outside every run directory (~/.config/gptlab/key, or the file
-GPTLAB_KEY_FILE names; made on first use, readable by the user only), the way Jupyter signs
-notebooks. It holds the directory's absolute path and kind (run or sweep) and the sha256 of each
-file gptlab relies on: a run's saved configs and overrides (one .hydra folder per start), its
-checkpoints and metrics.json; a sweep's overrides and sweeper settings (what resume= replays) and
-its Optuna study. A file is written under a temporary name, its new digest accepted beside the
-old one, renamed, then the old digest dropped: a kill at any moment leaves a file the manifest
-accepts. Cost per checkpoint save: one sha256 pass over the new file, two rewrites of the small
-manifest."""
+has changed since: its `manifest.json`, signed with the user's key (gptlab.run.signing), holds its
+absolute path, its kind and the sha256 of each file gptlab relies on. Anything else is foreign,
+read for its checkpoint's tensors alone. The rules and their cost: docs/security.md."""
 
 import hmac
 import os
@@ -104,8 +92,8 @@ class Manifest:
         return list(self.data["starts"])
 
     def verify(self, present: list[str]) -> None:
-        """Every file gptlab relies on must be one it recorded, unchanged. A recorded file that
-        is gone plants nothing: fine."""
+        """Every file gptlab relies on must be one it recorded, unchanged (a recorded file that is
+        gone plants nothing). An open file (a sweep's study during a batch) others write."""
         for rel in sorted(set(present) | set(self.data["files"])):
             path = self.root / rel
             if rel in self.data["open"] or not path.is_file():
@@ -125,12 +113,12 @@ def own_manifest(root: str | Path) -> Manifest | None:
 
 
 def write_recorded(root: str | Path, rel: str, write: Callable[[IO], Any], mode: str = "w"):
-    """Write root/rel whole (gptlab.files.atomic); in an own directory its digest is recorded so
-    that the manifest accepts the file before, during and after it replaces the old one."""
+    """Write root/rel whole (gptlab.files.atomic); in an own directory its temporary file and its
+    digest are recorded so that the manifest accepts it before, during and after the rename."""
     manifest = own_manifest(root)
     written = []
 
-    def begin(tmp: Path) -> None:  # a kill while it is written: the next start removes it
+    def begin(tmp: Path) -> None:  # killed while it is written: the next start removes it
         if manifest is not None:
             rel_tmp = Path(os.path.realpath(tmp)).relative_to(manifest.root)
             manifest.data.setdefault(TEMPORARY, []).append(str(rel_tmp))
@@ -151,11 +139,9 @@ def write_recorded(root: str | Path, rel: str, write: Callable[[IO], Any], mode:
 
 
 def claim(root: str | Path, subdir: str | None) -> None:
-    """This process starts a run in `root` (rank 0 only): the run's manifest, made when the
-    directory is a sweep's new job (a run's is made with its directory, gptlab.run.place), the
-    temporary files a killed earlier start recorded removed, and the configs Hydra saved for this
-    start in `subdir` recorded. A manifest that is not this user's is refused, never replaced;
-    so is a directory holding links or special files."""
+    """This process starts a run in `root` (rank 0): its manifest (made here for a sweep's new
+    job), the recorded temporary files of a killed start removed, the configs Hydra saved in
+    `subdir` recorded. Anyone else's manifest, or a link, is refused, never replaced."""
     root = Path(root)
     try:
         check_plain(root)
@@ -215,6 +201,8 @@ def trackers_link(link: Path, root: Path) -> bool:
 
 
 def check_plain(root: Path) -> None:
+    if root.is_symlink():
+        raise ForeignDirectory("it is a symlink")
     found = unsafe_entries(root)
     if found:
         shown = ", ".join(found[:3]) + (" ..." if len(found) > 3 else "")
@@ -236,8 +224,6 @@ def check_run(root: str | Path) -> Manifest:
     """The manifest of an own run directory, everything it relies on checked; ForeignDirectory
     (saying why) for anything else."""
     root = Path(root)
-    if root.is_symlink():
-        raise ForeignDirectory("it is a symlink")
     check_plain(root)
     manifest = Manifest.load(root, RUN)
     manifest.verify(relied_files(root))
@@ -262,8 +248,6 @@ def check_sweep(root: str | Path) -> Manifest:
     """The manifest of an own sweep directory, its study and every job checked (a job that never
     got as far as a checkpoint or a result needs no manifest); ForeignDirectory otherwise."""
     root = Path(root)
-    if root.is_symlink():
-        raise ForeignDirectory("it is a symlink")
     check_plain(root)
     manifest = Manifest.load(root, SWEEP)
     manifest.verify([STUDY] if (root / STUDY).exists() else [])
@@ -280,10 +264,8 @@ def check_sweep(root: str | Path) -> Manifest:
 
 
 def record_sweep(root: str | Path, **settings: Any) -> None:
-    """Record what a sweep's resume replays (its overrides, its sweeper's settings), making the
-    manifest of a new sweep (in the sweep's own process)."""
+    """Record what a sweep's resume replays (its overrides, its sweeper's settings)."""
     root = Path(root)
-    root.mkdir(parents=True, exist_ok=True)
     manifest = own_manifest(root) if (root / MANIFEST).exists() else Manifest.new(root, SWEEP)
     if manifest is None:
         raise ConfigError(

@@ -20,11 +20,20 @@ from hydra.types import RunMode
 
 from gptlab import files
 from gptlab.errors import ConfigError
+from gptlab.process import rank
 from gptlab.run import directory, ownership
 
 OUTPUT_DIR = "GPTLAB_OUTPUT_DIR"  # the directory this start writes into, as Hydra reads it
 FROM_ENV = "${oc.env:" + OUTPUT_DIR + "}"
 RANK_ZERO_WAIT = 600  # seconds another rank waits for rank 0's run directory
+
+
+def claim(run_dir: Path) -> None:
+    """Before a run or a job writes anything (rank 0): this start, and the folder Hydra saved its
+    config in (hydra.output_subdir), recorded in its directory's manifest."""
+    if rank() == 0:
+        saved_in = HydraConfig.get().output_subdir if HydraConfig.initialized() else None
+        ownership.claim(run_dir, saved_in)
 
 
 def in_multirun() -> bool:

@@ -11,6 +11,7 @@ grammar."""
 import logging
 import os
 from pathlib import Path
+from typing import NamedTuple
 
 from omegaconf import DictConfig
 
@@ -18,7 +19,7 @@ from gptlab import files
 from gptlab.errors import ConfigError
 from gptlab.process import rank
 from gptlab.run import directory, ownership, place
-from gptlab.run.checkpoints import find_checkpoint
+from gptlab.run.checkpoints import find_checkpoint, load_checkpoint, step_of
 from gptlab.run.overrides import override_key
 from gptlab.run.settings import replayable
 
@@ -112,6 +113,28 @@ def resume_argv(argv: list[str]) -> list[str]:
     os.environ[place.OUTPUT_DIR] = str(run_dir)
     merged = {override_key(o): o for o in [*saved, *new]}
     return [argv[0], *flags, *where, *merged.values(), f"resume={place.FROM_ENV}"]
+
+
+class Start(NamedTuple):
+    """Where a run starts from: nothing (a fresh start), or a checkpoint continued whole (its
+    own last.ckpt) or read for its tensors (ckpt_path=), loaded and bounded."""
+
+    ckpt_path: str | None = None
+    whole: bool = False
+    checkpoint: dict | None = None
+
+    @property
+    def step(self) -> int | None:
+        return None if self.checkpoint is None else step_of(self.checkpoint)
+
+
+def starting_point(cfg: DictConfig, run_dir: Path) -> Start:
+    """This start claimed in its run directory, its data's places checked, the checkpoint it
+    continues found and loaded: everything a start's files can get wrong, before any data."""
+    place.check_data_places(cfg.data.data_dir, cfg.data.cache_dir)
+    place.claim(run_dir)
+    ckpt_path, whole = checkpoint_to_continue(cfg, run_dir)
+    return Start(ckpt_path, whole, load_checkpoint(ckpt_path) if ckpt_path else None)
 
 
 def checkpoint_to_continue(cfg: DictConfig, output_dir: Path) -> tuple[str | None, bool]:

@@ -13,8 +13,7 @@ from omegaconf import DictConfig
 
 from gptlab import files
 from gptlab.errors import ConfigError
-from gptlab.process import rank
-from gptlab.run import directory, ownership
+from gptlab.run import directory, ownership, place
 from gptlab.run.overrides import override_key, short_label
 from gptlab.run.place import in_multirun, sweep_dir
 from gptlab.run.settings import NOT_REPLAYED, NOT_REPLAYED_GROUPS, WHERE_KEYS
@@ -26,15 +25,6 @@ log = logging.getLogger(__name__)
 def job_overrides() -> list[str]:
     """The running job's task overrides: what a continued sweep recognises the job by."""
     return [str(o) for o in HydraConfig.get().overrides.task] if HydraConfig.initialized() else []
-
-
-def claim(output_dir: Path) -> None:
-    """Before a run or a job writes anything (rank 0): this start, and the folder Hydra saved its
-    config in (hydra.output_subdir), recorded in its directory's manifest
-    (gptlab.run.ownership)."""
-    if rank() == 0:
-        saved_in = HydraConfig.get().output_subdir if HydraConfig.initialized() else None
-        ownership.claim(output_dir, saved_in)
 
 
 def trains(override: str) -> bool:
@@ -141,7 +131,7 @@ def sweep_job(train: Callable[[DictConfig], float], cfg: DictConfig) -> float:
     goes on."""
     output_dir = Path(cfg.paths.output_dir)
     overrides = job_overrides()
-    claim(output_dir)  # before a failure is recorded: the job's results are its manifest's
+    place.claim(output_dir)  # before a failure is recorded: the job's results are its manifest's
     if cfg.get("resume"):  # a continued sweep keeps the jobs that finished
         best = finished_result(output_dir, overrides)
         if best is not None:

@@ -3,6 +3,7 @@ the steps a FLOP budget (`flops_budget`) buys, flops_per_token x the tokens of e
 known before the Trainer is built, so it is built once with its max_steps."""
 
 import logging
+from typing import NamedTuple
 
 from omegaconf import DictConfig
 
@@ -51,12 +52,19 @@ def steps_for_budget(budget: float, flops: int, tokens: int) -> int:
     return steps
 
 
-def run_length(cfg: DictConfig, flops_per_token: int, ranks: int) -> int:
-    """The run's max_steps: trainer.max_steps, or the steps flops_budget buys on `ranks`
-    processes (said when they differ from trainer.max_steps)."""
-    if cfg.flops_budget is None:
-        return cfg.trainer.max_steps
+class Length(NamedTuple):
+    max_steps: int
+    tokens_per_step: int  # over every rank
+    ranks: int  # the processes it was counted for
+
+
+def run_length(cfg: DictConfig, flops_per_token: int) -> Length:
+    """trainer.max_steps, or the steps flops_budget buys (said when they differ from
+    trainer.max_steps)."""
+    ranks = world_size(cfg.trainer)
     tokens = tokens_per_step(cfg, ranks)
+    if cfg.flops_budget is None:
+        return Length(cfg.trainer.max_steps, tokens, ranks)
     steps = steps_for_budget(cfg.flops_budget, flops_per_token, tokens)
     if cfg.trainer.max_steps not in (-1, steps):
         log.info(
@@ -65,4 +73,4 @@ def run_length(cfg: DictConfig, flops_per_token: int, ranks: int) -> int:
             steps,
             cfg.trainer.max_steps,
         )
-    return steps
+    return Length(steps, tokens, ranks)

@@ -5,7 +5,7 @@ Its hyperparameters are plain dicts (model config, optimiser config, tokenizer s
 checkpoint alone rebuilds the model and its tokenizer and loads with `weights_only=True`."""
 
 import math
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from functools import cached_property
 
 import lightning as L
@@ -16,6 +16,8 @@ from lightning.pytorch.plugins import MixedPrecision
 from gptlab.data.tokenizer import Tokenizer
 from gptlab.model.config import GPTConfig
 from gptlab.model.gpt import GPT
+from gptlab.run.bounds import check_memory
+from gptlab.run.checkpoints import check_architecture, check_weights, weights
 from gptlab.run.restore import fit_loop_at
 from gptlab.training.optim_config import OptimConfig, lr_factor
 from gptlab.training.optimizers import MuonWithAdamW, block_matrices
@@ -203,3 +205,20 @@ class GPTModule(L.LightningModule):
     @classmethod
     def hparams_from(cls, model: GPTConfig, optim: OptimConfig, tokenizer: Tokenizer) -> dict:
         return {"model": asdict(model), "optim": asdict(optim), "tokenizer": tokenizer.state_dict()}
+
+
+def build_module(model, optim, tokenizer: Tokenizer, batch_size: int, start) -> GPTModule:
+    """The GPTModule of these settings (GPTConfig, OptimConfig) for the data's tokenizer, once its
+    memory is known to fit (shapes on torch's meta device: no memory yet); a checkpoint it starts
+    from (gptlab.run.resume.Start) must hold this architecture, and read for its tensors, weights
+    of its shapes."""
+    model = replace(model, vocab_size=tokenizer.vocab_size)  # its settings final
+    with torch.device("meta"):
+        check_memory(GPT(replace(model, compile=False)), batch_size, "model")
+    hparams = GPTModule.hparams_from(model, optim, tokenizer)
+    if start.checkpoint:
+        check_architecture(start.ckpt_path, start.checkpoint, hparams)
+    module = GPTModule(**hparams)
+    if start.checkpoint and not start.whole:
+        check_weights(module, weights(start.checkpoint, start.ckpt_path), start.ckpt_path)
+    return module

@@ -15,10 +15,8 @@ from omegaconf import DictConfig, OmegaConf
 from torch.utils.tensorboard.summary import hparams, scalar
 from torch.utils.tensorboard.writer import FileWriter
 
-from gptlab.errors import ConfigError
 from gptlab.run import directory
 
-OFFLINE_MODES = ("offline", "disabled", "dryrun")
 HPARAMS_EVENTS = "events.out.tfevents.hparams"  # the event file of a run's HPARAMS
 # the results beside the hyperparameters: a group TensorBoard lists after train/ and val/
 RESULTS = "val_results"
@@ -50,23 +48,6 @@ class RunTensorBoardLogger(TensorBoardLogger):
             writer.close()
             [written] = Path(fresh).iterdir()
             os.replace(written, folder / HPARAMS_EVENTS)  # the earlier start's, replaced
-
-
-def require_wandb_login(offline: bool) -> None:
-    """logger=wandb needs a W&B login, or its offline mode: checked before any long work, with
-    the fix (W&B itself fails inside the first step, in a traceback)."""
-    if offline or os.environ.get("WANDB_MODE", "").lower() in OFFLINE_MODES:
-        return
-    import wandb
-
-    try:
-        wandb.login(verify=False)  # finds a key (WANDB_API_KEY, ~/.netrc) or asks at a terminal
-    except wandb.errors.UsageError as e:
-        raise ConfigError(
-            f"logger=wandb: W&B has no login here ({e}). Run `wandb login` (or set "
-            "WANDB_API_KEY), or log without an account: WANDB_MODE=offline keeps the run on "
-            "disk and `wandb sync <run dir>/wandb/offline-run-*` uploads it later."
-        ) from None
 
 
 def hparams_of(cfg: DictConfig, metrics: dict, model: dict) -> dict:

@@ -1,0 +1,104 @@
+"""The Trainer of a run, built once with everything it needs: the callbacks group's callbacks
+(checkpoints into the run's own checkpoints/), the ones every run has, the loggers, and the
+checkpoint plugin told what this start continues."""
+
+from inspect import signature
+from pathlib import Path
+
+import lightning as L
+from hydra.utils import get_object
+from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
+from omegaconf import DictConfig, OmegaConf
+
+from gptlab.config.trust import build
+from gptlab.errors import ConfigError
+from gptlab.run import directory
+from gptlab.run.logs import SpawnedRankLog, own_checkpoint_dir
+from gptlab.sweep.jobs import job_overrides, tensorboard_version
+from gptlab.training.callbacks import (
+    DivergenceGuard,
+    FinalValidation,
+    GracefulStop,
+    RngState,
+    ValidationStep,
+)
+from gptlab.training.checkpoint_io import RunCheckpointIO
+from gptlab.training.report import RunReport
+from gptlab.training.run_stats import RunStats
+
+
+def build_trainer(cfg: DictConfig, run_dir: Path, module, start, length) -> L.Trainer:
+    """The Trainer of the trainer group for `module`, continuing `start` (gptlab.run.resume), on
+    the processes its `length` was counted for (gptlab.training.budget.run_length)."""
+    loggers = build_loggers(cfg, start.step)
+    callbacks = build_callbacks(cfg, run_dir, with_loggers=bool(loggers))
+    plugin = RunCheckpointIO(
+        run_dir,
+        continued=Path(start.ckpt_path) if start.whole else None,
+        started_from=Path(start.ckpt_path) if start.ckpt_path and not start.whole else None,
+        optimizer=module.optim.name,
+    )
+    stats = RunStats(length.tokens_per_step, module.model.flops_per_token())
+    callbacks = [
+        *callbacks,
+        stats,
+        ValidationStep(),
+        FinalValidation(),
+        GracefulStop(),
+        RngState(),
+        DivergenceGuard(),
+        SpawnedRankLog(run_dir),
+        RunReport(OmegaConf.to_container(cfg), str(run_dir), stats, job_overrides()),
+    ]
+    trainer = build(
+        cfg.trainer, "trainer", callbacks=callbacks, logger=loggers or False, plugins=[plugin]
+    )
+    if trainer.world_size != length.ranks:
+        raise ConfigError(
+            f"trainer: gptlab counted {length.ranks} process(es) from trainer.devices and "
+            f"trainer.num_nodes, Lightning {trainer.world_size}: a run's tokens per step and a "
+            "FLOP budget's steps would be wrong. Give trainer.devices as a number."
+        )
+    return trainer
+
+
+def build_callbacks(cfg: DictConfig, run_dir: Path, with_loggers: bool) -> list:
+    """The callbacks group's: a checkpoint goes to the run directory's checkpoints/, where resume,
+    eval and generate find it (the run directory decides, not a setting); nothing logs the
+    learning rate without a logger. A node without _target_ is one an experiment tunes but
+    `callbacks=none` removed."""
+    folder = directory.checkpoint_dir(run_dir)
+    own_checkpoint_dir(folder)
+    callbacks = []
+    for name, node in cfg.callbacks.items():
+        kind = get_object(node._target_) if "_target_" in node else None
+        if kind is None or (issubclass(kind, LearningRateMonitor) and not with_loggers):
+            continue
+        where = {"dirpath": str(folder)} if issubclass(kind, ModelCheckpoint) else {}
+        if where and node.get("dirpath") is not None:
+            raise ConfigError(
+                f"callbacks.{name}.dirpath={node.dirpath}: checkpoints go to the run "
+                "directory's checkpoints/, where resume, eval and generate look; drop it."
+            )
+        if where and node.get("filename") is None and "filename" in signature(kind).parameters:
+            where["filename"] = directory.BEST
+        callbacks.append(build(node, f"callbacks.{name}", **where))
+    return callbacks
+
+
+def build_loggers(cfg: DictConfig, resume_step: int | None) -> list:
+    """The logger group's loggers. A resumed TensorBoard log drops the steps after its
+    checkpoint; a sweep's job is a TensorBoard run named by its settings (unless the config names
+    one)."""
+    loggers = []
+    for name, node in cfg.logger.items():
+        if "_target_" not in node:  # an experiment may tune a logger that logger=none removed
+            continue
+        extra = {}
+        if node._target_.endswith("TensorBoardLogger"):
+            extra = {} if resume_step is None else {"purge_step": resume_step}
+            folder = Path(str(node.get("save_dir"))) / str(node.get("name", "lightning_logs"))
+            version = None if node.get("version") else tensorboard_version(folder)
+            extra.update({"version": version} if version else {})
+        loggers.append(build(node, f"logger.{name}", **extra))
+    return loggers
