@@ -8,7 +8,7 @@ here, and its rules hold by construction, not per call site.
 - A delete removes only what this process created (`make_dir` and `created` record it).
 - A read takes plain data from a regular file only (no link, FIFO, device or socket), at most
   MAX_BYTES of it; JSON and YAML at most MAX_DEPTH deep, YAML without aliases.
-Where a run or a tool may write at all is gptlab.run.directory's to decide."""
+Where a run or a tool may write at all is gptlab.run.place's to decide."""
 
 import contextlib
 import hashlib
