@@ -27,7 +27,9 @@ $(READY): pyproject.toml scripts/install_torch.sh
 	$(PYTHON) -m venv $(VENV)
 	-$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip
 	TORCH="$(TORCH)" bash scripts/install_torch.sh $(BIN)/python $(TORCH_VERSION)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e ".[dev]"
+	# setuptools' notice that an editable install may be shadowed by a folder of the same name
+	# (the one warning left: conf/'s groups are named packages in pyproject.toml)
+	PYTHONWARNINGS=ignore $(BIN)/python -m pip install --quiet --disable-pip-version-check -e ".[dev]"
 	touch $(READY)
 
 train: $(READY) ## train a GPT (the default run: about 3 minutes on 2 CPU cores)
