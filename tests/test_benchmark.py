@@ -70,6 +70,7 @@ def gptlab_run(steps_per_s: float, val_loss: float, steps: int = 100) -> dict:
     metrics = {
         "steps": steps,
         "tokens_seen": 64 * steps,
+        "tokens_per_step": 64,
         "tokens_per_sec": 64 * steps_per_s,
         "wall_seconds": 2 * steps / steps_per_s,  # validation takes as long as training
         "final_val_loss": val_loss,

@@ -29,7 +29,7 @@ from gptlab.training.budget import run_length
 from gptlab.training.callbacks import GracefulStop
 from gptlab.training.module import build_module
 from gptlab.training.report import best_val_loss
-from gptlab.training.trainer import build_trainer
+from gptlab.cli.trainer import build_trainer
 
 log = logging.getLogger("gptlab.train")
 

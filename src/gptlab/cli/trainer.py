@@ -1,4 +1,4 @@
-"""The Trainer of a run, built once with everything it needs: the callbacks group's callbacks
+"""gptlab-train's Trainer, built once with everything it needs: the callbacks group's callbacks
 (checkpoints into the run's own checkpoints/), the ones every run has, the loggers, and the
 checkpoint plugin told what this start continues."""
 
