@@ -1,12 +1,8 @@
 """Find, download and verify the raw text corpus.
 
-The corpus cache is content-addressed: a download lands under a name of its own,
-`<data dir>/sha256/<its sha256>/<file name>`, renamed into place once whole and checked, so no
-config (planted or not) can change a file another run reads: a file whose content differs from
-what a config expects is never replaced. A file placed by hand, `<data dir>/<file name>`, is used
-when its content is the one expected (any content when the config expects none). Fetched at most
-once per content; the data directory may be a read-only shared mount: nothing is written into it
-unless a download is really needed."""
+The cache is content-addressed, `<data dir>/sha256/<its sha256>/<file name>`: no config can change
+a file another run reads. A file placed by hand is used when its content is the expected one, and
+nothing is written into the data directory unless a download is needed (docs/security.md)."""
 
 import contextlib
 import hashlib
@@ -113,18 +109,25 @@ def get_checked(url: str, timeout: float) -> requests.Response:
     )
 
 
+def gone(pid: str) -> bool:
+    """Whether the process `pid` has ended: a temporary file or folder it named after itself is
+    stale. Not a number, or another user's process: False."""
+    try:
+        os.kill(int(pid), 0)  # signal 0 only asks whether it exists
+    except ProcessLookupError:
+        return True
+    except (ValueError, PermissionError):
+        pass
+    return False
+
+
 def remove_stale_parts(target: Path) -> None:
     """Delete the partial downloads of `target` whose process is gone (killed mid-download)."""
     for part in target.parent.glob(f".{target.name}.*.part"):
-        pid = part.name[len(target.name) + 2 : -len(".part")]
-        try:
-            os.kill(int(pid), 0)  # its download is still running: keep it
-        except ProcessLookupError:
+        if gone(part.name[len(target.name) + 2 : -len(".part")]):
             with contextlib.suppress(OSError):  # a read-only data directory keeps it
                 part.unlink()
                 log.info("Removed %s, left by a download that was killed", part)
-        except (ValueError, PermissionError):
-            pass
 
 
 def download(url: str, folder: Path, name: str, sha256: str | None, timeout: float = 30.0) -> Path:
