@@ -1,13 +1,7 @@
-"""LightningDataModule: sources -> token store (tokenized once) -> 90/10 split (and an optional
-test split after it) -> batches of windows.
+"""LightningDataModule: sources -> token store (tokenized once) -> train, val, test -> batches.
 
-The store is mapped, not loaded: train, val and test are views of one np.memmap, so memory does
-not grow with the corpus and the processes of a DDP run share the page cache (a spawned rank gets
-the data module pickled by the store's path). Train batches are random windows of
-`context_length + 1` tokens, like the seed articles' `get_batch`; each DDP rank draws its own.
-Validation (and test) walk every non-overlapping window of a fixed prefix of their split
-(data.val_tokens, data.test_tokens) once, in order, so their losses are exact and the same from
-run to run."""
+The store is mapped, not loaded: the splits are views of one np.memmap, shared through the page
+cache by the processes of a DDP run (a spawned rank gets the module pickled by the store's path)."""
 
 import hashlib
 import json
@@ -94,28 +88,12 @@ class GPTDataModule(L.LightningDataModule):
         tokenizer: dict | None = None,  # a checkpoint's (gptlab-eval): the text is encoded with it
     ):
         super().__init__()
-        check_settings(locals())
+        settings = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
+        check_settings(settings)
         check_encoding(encoding)
-        self.url = url
-        self.path = path
-        self.sha256 = sha256
-        self.name = name
-        self.split = split
-        self.text_field = text_field
-        self.encoding = encoding
-        self.compact_vocab = compact_vocab
-        self.val_fraction = val_fraction
-        self.test_fraction = test_fraction
-        self.val_tokens = val_tokens
-        self.test_tokens = test_tokens
-        self.batch_size = batch_size
-        self.context_length = context_length
-        self.num_workers = num_workers
-        self.data_dir = Path(data_dir)
-        self.cache_dir = Path(cache_dir)
-        self.seed = seed
-        self.repeat_batches = repeat_batches
-        self.given_tokenizer = tokenizer
+        self.given_tokenizer = settings.pop("tokenizer")
+        # every other setting is an attribute of its name, the two folders as paths
+        vars(self).update(settings, data_dir=Path(data_dir), cache_dir=Path(cache_dir))
         self._corpus = None  # the sources, found and checked once
         self._store: TokenStore | None = None
         self._store_folder: Path | None = None  # kept when pickled: a DDP rank maps it itself
@@ -195,10 +173,7 @@ class GPTDataModule(L.LightningDataModule):
         if self.tokenizer is not None:
             return
         store = self.token_store()
-        if self.given_tokenizer:
-            tokenizer = Tokenizer.from_state_dict(self.given_tokenizer)
-        else:
-            tokenizer = Tokenizer(self.encoding, store.vocab)
+        tokenizer = Tokenizer(self.store_encoding(), store.vocab)  # a checkpoint's vocab is stored
         tokens = store.tokens
         # token order, like the seeds: train, then val, then test (with test_fraction 0 the
         # articles' 90/10 split exactly: the same n_train, val up to the last token)
