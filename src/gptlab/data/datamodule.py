@@ -122,7 +122,7 @@ class GPTDataModule(L.LightningDataModule):
         """The corpus file (downloaded if need be), or the folder, glob or dataset named."""
         if self.name or is_many(self.path):
             return Path(self.name or self.path)
-        return self.corpus().sources[0].path
+        return self.corpus().paths[0]
 
     def store_encoding(self) -> str:
         return self.given_tokenizer["encoding"] if self.given_tokenizer else self.encoding
