@@ -88,37 +88,29 @@ def text_bytes(task: list[tuple[str, bool]]) -> int:
     return sum(len(t) if t.isascii() else len(t.encode("utf-8", "replace")) for t, _ in task)
 
 
-class Progress:
-    """A progress bar over the text tokenized: MB/s and the tokens so far."""
-
-    def __init__(self, total_bytes: int | None):
-        self.bar = tqdm(
-            total=total_bytes, unit="B", unit_scale=True, desc="Tokenizing", mininterval=1
-        )
-        self.tokens = 0
-
-    def done(self, future, size: int) -> np.ndarray:
-        ids = future.result()
-        self.tokens += len(ids)
-        self.bar.update(size)
-        self.bar.set_postfix_str(f"{self.tokens:,} tokens", refresh=False)
-        return ids
+def submitted(pool, encoding, documents, ahead: int) -> Iterator[tuple]:
+    """(future, text bytes) of each task, in order, submitted `ahead` tasks early: only a few are
+    in flight, so memory stays flat."""
+    pending = deque()
+    for task in tasks(documents):
+        pending.append((pool.submit(encode_task, encoding, task), text_bytes(task)))
+        if len(pending) > ahead:
+            yield pending.popleft()
+    yield from pending
 
 
 def encode_documents(
     encoding, documents: Iterable[tuple[str, bool]], total_bytes: int | None = None
 ) -> Iterator[np.ndarray]:
-    """The documents' tiktoken ids (uint32), in order, a task at a time."""
+    """The documents' tiktoken ids (uint32), in order, a task at a time; a progress bar shows MB/s
+    and the tokens so far."""
     threads = usable_cores()
-    progress = Progress(total_bytes)
-    pending = deque()  # (future, text bytes) of the tasks in flight: a few, so memory stays flat
-    with ThreadPoolExecutor(threads) as pool:
-        try:
-            for task in tasks(documents):
-                pending.append((pool.submit(encode_task, encoding, task), text_bytes(task)))
-                if len(pending) > 2 * threads:
-                    yield progress.done(*pending.popleft())
-            while pending:
-                yield progress.done(*pending.popleft())
-        finally:
-            progress.bar.close()
+    bar = tqdm(total=total_bytes, unit="B", unit_scale=True, desc="Tokenizing", mininterval=1)
+    tokens = 0
+    with ThreadPoolExecutor(threads) as pool, bar:
+        for future, size in submitted(pool, encoding, documents, 2 * threads):
+            ids = future.result()
+            tokens += len(ids)
+            bar.update(size)
+            bar.set_postfix_str(f"{tokens:,} tokens", refresh=False)
+            yield ids
