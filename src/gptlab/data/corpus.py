@@ -53,13 +53,11 @@ def resolve_corpus(
     name = Path(unquote(parse_url(prepared_url(url)).path or "")).name or "corpus.txt"
     data_dir = Path(data_dir).expanduser()
     placed = data_dir / name  # put there by hand (a read-only mount, a copy)
-    if placed.is_file() and (sha256 is None or sha256_of(placed) == sha256):
-        log.info("Corpus found at %s", placed)
-        return placed
-    stored = data_dir / DOWNLOADS / (sha256 or "") / name
-    if sha256 and stored.is_file() and sha256_of(stored) == sha256:
-        log.info("Corpus found at %s", stored)
-        return stored
+    stored = data_dir / DOWNLOADS / (sha256 or "") / name  # a download: only with its sha256
+    for found in (placed, stored) if sha256 else (placed,):
+        if found.is_file() and (sha256 is None or sha256_of(found) == sha256):
+            log.info("Corpus found at %s", found)
+            return found
     return download(url, data_dir / DOWNLOADS, name, sha256, timeout=timeout)
 
 

@@ -1,6 +1,7 @@
 """A Hugging Face dataset as a corpus (data=hf): read through the `datasets` library, with its
 own cache and its offline mode (HF_DATASETS_OFFLINE=1). One document per row of the split."""
 
+import itertools
 from collections.abc import Iterator
 
 from gptlab.data.sources import check_text_column
@@ -42,8 +43,8 @@ class HFDataset:
         return f"{self.name} ({self.split}, {self.dataset.num_rows:,} rows)"
 
     def identity(self) -> list[dict]:
-        """The dataset's fingerprint, as `datasets` computes it for a loaded dataset: it changes
-        with its cache files, so a changed dataset gets a store of its own."""
+        """With the fingerprint `datasets` computes from its cache files: a changed dataset gets a
+        store of its own."""
         from datasets.fingerprint import generate_fingerprint
 
         return [
@@ -60,14 +61,12 @@ class HFDataset:
         return None
 
     def documents(self) -> Iterator[tuple[str, bool]]:
-        column = self.dataset.select_columns([self.text_field])
-        row = 0
-        for batch in column.iter(batch_size=ROWS):
-            for text in batch[self.text_field]:
-                if text is None:
-                    raise ConfigError(
-                        f"data.name='{self.name}': row {row} has no '{self.text_field}' (null). "
-                        "Filter such rows out, or choose another data.text_field."
-                    )
-                yield text, True
-                row += 1
+        batches = self.dataset.select_columns([self.text_field]).iter(batch_size=ROWS)
+        texts = itertools.chain.from_iterable(batch[self.text_field] for batch in batches)
+        for row, text in enumerate(texts):
+            if text is None:
+                raise ConfigError(
+                    f"data.name='{self.name}': row {row} has no '{self.text_field}' (null). "
+                    "Filter such rows out, or choose another data.text_field."
+                )
+            yield text, True
