@@ -110,10 +110,6 @@ class GPTDataModule(L.LightningDataModule):
 
     def corpus(self):
         """A Hugging Face dataset (data.name), else the files of data.path or data.url."""
-        if self._corpus is None and self.name:
-            from gptlab.data.hf import HFDataset
-
-            self._corpus = HFDataset(self.name, self.split, self.text_field)
         if self._corpus is None:
             self._corpus = find_corpus(vars(self))
         return self._corpus

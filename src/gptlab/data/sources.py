@@ -1,11 +1,12 @@
-"""Where the text comes from: a text file, a folder, a glob, JSONL or Parquet files.
-
-A corpus yields (text, new_document) pairs, read in blocks, never whole. Every file is checked when
-the corpus is found (its first bytes, first record, schema): bad input fails before any hashing."""
+"""Where the text comes from: a text file, a folder, a glob, JSONL or Parquet files, or a Hugging
+Face dataset. A corpus yields (text, new_document) pairs, read in blocks, never whole. Every source
+is checked when found (a file's first bytes, first record, schema; a dataset's column), so bad input
+fails before any hashing."""
 
 import codecs
 import glob
 import gzip
+import itertools
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +18,7 @@ from gptlab.files import sha256_of
 BLOCK = 1 << 20  # bytes read at a time from a text file
 HEAD = 1 << 16  # bytes of each text file checked before any long work
 FOLDER_SUFFIXES = (".txt", ".jsonl", ".jsonl.gz", ".parquet")  # what a folder contributes
+ROWS = 1024  # rows of a dataset converted to Python strings at a time
 
 
 def format_of(path: Path) -> str:
@@ -32,8 +34,11 @@ def is_many(path: str | None) -> bool:
     return bool(path) and (glob.has_magic(path) or Path(path).expanduser().is_dir())
 
 
-def find_corpus(settings: dict) -> "Files":
-    """The files of data.path, or the download of data.url: checked, not read yet."""
+def find_corpus(settings: dict) -> "Files | HFDataset":
+    """A Hugging Face dataset (data.name), else the files of data.path or the download of
+    data.url: checked, not read yet."""
+    if settings["name"]:
+        return HFDataset(settings["name"], settings["split"], settings["text_field"])
     path = settings["path"]
     if is_many(path):
         if settings["sha256"]:
@@ -108,6 +113,64 @@ class Files:
         readers = {"text": text_blocks, "jsonl": jsonl_texts, "parquet": parquet_texts}
         for path in self.paths:
             yield from readers[format_of(path)](path, self.text_field)
+
+
+class HFDataset:
+    """data.name (a hub id or a local folder), data.split, data.text_field."""
+
+    def __init__(self, name: str, split: str, text_field: str):
+        try:
+            import datasets
+        except ImportError:
+            raise ConfigError(
+                f"data.name='{name}': reading a Hugging Face dataset needs the datasets library. "
+                "Install it with `pip install 'gptlab[hf]'`, or give a local file as data.path."
+            ) from None
+        self.name = name
+        self.split = split
+        self.text_field = text_field
+        try:
+            self.dataset = datasets.load_dataset(name, split=split)
+        except Exception as e:  # the hub, the cache and the builders each raise their own
+            raise ConfigError(
+                f"data.name='{name}' (split '{split}'): the Hugging Face dataset could not be "
+                f"loaded ({e.__class__.__name__}: {e}). Check the name and data.split; offline "
+                "(HF_DATASETS_OFFLINE=1) it must be in the datasets cache (HF_HOME) already, or "
+                "be a local folder."
+            ) from None
+        check_text_column(f"data.name='{name}'", text_field, self.dataset.features, is_dataset_text)
+
+    def describe(self) -> str:
+        return f"{self.name} ({self.split}, {self.dataset.num_rows:,} rows)"
+
+    def identity(self) -> list[dict]:
+        """With the fingerprint `datasets` computes from its cache files: a changed dataset gets a
+        store of its own."""
+        from datasets.fingerprint import generate_fingerprint
+
+        return [
+            {
+                "hf": self.name,
+                "split": self.split,
+                "text_field": self.text_field,
+                "rows": self.dataset.num_rows,
+                "fingerprint": generate_fingerprint(self.dataset),
+            }
+        ]
+
+    def total_bytes(self) -> None:
+        return None
+
+    def documents(self) -> Iterator[tuple[str, bool]]:
+        batches = self.dataset.select_columns([self.text_field]).iter(batch_size=ROWS)
+        texts = itertools.chain.from_iterable(batch[self.text_field] for batch in batches)
+        for row, text in enumerate(texts):
+            if text is None:
+                raise ConfigError(
+                    f"data.name='{self.name}': row {row} has no '{self.text_field}' (null). "
+                    "Filter such rows out, or choose another data.text_field."
+                )
+            yield text, True
 
 
 # ------------------------------------------------------------------ checks before any long work
@@ -199,6 +262,10 @@ def is_arrow_text(kind) -> bool:
     import pyarrow as pa
 
     return pa.types.is_string(kind) or pa.types.is_large_string(kind)
+
+
+def is_dataset_text(feature) -> bool:
+    return getattr(feature, "dtype", None) in ("string", "large_string")
 
 
 def check_text_column(where: str, field: str, kinds: dict, is_text) -> None:
