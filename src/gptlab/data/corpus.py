@@ -1,8 +1,7 @@
-"""Find, download and verify the raw text corpus.
-
-The cache is content-addressed, `<data dir>/sha256/<its sha256>/<file name>`: no config can change
-a file another run reads. A file placed by hand is used when its content is the expected one, and
-nothing is written into the data directory unless a download is needed (docs/security.md)."""
+"""Find, download and verify the raw text corpus. The cache is content-addressed,
+`<data dir>/sha256/<its sha256>/<file name>`: no config can change a file another run reads. A file
+placed by hand is used when its content is the expected one; nothing is written into the data
+directory unless a download is needed (docs/security.md)."""
 
 import contextlib
 import hashlib
@@ -62,8 +61,7 @@ def resolve_corpus(
 
 
 def prepared_url(url: str) -> str:
-    """`url` as requests sends it: prepared with urllib3's parser. The check looks at this very
-    string and the download fetches it, so the two cannot read the URL differently."""
+    """`url` as requests sends it, so the check and the download cannot read it differently."""
     request = requests.models.PreparedRequest()
     try:
         request.prepare_url(url, None)
@@ -75,8 +73,7 @@ def prepared_url(url: str) -> str:
 
 
 def check_url(url: str, redirected_from: str | None = None) -> str:
-    """Only HTTPS, or plain HTTP to this machine itself (local mirrors and tests). Returns the
-    prepared URL: what to fetch."""
+    """Only HTTPS, or plain HTTP to this machine (mirrors, tests); returns the URL to fetch."""
     prepared = prepared_url(url)
     parsed = parse_url(prepared)
     if parsed.scheme == "https" or (parsed.scheme == "http" and parsed.host in LOOPBACK_HOSTS):
@@ -91,8 +88,7 @@ def check_url(url: str, redirected_from: str | None = None) -> str:
 
 
 def get_checked(url: str, timeout: float) -> requests.Response:
-    """GET `url`, following redirects here rather than in requests: each hop is checked before
-    it is fetched, and the fetched URL is exactly the checked one."""
+    """GET `url`, following redirects here: each hop is checked before it is fetched."""
     current = check_url(url)
     for _ in range(MAX_REDIRECTS):
         response = requests.get(current, stream=True, timeout=timeout, allow_redirects=False)
@@ -108,8 +104,7 @@ def get_checked(url: str, timeout: float) -> requests.Response:
 
 
 def gone(pid: str) -> bool:
-    """Whether the process `pid` has ended: a temporary file or folder it named after itself is
-    stale. Not a number, or another user's process: False."""
+    """Whether process `pid` has ended; False for no number, or another user's live process."""
     try:
         os.kill(int(pid), 0)  # signal 0 only asks whether it exists
     except ProcessLookupError:
@@ -129,8 +124,7 @@ def remove_stale_parts(target: Path) -> None:
 
 
 def download(url: str, folder: Path, name: str, sha256: str | None, timeout: float = 30.0) -> Path:
-    """Stream `url` to a temporary file in `folder`; once whole, and its sha256 the expected one,
-    rename it to `folder/<its sha256>/<name>` (a name of its own) and return that path."""
+    """Stream `url` to `folder/<its sha256>/<name>`, renamed into place once whole and checked."""
     check_url(url)
     try:
         folder.mkdir(parents=True, exist_ok=True)

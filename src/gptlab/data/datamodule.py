@@ -1,5 +1,4 @@
 """LightningDataModule: sources -> token store (tokenized once) -> train, val, test -> batches.
-
 The store is mapped, not loaded: the splits are views of one np.memmap, shared through the page
 cache by the processes of a DDP run (a spawned rank gets the module pickled by the store's path)."""
 
@@ -102,8 +101,7 @@ class GPTDataModule(L.LightningDataModule):
         self.splits: dict = {}
 
     def __getstate__(self) -> dict:
-        """Pickled by the store's path: a spawned DDP rank maps the store itself, so no copy of
-        the tokens travels (setup runs again there)."""
+        """By the store's path: a spawned DDP rank maps the store itself, no tokens travel."""
         state = dict(self.__dict__)
         state.update(dict.fromkeys(("_corpus", "_store", "tokenizer")), splits={})
         return state
@@ -234,8 +232,7 @@ class GPTDataModule(L.LightningDataModule):
         return self.windows_of("test", *self._rank())
 
     def windows_of(self, split: str, rank: int = 0, world_size: int = 1) -> DataLoader:
-        """Every non-overlapping window of the split's evaluated prefix once, in order (a rank's
-        share of them): an exact loss over them."""
+        """Each window of the split's evaluated prefix once, in order (a rank's share)."""
         tokens = self.splits[split][: self.evaluated(split)]
         windows = Windows(tokens, self.context_length)
         batches = every_window(len(tokens), self.context_length, self.batch_size)

@@ -35,8 +35,7 @@ def is_many(path: str | None) -> bool:
 
 
 def find_corpus(settings: dict) -> "Files | HFDataset":
-    """A Hugging Face dataset (data.name), else the files of data.path or the download of
-    data.url: checked, not read yet."""
+    """A Hugging Face dataset (data.name), else data.path's files or data.url's download."""
     if settings["name"]:
         return HFDataset(settings["name"], settings["split"], settings["text_field"])
     path = settings["path"]
@@ -269,8 +268,7 @@ def is_dataset_text(feature) -> bool:
 
 
 def check_text_column(where: str, field: str, kinds: dict, is_text) -> None:
-    """`field` is a column (`kinds`: each one's type) that holds text, else a ConfigError naming
-    `where`: a file, a dataset."""
+    """Column `field` (`kinds`: each one's type) holds text, else a ConfigError naming `where`."""
     if field not in kinds:
         raise ConfigError(
             f"{where} has no column '{field}' (its columns: {', '.join(kinds)}). Set "

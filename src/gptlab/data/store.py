@@ -89,8 +89,7 @@ def remove_stale(cache_dir: Path) -> None:
 def write_store(
     folder: Path, encoded: Iterable[np.ndarray], encoding, vocab: str | list[int], meta: dict
 ) -> None:
-    """Write `encoded` (tiktoken ids, uint32 chunks) as a store in `folder`. `vocab`: "compact"
-    (the ids that occur), "full" (tiktoken's own), or a checkpoint's list."""
+    """Write `encoded` (tiktoken ids) as a store; `vocab`: compact, full, or a checkpoint's ids."""
     tmp = temporary_folder(folder)
     shutil.rmtree(tmp, ignore_errors=True)
     try:
@@ -120,8 +119,7 @@ def write_store(
 
 
 def vocabulary(counts: np.ndarray, vocab, encoding) -> tuple[list[int] | None, np.ndarray | None]:
-    """(the store's vocabulary, None for tiktoken's; a table from tiktoken id to model id, None
-    when they are the same)."""
+    """(the store's vocabulary, None: tiktoken's; a tiktoken id -> model id table, None: same)."""
     if vocab == "full":
         return None, None
     kept = np.flatnonzero(counts) if vocab == "compact" else np.asarray(vocab, dtype=np.int64)
@@ -146,8 +144,7 @@ def remap(raw: Path, tokens: Path, table: np.ndarray | None, dtype: np.dtype) ->
 
 
 def publish(tmp: Path, folder: Path) -> None:
-    """Rename the finished store into place. A whole store already there (another process was
-    quicker) is kept; a damaged one is replaced."""
+    """Rename the store into place; a whole one there already (a quicker process) is kept."""
     if folder.exists():
         if open_store(folder) is not None:
             return

@@ -1,8 +1,7 @@
-"""Documents -> tiktoken ids, streamed, on every core.
-
-Each document is cut only where tiktoken's pre-tokenizer splits anyway (docs/data.md says where
-and why), so its pieces encode to exactly the ids of the whole text; documents are joined with the
-end-of-text token. Tasks of about a megabyte go to a thread pool: tiktoken releases the GIL."""
+"""Documents -> tiktoken ids, streamed, on every core. Each document is cut only where tiktoken's
+pre-tokenizer splits anyway (docs/data.md says where and why), so its pieces encode to exactly the
+ids of the whole text; documents are joined with the end-of-text token. Tasks of about a megabyte
+go to a thread pool: tiktoken releases the GIL."""
 
 import os
 from collections import deque
@@ -89,8 +88,7 @@ def text_bytes(task: list[tuple[str, bool]]) -> int:
 
 
 def submitted(pool, encoding, documents, ahead: int) -> Iterator[tuple]:
-    """(future, text bytes) of each task, in order, submitted `ahead` tasks early: only a few are
-    in flight, so memory stays flat."""
+    """(future, text bytes) of each task, submitted `ahead` early: few in flight, memory flat."""
     pending = deque()
     for task in tasks(documents):
         pending.append((pool.submit(encode_task, encoding, task), text_bytes(task)))
@@ -102,8 +100,7 @@ def submitted(pool, encoding, documents, ahead: int) -> Iterator[tuple]:
 def encode_documents(
     encoding, documents: Iterable[tuple[str, bool]], total_bytes: int | None = None
 ) -> Iterator[np.ndarray]:
-    """The documents' tiktoken ids (uint32), in order, a task at a time; a progress bar shows MB/s
-    and the tokens so far."""
+    """The documents' tiktoken ids (uint32), a task at a time, with a bar of MB/s and tokens."""
     threads = usable_cores()
     bar = tqdm(total=total_bytes, unit="B", unit_scale=True, desc="Tokenizing", mininterval=1)
     tokens = 0

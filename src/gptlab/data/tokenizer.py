@@ -35,8 +35,7 @@ def no_downloads():
 
 
 def load_encoding(name: str, offline: bool = False) -> tiktoken.Encoding:
-    """tiktoken's encoding `name`, downloaded once into its cache unless `offline` (an encoding a
-    checkpoint names: only one already on this machine is used)."""
+    """tiktoken's encoding, downloaded once into its cache unless `offline` (a checkpoint's)."""
     check_encoding(name)
     try:
         with no_downloads() if offline else contextlib.nullcontext():
@@ -113,8 +112,7 @@ class Tokenizer:
         return self.encoding.decode(ids.tolist())
 
     def can_encode(self, text: str) -> bool:
-        """Whether every token of `text` is in the vocabulary (text samples skip a prompt that is
-        not)."""
+        """Whether every token of `text` is in the vocabulary (else text samples skip it)."""
         try:
             self.encode(text)
         except ConfigError:
