@@ -97,8 +97,7 @@ class GPTDataModule(L.LightningDataModule):
         self._store: TokenStore | None = None
         self._store_folder: Path | None = None  # kept when pickled: a DDP rank maps it itself
         self.tokenizer: Tokenizer | None = None
-        # the splits once set up: views of the store (np.memmap); test is empty at test_fraction 0
-        self.splits: dict = {}
+        self.splits: dict = {}  # train, val, test once set up: views of the store (np.memmap)
 
     def __getstate__(self) -> dict:
         """By the store's path: a spawned DDP rank maps the store itself, no tokens travel."""
