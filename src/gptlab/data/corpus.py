@@ -1,12 +1,7 @@
-"""Find, download and verify the raw text corpus.
-
-The corpus cache is content-addressed: a download lands under a name of its own,
-`<data dir>/sha256/<its sha256>/<file name>`, renamed into place once whole and checked, so no
-config (planted or not) can change a file another run reads: a file whose content differs from
-what a config expects is never replaced. A file placed by hand, `<data dir>/<file name>`, is used
-when its content is the one expected (any content when the config expects none). Fetched at most
-once per content; the data directory may be a read-only shared mount: nothing is written into it
-unless a download is really needed."""
+"""Find, download and verify the raw text corpus. The cache is content-addressed,
+`<data dir>/sha256/<its sha256>/<file name>`: no config can change a file another run reads. A file
+placed by hand is used when its content is the expected one; nothing is written into the data
+directory unless a download is needed (docs/security.md)."""
 
 import contextlib
 import hashlib
@@ -57,19 +52,16 @@ def resolve_corpus(
     name = Path(unquote(parse_url(prepared_url(url)).path or "")).name or "corpus.txt"
     data_dir = Path(data_dir).expanduser()
     placed = data_dir / name  # put there by hand (a read-only mount, a copy)
-    if placed.is_file() and (sha256 is None or sha256_of(placed) == sha256):
-        log.info("Corpus found at %s", placed)
-        return placed
-    stored = data_dir / DOWNLOADS / (sha256 or "") / name
-    if sha256 and stored.is_file() and sha256_of(stored) == sha256:
-        log.info("Corpus found at %s", stored)
-        return stored
+    stored = data_dir / DOWNLOADS / (sha256 or "") / name  # a download: only with its sha256
+    for found in (placed, stored) if sha256 else (placed,):
+        if found.is_file() and (sha256 is None or sha256_of(found) == sha256):
+            log.info("Corpus found at %s", found)
+            return found
     return download(url, data_dir / DOWNLOADS, name, sha256, timeout=timeout)
 
 
 def prepared_url(url: str) -> str:
-    """`url` as requests sends it: prepared with urllib3's parser. The check looks at this very
-    string and the download fetches it, so the two cannot read the URL differently."""
+    """`url` as requests sends it, so the check and the download cannot read it differently."""
     request = requests.models.PreparedRequest()
     try:
         request.prepare_url(url, None)
@@ -81,8 +73,7 @@ def prepared_url(url: str) -> str:
 
 
 def check_url(url: str, redirected_from: str | None = None) -> str:
-    """Only HTTPS, or plain HTTP to this machine itself (local mirrors and tests). Returns the
-    prepared URL: what to fetch."""
+    """Only HTTPS, or plain HTTP to this machine (mirrors, tests); returns the URL to fetch."""
     prepared = prepared_url(url)
     parsed = parse_url(prepared)
     if parsed.scheme == "https" or (parsed.scheme == "http" and parsed.host in LOOPBACK_HOSTS):
@@ -97,8 +88,7 @@ def check_url(url: str, redirected_from: str | None = None) -> str:
 
 
 def get_checked(url: str, timeout: float) -> requests.Response:
-    """GET `url`, following redirects here rather than in requests: each hop is checked before
-    it is fetched, and the fetched URL is exactly the checked one."""
+    """GET `url`, following redirects here: each hop is checked before it is fetched."""
     current = check_url(url)
     for _ in range(MAX_REDIRECTS):
         response = requests.get(current, stream=True, timeout=timeout, allow_redirects=False)
@@ -113,23 +103,28 @@ def get_checked(url: str, timeout: float) -> requests.Response:
     )
 
 
+def gone(pid: str) -> bool:
+    """Whether process `pid` has ended; False for no number, or another user's live process."""
+    try:
+        os.kill(int(pid), 0)  # signal 0 only asks whether it exists
+    except ProcessLookupError:
+        return True
+    except (ValueError, PermissionError):
+        pass
+    return False
+
+
 def remove_stale_parts(target: Path) -> None:
     """Delete the partial downloads of `target` whose process is gone (killed mid-download)."""
     for part in target.parent.glob(f".{target.name}.*.part"):
-        pid = part.name[len(target.name) + 2 : -len(".part")]
-        try:
-            os.kill(int(pid), 0)  # its download is still running: keep it
-        except ProcessLookupError:
+        if gone(part.name[len(target.name) + 2 : -len(".part")]):
             with contextlib.suppress(OSError):  # a read-only data directory keeps it
                 part.unlink()
                 log.info("Removed %s, left by a download that was killed", part)
-        except (ValueError, PermissionError):
-            pass
 
 
 def download(url: str, folder: Path, name: str, sha256: str | None, timeout: float = 30.0) -> Path:
-    """Stream `url` to a temporary file in `folder`; once whole, and its sha256 the expected one,
-    rename it to `folder/<its sha256>/<name>` (a name of its own) and return that path."""
+    """Stream `url` to `folder/<its sha256>/<name>`, renamed into place once whole and checked."""
     check_url(url)
     try:
         folder.mkdir(parents=True, exist_ok=True)

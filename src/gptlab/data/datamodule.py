@@ -1,13 +1,6 @@
-"""LightningDataModule: sources -> token store (tokenized once) -> 90/10 split (and an optional
-test split after it) -> batches of windows.
-
-The store is mapped, not loaded: train, val and test are views of one np.memmap, so memory does
-not grow with the corpus and the processes of a DDP run share the page cache (a spawned rank gets
-the data module pickled by the store's path). Train batches are random windows of
-`context_length + 1` tokens, like the seed articles' `get_batch`; each DDP rank draws its own.
-Validation (and test) walk every non-overlapping window of a fixed prefix of their split
-(data.val_tokens, data.test_tokens) once, in order, so their losses are exact and the same from
-run to run."""
+"""LightningDataModule: sources -> token store (tokenized once) -> train, val, test -> batches.
+The store is mapped, not loaded: the splits are views of one np.memmap, shared through the page
+cache by the processes of a DDP run (a spawned rank gets the module pickled by the store's path)."""
 
 import hashlib
 import json
@@ -94,48 +87,26 @@ class GPTDataModule(L.LightningDataModule):
         tokenizer: dict | None = None,  # a checkpoint's (gptlab-eval): the text is encoded with it
     ):
         super().__init__()
-        check_settings(locals())
+        settings = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
+        check_settings(settings)
         check_encoding(encoding)
-        self.url = url
-        self.path = path
-        self.sha256 = sha256
-        self.name = name
-        self.split = split
-        self.text_field = text_field
-        self.encoding = encoding
-        self.compact_vocab = compact_vocab
-        self.val_fraction = val_fraction
-        self.test_fraction = test_fraction
-        self.val_tokens = val_tokens
-        self.test_tokens = test_tokens
-        self.batch_size = batch_size
-        self.context_length = context_length
-        self.num_workers = num_workers
-        self.data_dir = Path(data_dir)
-        self.cache_dir = Path(cache_dir)
-        self.seed = seed
-        self.repeat_batches = repeat_batches
-        self.given_tokenizer = tokenizer
+        self.given_tokenizer = settings.pop("tokenizer")
+        # every other setting is an attribute of its name, the two folders as paths
+        vars(self).update(settings, data_dir=Path(data_dir), cache_dir=Path(cache_dir))
         self._corpus = None  # the sources, found and checked once
         self._store: TokenStore | None = None
         self._store_folder: Path | None = None  # kept when pickled: a DDP rank maps it itself
         self.tokenizer: Tokenizer | None = None
-        # the splits once set up: views of the store (np.memmap); test is empty at test_fraction 0
-        self.splits: dict = {}
+        self.splits: dict = {}  # train, val, test once set up: views of the store (np.memmap)
 
     def __getstate__(self) -> dict:
-        """Pickled by the store's path: a spawned DDP rank maps the store itself, so no copy of
-        the tokens travels (setup runs again there)."""
+        """By the store's path: a spawned DDP rank maps the store itself, no tokens travel."""
         state = dict(self.__dict__)
         state.update(dict.fromkeys(("_corpus", "_store", "tokenizer")), splits={})
         return state
 
     def corpus(self):
         """A Hugging Face dataset (data.name), else the files of data.path or data.url."""
-        if self._corpus is None and self.name:
-            from gptlab.data.hf import HFDataset
-
-            self._corpus = HFDataset(self.name, self.split, self.text_field)
         if self._corpus is None:
             self._corpus = find_corpus(vars(self))
         return self._corpus
@@ -144,7 +115,7 @@ class GPTDataModule(L.LightningDataModule):
         """The corpus file (downloaded if need be), or the folder, glob or dataset named."""
         if self.name or is_many(self.path):
             return Path(self.name or self.path)
-        return self.corpus().sources[0].path
+        return self.corpus().paths[0]
 
     def store_encoding(self) -> str:
         return self.given_tokenizer["encoding"] if self.given_tokenizer else self.encoding
@@ -195,10 +166,7 @@ class GPTDataModule(L.LightningDataModule):
         if self.tokenizer is not None:
             return
         store = self.token_store()
-        if self.given_tokenizer:
-            tokenizer = Tokenizer.from_state_dict(self.given_tokenizer)
-        else:
-            tokenizer = Tokenizer(self.encoding, store.vocab)
+        tokenizer = Tokenizer(self.store_encoding(), store.vocab)  # a checkpoint's vocab is stored
         tokens = store.tokens
         # token order, like the seeds: train, then val, then test (with test_fraction 0 the
         # articles' 90/10 split exactly: the same n_train, val up to the last token)
@@ -263,8 +231,7 @@ class GPTDataModule(L.LightningDataModule):
         return self.windows_of("test", *self._rank())
 
     def windows_of(self, split: str, rank: int = 0, world_size: int = 1) -> DataLoader:
-        """Every non-overlapping window of the split's evaluated prefix once, in order (a rank's
-        share of them): an exact loss over them."""
+        """Each window of the split's evaluated prefix once, in order (a rank's share)."""
         tokens = self.splits[split][: self.evaluated(split)]
         windows = Windows(tokens, self.context_length)
         batches = every_window(len(tokens), self.context_length, self.batch_size)

@@ -1,17 +1,14 @@
-"""Where the text comes from: a text file, a folder, a glob, JSONL or Parquet files.
-
-A corpus is a stream of documents, each read in blocks, never whole: `documents()` yields
-(text, new_document) pairs. A text file is one document; each JSONL line and each Parquet row is
-one. Every file is checked when the corpus is found (its first bytes, its first record, its
-schema), so bad input fails before anything is hashed or tokenized; what only a full read can
-find (a bad byte deep inside) fails while tokenizing, before training starts."""
+"""Where the text comes from: a text file, a folder, a glob, JSONL or Parquet files, or a Hugging
+Face dataset. A corpus yields (text, new_document) pairs, read in blocks, never whole. Every source
+is checked when found (a file's first bytes, first record, schema; a dataset's column), so bad input
+fails before any hashing."""
 
 import codecs
 import glob
 import gzip
+import itertools
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 from gptlab.data.corpus import resolve_corpus
@@ -21,6 +18,7 @@ from gptlab.files import sha256_of
 BLOCK = 1 << 20  # bytes read at a time from a text file
 HEAD = 1 << 16  # bytes of each text file checked before any long work
 FOLDER_SUFFIXES = (".txt", ".jsonl", ".jsonl.gz", ".parquet")  # what a folder contributes
+ROWS = 1024  # rows of a dataset converted to Python strings at a time
 
 
 def format_of(path: Path) -> str:
@@ -31,20 +29,15 @@ def format_of(path: Path) -> str:
     return "parquet" if name.endswith(".parquet") else "text"
 
 
-@dataclass(frozen=True)
-class Source:
-    path: Path
-    format: str  # text | jsonl | parquet
-
-
 def is_many(path: str | None) -> bool:
     """A folder or a glob (many files), not a single file."""
     return bool(path) and (glob.has_magic(path) or Path(path).expanduser().is_dir())
 
 
-def find_corpus(settings: dict) -> "Files":
-    """The files the data settings name: data.path's, or the download of data.url. Checked, not
-    read yet."""
+def find_corpus(settings: dict) -> "Files | HFDataset":
+    """A Hugging Face dataset (data.name), else data.path's files or data.url's download."""
+    if settings["name"]:
+        return HFDataset(settings["name"], settings["split"], settings["text_field"])
     path = settings["path"]
     if is_many(path):
         if settings["sha256"]:
@@ -58,7 +51,7 @@ def find_corpus(settings: dict) -> "Files":
 
 
 def find_files(path: str) -> list[Path]:
-    """The files of a folder or a glob (is_many), sorted."""
+    """The files of a folder or a glob, sorted."""
     where = Path(path).expanduser()
     if glob.has_magic(path):
         found = sorted(Path(p) for p in glob.glob(str(where), recursive=True) if Path(p).is_file())
@@ -85,51 +78,108 @@ class Files:
     """A corpus of local files, read in sorted order; documents joined by the tokenizer."""
 
     def __init__(self, paths: list[Path], text_field: str, sha256: str | None = None):
-        self.sources = [Source(p, format_of(p)) for p in paths]
+        self.paths = paths
         self.text_field = text_field
         self.known_sha256 = sha256  # of the single file, verified already (resolve_corpus)
-        for source in self.sources:
-            check_source(source, text_field)
+        for path in paths:
+            check_file(path, text_field)
 
     def describe(self) -> str:
-        first = self.sources[0].path
-        return str(first) if len(self.sources) == 1 else f"{len(self.sources)} files ({first}, ...)"
+        first = self.paths[0]
+        return str(first) if len(self.paths) == 1 else f"{len(self.paths)} files ({first}, ...)"
 
     def identity(self) -> list[dict]:
         """What the token store is keyed by: each file's format, field and content."""
-        known = self.known_sha256 if len(self.sources) == 1 else None
+        known = self.known_sha256 if len(self.paths) == 1 else None
         return [
             {
-                "path": str(source.path),
-                "format": source.format,
-                "text_field": None if source.format == "text" else self.text_field,
-                "bytes": source.path.stat().st_size,
-                "sha256": known or sha256_of(source.path),
+                "path": str(path),
+                "format": format_of(path),
+                "text_field": None if format_of(path) == "text" else self.text_field,
+                "bytes": path.stat().st_size,
+                "sha256": known or sha256_of(path),
             }
-            for source in self.sources
+            for path in self.paths
         ]
 
     def total_bytes(self) -> int | None:
         """The bytes of text to tokenize when every file is plain text (a progress bar's end)."""
-        if any(s.format != "text" for s in self.sources):
+        if any(format_of(p) != "text" for p in self.paths):
             return None
-        return sum(s.path.stat().st_size for s in self.sources)
+        return sum(p.stat().st_size for p in self.paths)
 
     def documents(self) -> Iterator[tuple[str, bool]]:
         readers = {"text": text_blocks, "jsonl": jsonl_texts, "parquet": parquet_texts}
-        for source in self.sources:
-            yield from readers[source.format](source.path, self.text_field)
+        for path in self.paths:
+            yield from readers[format_of(path)](path, self.text_field)
+
+
+class HFDataset:
+    """data.name (a hub id or a local folder), data.split, data.text_field."""
+
+    def __init__(self, name: str, split: str, text_field: str):
+        try:
+            import datasets
+        except ImportError:
+            raise ConfigError(
+                f"data.name='{name}': reading a Hugging Face dataset needs the datasets library. "
+                "Install it with `pip install 'gptlab[hf]'`, or give a local file as data.path."
+            ) from None
+        self.name = name
+        self.split = split
+        self.text_field = text_field
+        try:
+            self.dataset = datasets.load_dataset(name, split=split)
+        except Exception as e:  # the hub, the cache and the builders each raise their own
+            raise ConfigError(
+                f"data.name='{name}' (split '{split}'): the Hugging Face dataset could not be "
+                f"loaded ({e.__class__.__name__}: {e}). Check the name and data.split; offline "
+                "(HF_DATASETS_OFFLINE=1) it must be in the datasets cache (HF_HOME) already, or "
+                "be a local folder."
+            ) from None
+        check_text_column(f"data.name='{name}'", text_field, self.dataset.features, is_dataset_text)
+
+    def describe(self) -> str:
+        return f"{self.name} ({self.split}, {self.dataset.num_rows:,} rows)"
+
+    def identity(self) -> list[dict]:
+        """With the fingerprint `datasets` computes from its cache files: a changed dataset gets a
+        store of its own."""
+        from datasets.fingerprint import generate_fingerprint
+
+        return [
+            {
+                "hf": self.name,
+                "split": self.split,
+                "text_field": self.text_field,
+                "rows": self.dataset.num_rows,
+                "fingerprint": generate_fingerprint(self.dataset),
+            }
+        ]
+
+    def total_bytes(self) -> None:
+        return None
+
+    def documents(self) -> Iterator[tuple[str, bool]]:
+        batches = self.dataset.select_columns([self.text_field]).iter(batch_size=ROWS)
+        texts = itertools.chain.from_iterable(batch[self.text_field] for batch in batches)
+        for row, text in enumerate(texts):
+            if text is None:
+                raise ConfigError(
+                    f"data.name='{self.name}': row {row} has no '{self.text_field}' (null). "
+                    "Filter such rows out, or choose another data.text_field."
+                )
+            yield text, True
 
 
 # ------------------------------------------------------------------ checks before any long work
-def check_source(source: Source, text_field: str) -> None:
+def check_file(path: Path, text_field: str) -> None:
     checks = {"text": check_text, "jsonl": check_jsonl, "parquet": parquet_file}
     try:
-        checks[source.format](source.path, text_field)
+        checks[format_of(path)](path, text_field)
     except OSError as e:
         raise ConfigError(
-            f"Cannot read the corpus file '{source.path}' ({e.strerror or e}). Check its "
-            "permissions."
+            f"Cannot read the corpus file '{path}' ({e.strerror or e}). Check its permissions."
         ) from e
 
 
@@ -138,8 +188,7 @@ def check_text(path: Path, _field: str) -> None:
         head = f.read(HEAD)
     if not head.strip() and path.stat().st_size <= HEAD:
         raise ConfigError(f"The corpus file '{path}' is empty. Point data.path at a text file.")
-    decoder = codecs.getincrementaldecoder("utf-8")()
-    check_block(path, head, 0, decoder, final=False)
+    check_block(path, head, 0, codecs.getincrementaldecoder("utf-8")(), final=False)
 
 
 def check_block(path: Path, raw: bytes, offset: int, decoder, final: bool) -> str:
@@ -214,9 +263,12 @@ def is_arrow_text(kind) -> bool:
     return pa.types.is_string(kind) or pa.types.is_large_string(kind)
 
 
+def is_dataset_text(feature) -> bool:
+    return getattr(feature, "dtype", None) in ("string", "large_string")
+
+
 def check_text_column(where: str, field: str, kinds: dict, is_text) -> None:
-    """`field` is one of the columns (`kinds`: each one's type) and holds text, else a ConfigError
-    naming `where` (a file, a dataset)."""
+    """Column `field` (`kinds`: each one's type) holds text, else a ConfigError naming `where`."""
     if field not in kinds:
         raise ConfigError(
             f"{where} has no column '{field}' (its columns: {', '.join(kinds)}). Set "
@@ -231,18 +283,14 @@ def check_text_column(where: str, field: str, kinds: dict, is_text) -> None:
 
 # ------------------------------------------------------------------ readers
 def text_blocks(path: Path, _field: str) -> Iterator[tuple[str, bool]]:
-    """One document: the file's text in blocks, decoded as it is read (no newline translation,
-    like bytes.decode)."""
+    """One document, decoded as it is read (no newline translation, like bytes.decode)."""
     decoder = codecs.getincrementaldecoder("utf-8")()
     offset = 0
-    first = True
     with open(path, "rb") as f:
         while raw := f.read(BLOCK):
-            text = check_block(path, raw, offset, decoder, final=False)
+            yield check_block(path, raw, offset, decoder, final=False), offset == 0
             offset += len(raw)
-            yield text, first
-            first = False
-    yield check_block(path, b"", offset, decoder, final=True), first
+    yield check_block(path, b"", offset, decoder, final=True), offset == 0
 
 
 def jsonl_texts(path: Path, field: str) -> Iterator[tuple[str, bool]]:

@@ -1,17 +1,7 @@
-"""The token store: a corpus tokenized once, as a flat file of model ids that training maps.
-
-    <cache dir>/<key>-<encoding>-<vocabulary>/
-        tokens.bin   the model ids, uint16 when the vocabulary fits, else uint32 (native order)
-        meta.json    count, dtype, vocabulary, the sources' identity, the key
-
-The key is a sha256 over the sources' identity (each file's format, text field and sha256, or a
-Hugging Face dataset's fingerprint), the encoding and the vocabulary mode (compact, full, or a
-checkpoint's own vocabulary). A store is written in a temporary folder
-`.<name>.<host>.<pid>.tmp` beside it and renamed into place whole: a kill at any moment leaves
-only that folder, which the next start on this host removes once its process is gone.
-
-The compact vocabulary needs every id first: the raw tiktoken ids go to a temporary file while
-their counts add up; then they are mapped to compact ids into tokens.bin."""
+"""The token store: a corpus tokenized once, as a flat file of model ids that training maps (its
+layout, key and compact vocabulary: docs/data.md). It is written in a temporary folder
+`.<name>.<host>.<pid>.tmp` and renamed into place whole: a kill leaves only that folder, which the
+next start on this host removes once its process is gone."""
 
 import hashlib
 import json
@@ -26,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from gptlab import files
+from gptlab.data.corpus import gone
 from gptlab.data.tokenizer import unseen_tokens_error
 from gptlab.errors import ConfigError
 
@@ -90,22 +81,15 @@ def remove_stale(cache_dir: Path) -> None:
     for tmp in Path(cache_dir).glob(".*.tmp"):
         parts = tmp.name[1 : -len(".tmp")].split(".", 1)
         where, _, pid = parts[-1].rpartition(".")
-        if len(parts) != 2 or where != host or not pid.isdigit() or not tmp.is_dir():
-            continue
-        try:
-            os.kill(int(pid), 0)  # still tokenizing: keep it
-        except ProcessLookupError:
+        if len(parts) == 2 and where == host and pid.isdigit() and tmp.is_dir() and gone(pid):
             shutil.rmtree(tmp, ignore_errors=True)
             log.info("Removed %s, left by a tokenization that was killed", tmp)
-        except PermissionError:
-            pass
 
 
 def write_store(
     folder: Path, encoded: Iterable[np.ndarray], encoding, vocab: str | list[int], meta: dict
 ) -> None:
-    """Write the ids of `encoded` (tiktoken ids, uint32 chunks) as a store in `folder`.
-    `vocab`: "compact" (the ids that occur), "full" (tiktoken's own), or a checkpoint's list."""
+    """Write `encoded` (tiktoken ids) as a store; `vocab`: compact, full, or a checkpoint's ids."""
     tmp = temporary_folder(folder)
     shutil.rmtree(tmp, ignore_errors=True)
     try:
@@ -135,8 +119,7 @@ def write_store(
 
 
 def vocabulary(counts: np.ndarray, vocab, encoding) -> tuple[list[int] | None, np.ndarray | None]:
-    """(the store's vocabulary, None for tiktoken's; a table from tiktoken id to model id, None
-    when they are the same)."""
+    """(the store's vocabulary, None: tiktoken's; a tiktoken id -> model id table, None: same)."""
     if vocab == "full":
         return None, None
     kept = np.flatnonzero(counts) if vocab == "compact" else np.asarray(vocab, dtype=np.int64)
@@ -153,20 +136,15 @@ def remap(raw: Path, tokens: Path, table: np.ndarray | None, dtype: np.dtype) ->
     if table is None and dtype == np.uint32:  # tiktoken's ids as they are
         os.replace(raw, tokens)
         return
-    lookup = np.arange(UINT16_IDS) if table is None else table
-    lookup = lookup.astype(dtype)
+    lookup = (np.arange(UINT16_IDS) if table is None else table).astype(dtype)
     with open(raw, "rb") as source, open(tokens, "wb") as out:
-        while True:
-            block = np.fromfile(source, dtype=np.uint32, count=MAP_BLOCK)
-            if not len(block):
-                break
+        while len(block := np.fromfile(source, dtype=np.uint32, count=MAP_BLOCK)):
             out.write(memoryview(lookup[block]))
     raw.unlink()
 
 
 def publish(tmp: Path, folder: Path) -> None:
-    """Rename the finished store into place. A whole store already there (another process was
-    quicker) is kept; a damaged one is replaced."""
+    """Rename the store into place; a whole one there already (a quicker process) is kept."""
     if folder.exists():
         if open_store(folder) is not None:
             return

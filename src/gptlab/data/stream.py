@@ -1,19 +1,7 @@
-"""Documents -> tiktoken ids, streamed, on every core.
-
-A document is cut into pieces only where tiktoken's pre-tokenizer splits anyway, so the pieces
-encode to exactly the ids of the whole text (tests/test_store.py checks cl100k_base and
-o200k_base). The cuts:
-
-- after a newline that a letter follows, when the character before the newline is not
-  whitespace: the newline ends its pre-token (a punctuation run takes it in, a letter or digit run
-  stops before it), and nothing after a newline joins a letter to it. A run of newlines, or
-  CR LF, is never cut: older encodings (r50k) split those differently at the end of a text;
-- before a space between two letters, where no newline cut is found: a letter run ends before
-  the space, and the space starts the next word's pre-token.
-
-Documents are joined with the encoding's end-of-text token (none before the first), so a single
-text file encodes exactly as `encode_ordinary(text)`. Pieces are grouped into tasks of about a
-megabyte, encoded by a thread pool: tiktoken releases the GIL while it encodes."""
+"""Documents -> tiktoken ids, streamed, on every core. Each document is cut only where tiktoken's
+pre-tokenizer splits anyway (docs/data.md says where and why), so its pieces encode to exactly the
+ids of the whole text; documents are joined with the end-of-text token. Tasks of about a megabyte
+go to a thread pool: tiktoken releases the GIL."""
 
 import os
 from collections import deque
@@ -41,7 +29,8 @@ def last_between(text: str, char: str, before) -> int:
 
 
 def last_cut(text: str) -> int:
-    """The last position where `text` may be cut (the module's rules); 0 when there is none."""
+    """The last position where `text` may be cut: after a newline between a non-space and a letter,
+    else before a space between two letters; 0 when there is none."""
     newline = last_between(text, "\n", lambda c: not c.isspace())
     return newline + 1 if newline else last_between(text, " ", str.isalpha)
 
@@ -68,8 +57,7 @@ def pieces(documents: Iterable[tuple[str, bool]]) -> Iterator[tuple[str, bool]]:
 
 
 def tasks(documents: Iterable[tuple[str, bool]]) -> Iterator[list[tuple[str, bool]]]:
-    """Pieces grouped into tasks of about TASK_CHARS characters (many small documents, or one
-    piece of a large one)."""
+    """Pieces grouped into tasks of about TASK_CHARS characters."""
     task, size = [], 0
     for piece in pieces(documents):
         task.append(piece)
@@ -99,38 +87,27 @@ def text_bytes(task: list[tuple[str, bool]]) -> int:
     return sum(len(t) if t.isascii() else len(t.encode("utf-8", "replace")) for t, _ in task)
 
 
-class Progress:
-    """A progress bar over the text tokenized: MB/s and the tokens so far."""
-
-    def __init__(self, total_bytes: int | None):
-        self.bar = tqdm(
-            total=total_bytes, unit="B", unit_scale=True, desc="Tokenizing", mininterval=1
-        )
-        self.tokens = 0
-
-    def done(self, ids: np.ndarray, size: int) -> np.ndarray:
-        self.tokens += len(ids)
-        self.bar.update(size)
-        self.bar.set_postfix_str(f"{self.tokens:,} tokens", refresh=False)
-        return ids
+def submitted(pool, encoding, documents, ahead: int) -> Iterator[tuple]:
+    """(future, text bytes) of each task, submitted `ahead` early: few in flight, memory flat."""
+    pending = deque()
+    for task in tasks(documents):
+        pending.append((pool.submit(encode_task, encoding, task), text_bytes(task)))
+        if len(pending) > ahead:
+            yield pending.popleft()
+    yield from pending
 
 
 def encode_documents(
     encoding, documents: Iterable[tuple[str, bool]], total_bytes: int | None = None
 ) -> Iterator[np.ndarray]:
-    """The documents' tiktoken ids (uint32), in order, a task at a time."""
+    """The documents' tiktoken ids (uint32), a task at a time, with a bar of MB/s and tokens."""
     threads = usable_cores()
-    progress = Progress(total_bytes)
-    pending = deque()  # (future, text bytes) of the tasks in flight: a few, so memory stays flat
-    with ThreadPoolExecutor(threads) as pool:
-        try:
-            for task in tasks(documents):
-                pending.append((pool.submit(encode_task, encoding, task), text_bytes(task)))
-                if len(pending) > 2 * threads:
-                    future, size = pending.popleft()
-                    yield progress.done(future.result(), size)
-            while pending:
-                future, size = pending.popleft()
-                yield progress.done(future.result(), size)
-        finally:
-            progress.bar.close()
+    bar = tqdm(total=total_bytes, unit="B", unit_scale=True, desc="Tokenizing", mininterval=1)
+    tokens = 0
+    with ThreadPoolExecutor(threads) as pool, bar:
+        for future, size in submitted(pool, encoding, documents, 2 * threads):
+            ids = future.result()
+            tokens += len(ids)
+            bar.update(size)
+            bar.set_postfix_str(f"{tokens:,} tokens", refresh=False)
+            yield ids

@@ -1,26 +1,22 @@
-"""tiktoken encodings, optionally narrowed to a compact vocabulary.
-
-With `compact_vocab`, only the tiktoken ids that occur in the corpus are kept, renumbered 0..V-1:
-3,771 embedding and head rows for the sales textbook under cl100k_base instead of 100,070. Model
-id i is tiktoken id `vocab[i]`; checkpoints store `vocab`, so they alone can encode and decode
-prompts."""
+"""tiktoken encodings, optionally narrowed to a compact vocabulary (docs/data.md): model id i is
+tiktoken id `vocab[i]`. Checkpoints store `vocab`, so they alone can encode and decode prompts."""
 
 import contextlib
 import os
+from unittest import mock
 
 import numpy as np
 import tiktoken
 
 from gptlab.errors import ConfigError
 
-# requests honours these: a download tried while they point at a closed port on this machine
-# fails at once, and nothing leaves it
+# requests honours these: a download tried while they point at a closed port here fails at once
 PROXIES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
 CLOSED_PORT = "http://127.0.0.1:9"
 
 
 def check_encoding(name: str) -> None:
-    """Fail on an unknown encoding name at once, before any download or tokenization."""
+    """An unknown name fails at once, listing the known ones (not tiktoken's bare KeyError)."""
     known = tiktoken.list_encoding_names()
     if name not in known:
         raise ConfigError(
@@ -32,21 +28,15 @@ def check_encoding(name: str) -> None:
 @contextlib.contextmanager
 def no_downloads():
     """While it lasts, any download requests would make fails at once, on this machine."""
-    saved = dict(os.environ)
-    os.environ.update(dict.fromkeys(PROXIES, CLOSED_PORT))
-    for key in ("NO_PROXY", "no_proxy"):
-        os.environ.pop(key, None)
-    try:
+    with mock.patch.dict(os.environ, dict.fromkeys(PROXIES, CLOSED_PORT)):  # restored after
+        for key in ("NO_PROXY", "no_proxy"):
+            os.environ.pop(key, None)
         yield
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
 
 
 def load_encoding(name: str, offline: bool = False) -> tiktoken.Encoding:
-    """tiktoken's encoding `name`, downloaded once into its cache unless `offline` (an encoding a
-    checkpoint names: only one already on this machine is used)."""
-    check_encoding(name)  # an unknown name lists the known ones, not tiktoken's bare KeyError
+    """tiktoken's encoding, downloaded once into its cache unless `offline` (a checkpoint's)."""
+    check_encoding(name)
     try:
         with no_downloads() if offline else contextlib.nullcontext():
             return tiktoken.get_encoding(name)
@@ -80,9 +70,7 @@ class Tokenizer:
 
     def __init__(self, encoding: str, vocab: list[int] | np.ndarray | None = None):
         self.encoding = load_encoding(encoding)
-        self.vocab = (
-            None if vocab is None else np.asarray(vocab, dtype=np.int64)
-        )  # sorted: from np.unique
+        self.vocab = None if vocab is None else np.asarray(vocab, dtype=np.int64)  # sorted
 
     @classmethod
     def fit(cls, encoding: str, token_ids: np.ndarray, compact: bool) -> "Tokenizer":
@@ -124,8 +112,7 @@ class Tokenizer:
         return self.encoding.decode(ids.tolist())
 
     def can_encode(self, text: str) -> bool:
-        """Whether every token of `text` is in the vocabulary (a prompt the corpus cannot encode
-        is skipped, not an error, by the text samples)."""
+        """Whether every token of `text` is in the vocabulary (else text samples skip it)."""
         try:
             self.encode(text)
         except ConfigError:
@@ -133,9 +120,8 @@ class Tokenizer:
         return True
 
     def token_bytes(self) -> np.ndarray:
-        """UTF-8 bytes of each model id's token (0 for ids tiktoken leaves unused and for the
-        end-of-text token that joins documents: it is no text), so a loss in nats per token
-        becomes bits per byte: comparable across tokenizers."""
+        """UTF-8 bytes of each model id's token (0 for unused ids and the end-of-text token): a loss
+        in nats per token becomes bits per byte, comparable across tokenizers."""
         ids = range(self.vocab_size) if self.vocab is None else self.vocab.tolist()
         special = self.special_ids()
         lengths = np.zeros(len(ids), dtype=np.int64)

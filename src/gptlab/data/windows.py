@@ -10,9 +10,8 @@ from torch.utils.data import Dataset, Sampler
 
 
 class Windows(Dataset):
-    """Windows of `context_length + 1` tokens of a split (a view of the mapped store: only the
-    pages a batch reads are loaded). An item is a whole batch, given its start offsets: one
-    gather instead of collating `batch_size` small tensors (it matters at batch 4 x context 16)."""
+    """Windows of `context_length + 1` tokens of a split. An item is a whole batch, given its start
+    offsets: one gather, not `batch_size` small tensors collated (it matters at batch 4 x 16)."""
 
     def __init__(self, tokens: np.ndarray, context_length: int):
         self.tokens = tokens
@@ -30,9 +29,8 @@ class Windows(Dataset):
 
 @dataclass
 class RandomWindowSampler(Sampler[list[int]]):
-    """Endless batches of random start offsets (one epoch that `trainer.max_steps` ends). Batch i
-    is a pure function of (seed, rank, world size, i): a run continued from step n draws the
-    batches the stopped run would have drawn next. With `repeat`, batch i is batch i % repeat."""
+    """Endless batches of random start offsets, batch i a pure function of (seed, rank, world size,
+    i): a run continued from step n draws what the stopped run would have. `repeat`: i % repeat."""
 
     num_starts: int
     batch_size: int
