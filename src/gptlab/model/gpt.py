@@ -1,10 +1,6 @@
-"""The seed articles' decoder-only GPT, read top to bottom.
-
-token ids -> token embedding -> + positional encoding -> num_blocks x (masked multi-head
-attention, Add & Norm, ReLU feed-forward, Add & Norm) -> linear head -> logits.
-
-The toggles since 2017, each off by default (the articles' model): rotary positions, RMSNorm,
-QK-norm, ReLU² or SwiGLU, logit soft-capping, zero-initialised output projections."""
+"""The seed articles' decoder-only GPT, read top to bottom: token ids -> token embedding
++ positional encoding -> num_blocks x (masked multi-head attention, Add & Norm, ReLU feed-forward,
+Add & Norm) -> linear head -> logits. The toggles since 2017 are each off by default."""
 
 import math
 from collections.abc import Iterator
@@ -89,9 +85,8 @@ class GPT(nn.Module):
         if config.tie_weights:
             self.head.weight = self.token_embedding.weight
         self.apply(self._init_weights)
-        # GPT-2's depth scaling: each residual branch adds to the stream num_blocks * 2 times,
-        # so its output projection starts smaller to keep the stream's variance steady.
-        # zero_init: each block starts as the identity and learns what to add (modded-nanogpt).
+        # GPT-2's depth scaling keeps the residual stream's variance steady; zero_init: each
+        # block starts as the identity and learns what to add (modded-nanogpt)
         for block in self.blocks:
             for proj in (block.attn.proj, block.ffn.down):
                 if config.zero_init:
@@ -108,8 +103,7 @@ class GPT(nn.Module):
             nn.init.zeros_(module.bias)
 
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
-        """Token embedding (scaled by sqrt(d_model), as in "Attention Is All You Need")
-        + position (none with RoPE: attention rotates queries and keys instead)."""
+        """Token embedding, scaled as in "Attention Is All You Need", + position (none: RoPE)."""
         x = self.token_embedding(ids) * math.sqrt(self.config.d_model)  # [batch, T, d_model]
         return self.position_embedding(x)
 
@@ -137,18 +131,15 @@ class GPT(nn.Module):
         return {"total": total, "embedding": embedding, "non_embedding": total - embedding}
 
     def scaling_params(self) -> int:
-        """The parameters whose FLOPs grow with every token: the blocks' matrices (attention's Wq,
-        Wk, Wv and Wo, the FFN's) and the head. Embeddings (a lookup), norms and biases are left
-        out: the N of a scaling law (Kaplan et al. 2020's non-embedding count, plus the head)."""
+        """A scaling law's N: the blocks' matrices and the head, whose FLOPs grow with every
+        token (Kaplan et al. 2020's non-embedding count, plus the head)."""
         matrices = [p for p in self.blocks.parameters() if p.dim() == 2] + [self.head.weight]
         return sum(p.numel() for p in matrices)
 
     def flops_per_token(self) -> int:
-        """Training FLOPs per token: 6 per weight of the blocks and the head (forward 2, backward 4)
-        plus attention's scores and weighted sum, 12 * num_blocks * context_length * d_model."""
-        config = self.config
-        attention = 12 * config.num_blocks * config.context_length * config.d_model
-        return 6 * self.scaling_params() + attention
+        """Training FLOPs per token: 6 per weight (forward 2, backward 4) + attention's."""
+        c = self.config
+        return 6 * self.scaling_params() + 12 * c.num_blocks * c.context_length * c.d_model
 
     @torch.no_grad()
     def generate_stream(
@@ -169,14 +160,11 @@ class GPT(nn.Module):
                 if top_k is not None and top_k < logits.size(-1):
                     kth = torch.topk(logits, top_k).values[:, [-1]]
                     logits = logits.masked_fill(logits < kth, float("-inf"))
-                next_ids = torch.multinomial(
-                    F.softmax(logits, dim=-1), num_samples=1, generator=generator
-                )
+                probs = F.softmax(logits, dim=-1)
+                next_ids = torch.multinomial(probs, num_samples=1, generator=generator)
             ids = torch.cat([ids, next_ids], dim=1)
             yield next_ids
 
     def generate(self, ids: torch.Tensor, *args, **kwargs) -> torch.Tensor:
-        """ids [batch, t] -> [batch, t + max_new_tokens]: the prompt and generate_stream's tokens
-        (its arguments: max_new_tokens, temperature, top_k, generator; the context cropped to
-        context_length)."""
+        """ids [batch, t] -> [batch, t + max_new_tokens]; generate_stream's arguments."""
         return torch.cat([ids, *self.generate_stream(ids, *args, **kwargs)], dim=1)

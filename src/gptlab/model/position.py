@@ -1,7 +1,6 @@
 """Where the positions enter, chosen once by `model.positional` (POSITIONAL): the article's
-sinusoidal table or a learned one, added to the token embeddings; or rotary position embeddings
-(RoPE), which add nothing there: attention's Rotary turns each head's queries and keys instead,
-so Q·Kᵀ depends on how far apart two tokens are, not on where they sit."""
+sinusoidal table or a learned one, added to the token embeddings; or RoPE, which adds nothing
+there: attention's Rotary turns each head's queries and keys, so Q·Kᵀ sees only distances."""
 
 import torch
 from torch import Tensor, nn
@@ -23,8 +22,7 @@ def interleave(even: Tensor, odd: Tensor) -> Tensor:
 
 
 class SinusoidalEncoding(nn.Module):
-    """The article's PE(pos, 2i) = sin(angle), PE(pos, 2i+1) = cos(angle), added to the embeddings.
-    Fixed, so a buffer computed once here."""
+    """The article's PE(pos, 2i) = sin(angle), PE(pos, 2i+1) = cos(angle): fixed, computed once."""
 
     def __init__(self, config: GPTConfig):
         super().__init__()
@@ -62,8 +60,7 @@ class Rotary(nn.Module):
         self.register_buffer("sin", angle.sin(), persistent=False)
 
     @property
-    def table(self) -> Tensor:
-        """The angles as the sinusoidal table of head_size: [context_length, head_size]."""
+    def table(self) -> Tensor:  # the angles as the sinusoidal table of head_size
         return interleave(self.sin, self.cos)
 
     def forward(self, x: Tensor, start: int = 0) -> Tensor:
