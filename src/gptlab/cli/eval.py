@@ -1,6 +1,5 @@
-"""gptlab-eval: a checkpoint's exact val loss, perplexity and bits per byte (usage: conf/eval.yaml),
-from the run's own validation step on its own val windows, so they equal what the run logged
-(split=test: its test step on the run's held-out test split)."""
+"""gptlab-eval: a checkpoint's exact val loss, perplexity and bits per byte (usage: conf/eval.yaml)
+from the run's own validation (split=test: test) step and windows: what the run logged."""
 
 import logging
 import math
@@ -34,8 +33,7 @@ def read_results(path: Path) -> dict:
 
 
 def run_of(checkpoint: Path) -> tuple[Path | None, ownership.Manifest | None]:
-    """The run directory the checkpoint lies in (links not followed), and its manifest when it is
-    the user's own; anyone else's is read for the checkpoint's tensors only."""
+    """The checkpoint's run directory (links not followed) and its manifest if it is the user's."""
     if checkpoint.parent.name != directory.CHECKPOINTS:
         return None, None
     run_dir = checkpoint.parent.parent

@@ -29,11 +29,9 @@ def positional_figure(model: GPT) -> Figure:
     ax = fig.add_subplot()
     fig.colorbar(ax.imshow(pe, aspect="auto", cmap="RdBu_r", interpolation="nearest"), ax=ax)
     name = "Sinusoidal positional encoding" if sinusoidal else "Learned position embedding"
-    ax.set(
-        title=f"{name}  [context_length={pe.shape[0]}, d_model={pe.shape[1]}]",
-        ylabel="position",
-        xlabel="dimension (even: sin, odd: cos)" if sinusoidal else "dimension",
-    )
+    title = f"{name}  [context_length={pe.shape[0]}, d_model={pe.shape[1]}]"
+    xlabel = "dimension (even: sin, odd: cos)" if sinusoidal else "dimension"
+    ax.set(title=title, ylabel="position", xlabel=xlabel)
     return fig
 
 

@@ -1,6 +1,5 @@
-"""gptlab-inspect [ckpt_path=<run dir>]: look inside the model the way the seed articles draw it.
-Without ckpt_path: the article's model, random weights. A run dir's figures also go to its
-TensorBoard."""
+"""gptlab-inspect [ckpt_path=<run dir>]: the model the way the seed articles draw it (without
+ckpt_path: the article's, random weights); a run dir's figures also go to its TensorBoard."""
 
 import logging
 import math

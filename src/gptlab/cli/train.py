@@ -1,6 +1,5 @@
-"""gptlab-train: `resume=` turned into its overrides, the command line composed and checked, then
-training (gptlab.cli.fit). Thin: torch and Lightning are imported after the checks, so a mistake
-is reported in a fraction of the time they take to load."""
+"""gptlab-train: `resume=` turned into overrides, the command line checked, then gptlab.cli.fit's
+training; torch and Lightning load only after the checks, so a mistake is reported at once."""
 
 import logging
 import sys

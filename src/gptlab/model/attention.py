@@ -1,6 +1,5 @@
 """Masked multi-head attention: `manual` spells out the seed articles' steps one per line, `sdpa`
-computes the same with torch's fused `scaled_dot_product_attention`. Before either, each head's
-queries and keys get `qk_norm` (RMSNorm over head_size), then `rotary` (RoPE)."""
+runs them fused; before either, each head's queries and keys get qk_norm, then rotary (RoPE)."""
 
 import math
 

@@ -109,11 +109,9 @@ class GPT(nn.Module):
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         """ids [batch, context_length] -> logits [batch, context_length, vocab_size]."""
-        if ids.shape[1] > self.config.context_length:
-            raise ValueError(
-                f"input of length {ids.shape[1]} exceeds "
-                f"context_length={self.config.context_length}"
-            )
+        most = self.config.context_length
+        if ids.shape[1] > most:
+            raise ValueError(f"input of length {ids.shape[1]} exceeds context_length={most}")
         x = self.dropout(self.embed(ids))
         for block in self.blocks:
             x = block(x)
@@ -131,8 +129,7 @@ class GPT(nn.Module):
         return {"total": total, "embedding": embedding, "non_embedding": total - embedding}
 
     def scaling_params(self) -> int:
-        """A scaling law's N: the blocks' matrices and the head, whose FLOPs grow with every
-        token (Kaplan et al. 2020's non-embedding count, plus the head)."""
+        """A scaling law's N: the matrices whose FLOPs grow with every token (blocks', head)."""
         matrices = [p for p in self.blocks.parameters() if p.dim() == 2] + [self.head.weight]
         return sum(p.numel() for p in matrices)
 

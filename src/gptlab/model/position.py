@@ -1,6 +1,5 @@
-"""Where the positions enter, chosen once by `model.positional` (POSITIONAL): the article's
-sinusoidal table or a learned one, added to the token embeddings; or RoPE, which adds nothing
-there: attention's Rotary turns each head's queries and keys, so Q·Kᵀ sees only distances."""
+"""Where the positions enter, chosen once by `model.positional` (POSITIONAL): a table added to the
+token embeddings (sinusoidal or learned), or RoPE's turn of each head's queries and keys."""
 
 import torch
 from torch import Tensor, nn
@@ -9,8 +8,7 @@ from gptlab.model.config import GPTConfig
 
 
 def sinusoidal_angles(context_length: int, dim: int) -> Tensor:
-    """angle(pos, i) = pos / 10000^(2i / dim): the article's table (dim = d_model) and RoPE's
-    turns (dim = head_size) alike. [context_length, dim / 2]"""
+    """pos / 10000^(2i / dim): the article's table (dim: d_model) and RoPE's turns (head_size)."""
     position = torch.arange(context_length, dtype=torch.float32).unsqueeze(1)  # [T, 1]
     two_i = torch.arange(0, dim, 2, dtype=torch.float32)  # [dim / 2]
     return position / torch.pow(10000.0, two_i / dim)  # [T, dim / 2]
