@@ -1,5 +1,5 @@
-"""gptlab-eval: a checkpoint's exact val loss, perplexity and bits per byte (usage: conf/eval.yaml)
-from the run's own validation (split=test: test) step and windows: what the run logged."""
+"""gptlab-eval (usage: conf/eval.yaml): a checkpoint's exact val loss, perplexity and bits per
+byte, by the run's own validation step on its own windows (split=test: its test step)."""
 
 import logging
 import math

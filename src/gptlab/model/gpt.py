@@ -14,6 +14,9 @@ from gptlab.model.attention import MultiHeadAttention
 from gptlab.model.config import GPTConfig, ffn_hidden
 from gptlab.model.position import POSITIONAL
 
+# the FFN's non-linearity: the articles' ReLU, GELU, or ReLU² (Primer; modded-nanogpt)
+ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "relu2": lambda x: F.relu(x).square()}
+
 
 class FeedForward(nn.Module):
     """d_model -> hidden -> ReLU (or GELU, ReLU²) -> d_model; SwiGLU: W2(silu(W1 x) * W3 x)."""
@@ -30,13 +33,9 @@ class FeedForward(nn.Module):
 
     def hidden(self, x: torch.Tensor) -> torch.Tensor:
         """[batch, context_length, d_model] -> [batch, context_length, hidden]"""
-        if self.activation == "gelu":
-            return F.gelu(self.up(x))
-        if self.activation == "relu2":  # relu(x)^2 (Primer; modded-nanogpt)
-            return F.relu(self.up(x)).square()
         if self.activation == "swiglu":  # a gate in (-0.28, inf) times a linear branch
             return F.silu(self.gate(x)) * self.up(x)
-        return F.relu(self.up(x))  # the articles'
+        return ACTIVATIONS[self.activation](self.up(x))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.dropout(self.down(self.hidden(x)))
