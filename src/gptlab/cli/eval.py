@@ -1,6 +1,5 @@
-"""gptlab-eval: a checkpoint's exact val loss, perplexity and bits per byte (usage: conf/eval.yaml),
-from the run's own validation step on its own val windows, so they equal what the run logged
-(split=test: its test step on the run's held-out test split)."""
+"""gptlab-eval (usage: conf/eval.yaml): a checkpoint's exact val loss, perplexity and bits per
+byte, by the run's own validation step on its own windows (split=test: its test step)."""
 
 import logging
 import math
@@ -21,8 +20,7 @@ register_configs()  # the unique_dir resolver of the output directory
 
 
 def read_results(path: Path) -> dict:
-    """The results gptlab-eval saved in `path` before ({} if none). A file that is not such a
-    record is refused, not overwritten: it may hold results of its own."""
+    """The results saved in `path` before ({} if none); anything else there is refused, not lost."""
     if not path.is_file() or path.is_symlink():  # never read through a link
         return {}
     saved = files.read_json(path)
@@ -35,8 +33,7 @@ def read_results(path: Path) -> dict:
 
 
 def run_of(checkpoint: Path) -> tuple[Path | None, ownership.Manifest | None]:
-    """The run directory the checkpoint lies in (as given: links are not followed), and its
-    manifest when it is the user's own; anyone else's is read for the checkpoint's tensors only."""
+    """The checkpoint's run directory (links not followed) and its manifest if it is the user's."""
     if checkpoint.parent.name != directory.CHECKPOINTS:
         return None, None
     run_dir = checkpoint.parent.parent
@@ -65,11 +62,8 @@ def evaluate(cfg: DictConfig) -> dict:
     checkpoint = Path(find_checkpoint(cfg.ckpt_path).absolute())
     run_dir, manifest = run_of(checkpoint)
     data, trainer_cfg = run_settings(manifest)
-    other = {
-        k: v
-        for k, v in OmegaConf.to_container(cfg.data, resolve=True).items()
-        if v is not None and k not in WHERE
-    }
+    given = OmegaConf.to_container(cfg.data, resolve=True)
+    other = {k: v for k, v in given.items() if v is not None and k not in WHERE}
     if "path" in other or "url" in other:  # another text: none of the run's corpus, all of the text
         data.update(url=None, path=None, sha256=None, val_fraction=1.0, val_tokens=None)
     data.update(data_dir=cfg.data.data_dir, cache_dir=cfg.data.cache_dir)  # eval's, not the run's
@@ -120,8 +114,7 @@ def evaluate(cfg: DictConfig) -> dict:
         f"perplexity: {math.exp(loss):.4f}",
         f"bpb:        {bpb:.6f} bits per byte",
     ]
-    if own_data:
-        lines += logged_line(run_dir, checkpoint, split, result["step"])
+    lines += logged_line(run_dir, checkpoint, split, result["step"]) if own_data else []
     label = f"{checkpoint.name} on {result['corpus']} (val_fraction {datamodule.val_fraction})"
     label = label if split == "val" else f"{label}, test split"
     lines += write_result(places, label, result)
@@ -145,8 +138,7 @@ def logged_line(run_dir: Path, checkpoint: Path, split: str, step: int) -> list[
 
 
 def write_result(outs: list[Path], label: str, result: dict) -> list[str]:
-    """Add the result to eval.json beside an own run, else (anyone else's run, or read-only) in
-    this tool's output dir."""
+    """Add the result to eval.json beside an own run, else (or read-only) in the output dir."""
     notes = []
     for out in outs:
         eval_file = out / directory.EVAL
@@ -160,9 +152,8 @@ def write_result(outs: list[Path], label: str, result: dict) -> list[str]:
 
 
 def run_settings(manifest: ownership.Manifest | None) -> tuple[dict, dict]:
-    """An own run's data and trainer settings from its latest saved config (one the manifest
-    recorded), read as data: literal values only, never resolved; where a download or cache goes
-    is eval's own (data.data_dir). Anyone else's run: none (the defaults and the command line)."""
+    """An own run's data and trainer settings from its latest recorded saved config, as literal
+    data, never resolved (where data goes is eval's own); anyone else's run: none."""
     if manifest is None:
         return {}, {}
     recorded = manifest.data["files"]
@@ -185,8 +176,7 @@ def run_settings(manifest: ownership.Manifest | None) -> tuple[dict, dict]:
 
 
 def check_split(split: str, data: dict, other: dict) -> str:
-    """The split to score; split=test needs the run's corpus and a run that held one out (its
-    data.test_fraction: an own run's, or given on the command line)."""
+    """The split to score; split=test needs the run's corpus and its data.test_fraction."""
     if split not in ("val", "test"):
         raise ConfigError(f"split={split!r}: choose val or test.")
     another_text = "path" in other or "url" in other

@@ -5,6 +5,7 @@ import codecs
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
+from functools import partial
 from itertools import chain
 
 import hydra
@@ -39,8 +40,7 @@ def sample_texts(
     seed: int = 0,
     write: Callable[[str], object] = lambda piece: None,
 ) -> list[str]:
-    """`num_samples` continuations of `prompt` from one generator seeded with `seed`; pieces to
-    `write`."""
+    """`num_samples` continuations of `prompt` from one generator seeded with `seed`."""
     import torch
 
     prompt_ids = tokenizer.encode_prompt(prompt)  # an unknown token fails before any output
@@ -51,9 +51,7 @@ def sample_texts(
         if num_samples > 1:
             write(f"--- sample {i + 1} of {num_samples} ---\n")
         ids = torch.tensor([prompt_ids], device=device)  # [1, len(prompt)]
-        new = model.generate_stream(
-            ids, max_new_tokens, temperature, top_k, generator
-        )  # [1, 1] each
+        new = model.generate_stream(ids, max_new_tokens, temperature, top_k, generator)  # [1, 1]
         for piece in decode_stream(tokenizer, chain([prompt_ids], (t[0].tolist() for t in new))):
             write(piece)
             texts[i] += piece
@@ -70,9 +68,7 @@ def generate(cfg: DictConfig) -> list[str]:
         check_whole_number(
             cfg, "top_k", 1, "sampling keeps the top_k most likely tokens (null keeps all)"
         )
-    if (
-        type(cfg.temperature) not in (int, float) or cfg.temperature < 0
-    ):  # bool is not a temperature
+    if type(cfg.temperature) not in (int, float) or cfg.temperature < 0:  # a bool is not one
         raise ConfigError(
             f"temperature={cfg.temperature!r}: it must be a number of 0 or more (0 is greedy: "
             "always the most likely token; 1 samples from the model's distribution as it is)."
@@ -83,17 +79,9 @@ def generate(cfg: DictConfig) -> list[str]:
     path = find_checkpoint(cfg.ckpt_path)
     model, tokenizer, _ = load_model(path, map_location=device)
     start = time.perf_counter()
-    texts = sample_texts(
-        model,
-        tokenizer,
-        cfg.prompt,
-        cfg.max_new_tokens,
-        float(cfg.temperature),
-        cfg.top_k,
-        cfg.num_samples,
-        cfg.seed,
-        write=lambda piece: print(piece, end="", flush=True),
-    )
+    write = partial(print, end="", flush=True)  # each piece as it comes
+    args = (cfg.max_new_tokens, float(cfg.temperature), cfg.top_k, cfg.num_samples, cfg.seed)
+    texts = sample_texts(model, tokenizer, cfg.prompt, *args, write=write)
     seconds = time.perf_counter() - start
     tokens = cfg.max_new_tokens * cfg.num_samples
     log.info(

@@ -21,8 +21,7 @@ AXIS_LABEL = str.maketrans({"\n": "\\n", "\t": "\\t", "$": r"\$"})  # `$` would 
 
 
 def positional_figure(model: GPT) -> Figure:
-    """The model's table of positions: the one added to the embeddings (sinusoidal or learned),
-    or RoPE's angles, drawn as the sinusoidal table of head_size (block 0's rotary)."""
+    """The table added to the embeddings (sinusoidal or learned), or RoPE's angles as one."""
     holder = next(m for m in model.modules() if isinstance(m, POSITION_TABLES))
     pe = holder.table.detach().cpu().numpy()
     sinusoidal = not isinstance(holder, LearnedEmbedding)
@@ -30,18 +29,15 @@ def positional_figure(model: GPT) -> Figure:
     ax = fig.add_subplot()
     fig.colorbar(ax.imshow(pe, aspect="auto", cmap="RdBu_r", interpolation="nearest"), ax=ax)
     name = "Sinusoidal positional encoding" if sinusoidal else "Learned position embedding"
-    ax.set(
-        title=f"{name}  [context_length={pe.shape[0]}, d_model={pe.shape[1]}]",
-        ylabel="position",
-        xlabel="dimension (even: sin, odd: cos)" if sinusoidal else "dimension",
-    )
+    title = f"{name}  [context_length={pe.shape[0]}, d_model={pe.shape[1]}]"
+    xlabel = "dimension (even: sin, odd: cos)" if sinusoidal else "dimension"
+    ax.set(title=title, ylabel="position", xlabel=xlabel)
     return fig
 
 
 def attention_figure(trace: dict, tokens: list[str], name: str, block: int) -> Figure:
-    """The first window's `name` step, one panel per head on one colour scale; -inf (masked) is
-    grey. Readable at its own size: 8-point tokens, at most FIGURE_TOKENS of them (the first
-    queries attend to the first keys only, so those rows are whole)."""
+    """The first window's `name` step, a panel per head on one colour scale, -inf grey; at most
+    FIGURE_TOKENS tokens, so 8-point labels stay readable (the first queries' rows are whole)."""
     values = trace[name][0].float().numpy()  # [num_heads, T, T]
     num_heads, _, length = values.shape
     shown = min(length, FIGURE_TOKENS)
@@ -51,12 +47,8 @@ def attention_figure(trace: dict, tokens: list[str], name: str, block: int) -> F
     rows = -(-num_heads // cols)
     size = (cols * (panel + LABEL_INCHES) + 1.0, rows * (panel + LABEL_INCHES) + 0.6)
     fig = Figure(figsize=size, layout="constrained")
-    finite = values[np.isfinite(values)]
-    vmin = float(finite.min())
-    vmax = float(finite.max())
-    if name == "softmax":  # weights: always on the scale 0 to 1
-        vmin = 0.0
-        vmax = 1.0
+    finite = values[np.isfinite(values)]  # the weights (softmax): always on the scale 0 to 1
+    vmin, vmax = (0.0, 1.0) if name == "softmax" else (float(finite.min()), float(finite.max()))
     cmap = colormaps["viridis"].with_extremes(bad="lightgrey")  # imshow masks what is not finite
     axes = [fig.add_subplot(rows, cols, h + 1) for h in range(num_heads)]
     for h, ax in enumerate(axes):

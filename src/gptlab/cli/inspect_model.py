@@ -1,6 +1,5 @@
-"""gptlab-inspect [ckpt_path=<run dir>]: look inside the model the way the seed articles draw it.
-Without ckpt_path: the article's model, random weights. A run dir's figures also go to its
-TensorBoard."""
+"""gptlab-inspect [ckpt_path=<run dir>]: the model the way the seed articles draw it (without
+ckpt_path: the article's, random weights); a run dir's figures also go to its TensorBoard."""
 
 import logging
 import math
@@ -13,13 +12,8 @@ import torch
 from omegaconf import DictConfig
 
 from gptlab import files
+from gptlab.cli import inspect_figures as draw
 from gptlab.cli.app import run_hydra_app, run_task
-from gptlab.cli.inspect_figures import (
-    ATTENTION_FIGURES,
-    AXIS_LABEL,
-    attention_figure,
-    positional_figure,
-)
 from gptlab.config.schemas import register_configs
 from gptlab.data.tokenizer import Tokenizer
 from gptlab.errors import ConfigError, check_whole_number
@@ -43,13 +37,13 @@ class Step(NamedTuple):
 EMBEDDED = "[batch, context_length, d_model]"
 HEADS = "[batch, num_heads, context_length, head_size]"
 SCORES = "[batch, num_heads, context_length, context_length]"
+FFN_HIDDEN = "[batch, context_length, ffn_mult * d_model]"
+LOGITS = "[batch, context_length, vocab_size]"
 
 
 def record_forward(model: GPT, ids: torch.Tensor) -> tuple[dict, dict]:
-    """Run the model's own forward on ids with a hook on every module: each module's first input
-    and its output, by module."""
-    inputs = {}
-    outputs = {}
+    """The model's own forward on ids, hooked: each module's first input and its output."""
+    inputs, outputs = {}, {}
 
     def remember(module, args, output):  # removed on leaving the `with`
         inputs[module] = args[0]
@@ -61,10 +55,9 @@ def record_forward(model: GPT, ids: torch.Tensor) -> tuple[dict, dict]:
 
 
 def trace_forward(model: GPT, ids: torch.Tensor, block: int = 0) -> tuple[list[Step], dict]:
-    """A hook watches the model's own forward on ids [batch, T] (eval mode, as random_model and
-    load_module leave it): the real shapes. The block's attention is recomputed the articles' way
-    from its Q, K (after its QK-norm and RoPE) and V: sdpa fuses those steps, and the tests check
-    that the recomputation rebuilds what the block merged."""
+    """The real shapes of the model's own forward on ids [batch, T] (in eval mode). The block's
+    attention, which sdpa fuses, is recomputed the articles' way from its Q, K (after QK-norm and
+    RoPE) and V; the tests check that this rebuilds what the block merged."""
     if not 0 <= block < len(model.blocks):
         raise ConfigError(
             f"block={block}: the model has {len(model.blocks)} block(s); choose 0 to "
@@ -96,50 +89,34 @@ def trace_forward(model: GPT, ids: torch.Tensor, block: int = 0) -> tuple[list[S
 
     config = model.config
     pre = config.norm == "pre"
-    in_block = f"block {block}:"
-    positional = "+ positional encoding"
-    if config.positional != "sinusoidal":
-        positional = "+ position embedding"
-    ffn_hidden = "[batch, context_length, ffn_mult * d_model]"
-    logits = "[batch, context_length, vocab_size]"
+    at = f"block {block}:"
+    sinusoidal = config.positional == "sinusoidal"
+    positional = "+ positional encoding" if sinusoidal else "+ position embedding"
+    embedded = outs[model.token_embedding]
+    add_norm = f"{at} residual + LayerNorm"
     rows = [  # (shown, label, tensor, meaning)
         (True, "ids", ids, "token ids: [batch, context_length]"),
-        (
-            True,
-            "token embedding",
-            outs[model.token_embedding],
-            f"{EMBEDDED}, scaled by sqrt(d_model)",
-        ),
+        (True, "token embedding", embedded, f"{EMBEDDED}, scaled by sqrt(d_model)"),
         (True, positional, ins[model.dropout], EMBEDDED),
-        (pre, f"{in_block} LayerNorm", outs[chosen.ln1], EMBEDDED),
-        (True, f"{in_block} Q, K, V (each)", q, f"{EMBEDDED}: x.Wq, x.Wk, x.Wv"),
-        (True, f"{in_block} heads (Q; K, V alike)", qh, HEADS),
-        (True, f"{in_block} scores Q.K^T/sqrt(head_size)", scores, SCORES),
-        (True, f"{in_block} mask (-inf above diagonal)", masked, "the future is hidden"),
-        (True, f"{in_block} softmax", softmax, "attention weights; each row sums to 1"),
-        (True, f"{in_block} weighted sum (weights.V)", trace["weighted"], HEADS),
-        (True, f"{in_block} merged heads", ins[attn.proj], EMBEDDED),
-        (True, f"{in_block} Wo", outs[attn.proj], f"{EMBEDDED}: the output projection"),
-        (
-            not pre,
-            f"{in_block} residual + LayerNorm",
-            outs[chosen.ln1],
-            "Add & Norm: LayerNorm(x + attention)",
-        ),
-        (pre, f"{in_block} residual", ins[chosen.ln2], "x + attention"),
-        (pre, f"{in_block} LayerNorm", outs[chosen.ln2], EMBEDDED),
-        (True, f"{in_block} FFN hidden (ReLU)", outs[chosen.ffn.up], ffn_hidden),
-        (True, f"{in_block} FFN", outs[chosen.ffn], EMBEDDED),
-        (
-            not pre,
-            f"{in_block} residual + LayerNorm",
-            outs[chosen.ln2],
-            "Add & Norm: LayerNorm(x + FFN)",
-        ),
-        (pre, f"{in_block} residual", outs[chosen], "x + FFN"),
+        (pre, f"{at} LayerNorm", outs[chosen.ln1], EMBEDDED),
+        (True, f"{at} Q, K, V (each)", q, f"{EMBEDDED}: x.Wq, x.Wk, x.Wv"),
+        (True, f"{at} heads (Q; K, V alike)", qh, HEADS),
+        (True, f"{at} scores Q.K^T/sqrt(head_size)", scores, SCORES),
+        (True, f"{at} mask (-inf above diagonal)", masked, "the future is hidden"),
+        (True, f"{at} softmax", softmax, "attention weights; each row sums to 1"),
+        (True, f"{at} weighted sum (weights.V)", trace["weighted"], HEADS),
+        (True, f"{at} merged heads", ins[attn.proj], EMBEDDED),
+        (True, f"{at} Wo", outs[attn.proj], f"{EMBEDDED}: the output projection"),
+        (not pre, add_norm, outs[chosen.ln1], "Add & Norm: LayerNorm(x + attention)"),
+        (pre, f"{at} residual", ins[chosen.ln2], "x + attention"),
+        (pre, f"{at} LayerNorm", outs[chosen.ln2], EMBEDDED),
+        (True, f"{at} FFN hidden (ReLU)", outs[chosen.ffn.up], FFN_HIDDEN),
+        (True, f"{at} FFN", outs[chosen.ffn], EMBEDDED),
+        (not pre, add_norm, outs[chosen.ln2], "Add & Norm: LayerNorm(x + FFN)"),
+        (pre, f"{at} residual", outs[chosen], "x + FFN"),
         (config.num_blocks > 1, f"... x {config.num_blocks} blocks", outs[chosen], EMBEDDED),
         (pre, "final LayerNorm", outs[model.ln_f], EMBEDDED),
-        (True, "logits", outs[model.head], logits),
+        (True, "logits", outs[model.head], LOGITS),
     ]
     steps = [Step(label, list(t.shape), meaning) for shown, label, t, meaning in rows if shown]
     return steps, trace
@@ -148,15 +125,14 @@ def trace_forward(model: GPT, ids: torch.Tensor, block: int = 0) -> tuple[list[S
 def inspect_model(
     model: GPT, tokenizer: Tokenizer, prompt: str, batch_size: int = 4, block: int = 0
 ) -> tuple[list[Step], dict, list[str]]:
-    """trace_forward on `batch_size` windows of the prompt, evenly spread (the articles take
-    random ones)."""
+    """trace_forward on `batch_size` windows of the prompt, evenly spread, not at random."""
     check_whole_number({"batch_size": batch_size}, "batch_size", 1, "the number of prompt windows")
     prompt_ids = tokenizer.encode_prompt(prompt)
     length = min(model.config.context_length, len(prompt_ids))  # all of a short prompt
     starts = np.linspace(0, len(prompt_ids) - length, batch_size).round().astype(int)
     ids = torch.tensor([prompt_ids[s : s + length] for s in starts])  # [batch, length]
     steps, trace = trace_forward(model, ids.to(next(model.parameters()).device), block)
-    tokens = [tokenizer.decode([i]).translate(AXIS_LABEL) for i in ids[0].tolist()]
+    tokens = [tokenizer.decode([i]).translate(draw.AXIS_LABEL) for i in ids[0].tolist()]
     return steps, {name: t.cpu() for name, t in trace.items()}, tokens
 
 
@@ -167,8 +143,7 @@ def random_model(
     compact_vocab: bool = True,
     seed: int = 0,
 ) -> tuple[GPT, Tokenizer]:
-    """The articles' model with random weights; compact_vocab: a vocabulary of the prompt's
-    tokens only."""
+    """The articles' model with random weights; compact_vocab: the prompt's tokens only."""
     prompt_ids = Tokenizer(encoding).encode_tiktoken(str(prompt or "\n"))
     tokenizer = Tokenizer.fit(encoding, prompt_ids, compact_vocab)
     try:
@@ -182,7 +157,7 @@ def random_model(
 
 
 def look_inside(cfg: DictConfig) -> None:
-    """Build or load the model, print the steps, write the figures (and to a run's TensorBoard)."""
+    """Build or load the model, print the steps, write the figures (also to a run's TensorBoard)."""
     check_whole_number(cfg, "block", 0, "the block whose attention is drawn")
     if cfg.ckpt_path:
         path = find_checkpoint(cfg.ckpt_path)
@@ -205,15 +180,12 @@ def look_inside(cfg: DictConfig) -> None:
     for traced in steps:
         print(f"{traced.label:<38} {str(traced.shape):<18} {traced.meaning}", flush=True)
 
-    figures = {"positional_encoding": positional_figure(model)}
-    for name in ATTENTION_FIGURES:
-        figures[f"attention_block{cfg.block}_{name}"] = attention_figure(
-            trace, tokens, name, cfg.block
-        )
+    figures = {"positional_encoding": draw.positional_figure(model)}
+    for name in draw.ATTENTION_FIGURES:
+        figure = draw.attention_figure(trace, tokens, name, cfg.block)
+        figures[f"attention_block{cfg.block}_{name}"] = figure
     out_dir = Path(cfg.output_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for stem, fig in figures.items():
-        # long token labels stay whole
+    for stem, fig in figures.items():  # tight: long token labels stay whole
         files.save_figure(fig, out_dir / f"{stem}.png", dpi=100, bbox_inches="tight")
     log.info("Figures:\n%s", "\n".join(f"  {out_dir / stem}.png" for stem in figures))
     if cfg.ckpt_path and Path(cfg.ckpt_path).is_dir() and cfg.tensorboard:
@@ -221,8 +193,7 @@ def look_inside(cfg: DictConfig) -> None:
 
 
 def write_to_run(run_dir: str, figures: dict, step: int) -> None:
-    """The figures beside a run's curves (TensorBoard's IMAGES tab), in an own run directory
-    only: anyone else's is read, never written."""
+    """The figures beside an own run's curves (TensorBoard's IMAGES tab); others' stay unwritten."""
     from torch.utils.tensorboard import SummaryWriter
 
     try:

@@ -1,8 +1,5 @@
-"""gptlab-train: compose and check the command line, then train (gptlab.cli.fit).
-
-The entry point is thin: `resume=` is turned into its overrides and the command line is composed
-and checked (a misspelt key, a wrong type, an unknown option) before torch and Lightning are
-imported, so a mistake is reported in a fraction of the time they take to load."""
+"""gptlab-train: `resume=` turned into overrides, the command line checked, then gptlab.cli.fit's
+training; torch and Lightning load only after the checks, so a mistake is reported at once."""
 
 import logging
 import sys
@@ -22,8 +19,7 @@ register_configs()
 
 @hydra.main(version_base="1.3", config_path="pkg://gptlab.conf", config_name="train")
 def run_job(cfg: DictConfig) -> float:
-    """The Hydra task: bad input ends in one paragraph and exit code 2; in a multirun the failed
-    job is recorded in its metrics.json instead and the sweep goes on."""
+    """Bad input: one paragraph and exit code 2, or in a multirun a failed job and the sweep on."""
     from gptlab.cli.fit import train
     from gptlab.run.place import in_multirun
     from gptlab.sweep.jobs import sweep_job
@@ -32,7 +28,7 @@ def run_job(cfg: DictConfig) -> float:
 
 
 def main() -> None:
-    """Console entry point `gptlab-train`; `resume=<dir>` is turned into its overrides first."""
+    """The console script gptlab-train."""
     try:
         sys.argv = resume_argv(sys.argv)
     except ConfigError as e:

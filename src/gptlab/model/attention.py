@@ -1,10 +1,5 @@
-"""Masked multi-head attention: `manual` spells out the seed articles' steps one per line (Q/K/V
-projections, split into heads, Q·Kᵀ / sqrt(head_size), -inf above the diagonal, softmax, dropout,
-times V, merge heads, Wo); `sdpa` computes the same with torch's fused
-`scaled_dot_product_attention`.
-
-Two toggles change each head's queries and keys before either path: `qk_norm` (RMSNorm over
-head_size), then `rotary` (RoPE with `positional=rope`, see position.py; else as they are)."""
+"""Masked multi-head attention: `manual` spells out the seed articles' steps one per line, `sdpa`
+runs them fused; before either, each head's queries and keys get qk_norm, then rotary (RoPE)."""
 
 import math
 
@@ -25,8 +20,7 @@ class MultiHeadAttention(nn.Module):
         self.proj = nn.Linear(config.d_model, config.d_model, bias=config.bias)  # Wo
         self.attn_dropout = nn.Dropout(config.dropout)
         self.resid_dropout = nn.Dropout(config.dropout)
-        # qk_norm: each head's queries and keys at unit RMS, so the scores stay bounded; one gain
-        # per feature of a head, shared by the heads
+        # qk_norm: queries and keys at unit RMS keep the scores bounded (gains shared by the heads)
         norm = nn.RMSNorm if config.qk_norm else nn.Identity
         self.q_norm = norm(self.head_size)
         self.k_norm = norm(self.head_size)

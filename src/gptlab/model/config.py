@@ -14,19 +14,14 @@ def fits(annotation: Any, value: Any) -> bool:
     """Whether `value` is of a field's type: int, float (an int too), bool, str, or Optional."""
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
         return any(fits(a, value) for a in typing.get_args(annotation))
-    if annotation is type(None):
-        return value is None
-    if annotation is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if annotation is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    return isinstance(value, annotation)
+    if isinstance(value, bool):  # a bool is an int to isinstance, never a number here
+        return annotation is bool
+    return isinstance(value, (int, float) if annotation is float else annotation)
 
 
 @dataclass
 class GPTConfig:
-    """Every architecture knob with gptlab's defaults (conf/model/ overrides them), checked on
-    creation, before any data is touched. `vocab_size` and `context_length` come from the data."""
+    """gptlab's defaults (conf/model/ overrides them); vocab_size and context_length: the data's."""
 
     vocab_size: int | None = None
     context_length: int = 64
@@ -68,10 +63,10 @@ class GPTConfig:
                 raise ConfigError(f"model.{key}={value!r}: it must be of type {name}.")
 
     def check_sizes(self) -> None:
-        sizes = ["context_length", "d_model", "num_heads", "num_blocks", "ffn_mult"]
-        for key in sizes + (["vocab_size"] if self.vocab_size is not None else []):
-            value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        sizes = ("context_length", "d_model", "num_heads", "num_blocks", "ffn_mult", "vocab_size")
+        for key in sizes:
+            value = getattr(self, key)  # ints (check_types); vocab_size None until the data sets it
+            if value is not None and value < 1:
                 raise ConfigError(f"model.{key}={value}: it must be a positive integer.")
         if self.d_model % self.num_heads:
             raise ConfigError(

@@ -1,10 +1,6 @@
-"""The seed articles' decoder-only GPT, read top to bottom.
-
-token ids -> token embedding -> + positional encoding -> num_blocks x (masked multi-head
-attention, Add & Norm, ReLU feed-forward, Add & Norm) -> linear head -> logits.
-
-The toggles since 2017, each off by default (the articles' model): rotary positions, RMSNorm,
-QK-norm, ReLU² or SwiGLU, logit soft-capping, zero-initialised output projections."""
+"""The seed articles' decoder-only GPT, read top to bottom: token ids -> token embedding
++ positional encoding -> num_blocks x (masked multi-head attention, Add & Norm, ReLU feed-forward,
+Add & Norm) -> linear head -> logits. The toggles since 2017 are each off by default."""
 
 import math
 from collections.abc import Iterator
@@ -17,6 +13,9 @@ from gptlab.errors import ConfigError
 from gptlab.model.attention import MultiHeadAttention
 from gptlab.model.config import GPTConfig, ffn_hidden
 from gptlab.model.position import POSITIONAL
+
+# the FFN's non-linearity: the articles' ReLU, GELU, or ReLU² (Primer; modded-nanogpt)
+ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "relu2": lambda x: F.relu(x).square()}
 
 
 class FeedForward(nn.Module):
@@ -34,13 +33,9 @@ class FeedForward(nn.Module):
 
     def hidden(self, x: torch.Tensor) -> torch.Tensor:
         """[batch, context_length, d_model] -> [batch, context_length, hidden]"""
-        if self.activation == "gelu":
-            return F.gelu(self.up(x))
-        if self.activation == "relu2":  # relu(x)^2 (Primer; modded-nanogpt)
-            return F.relu(self.up(x)).square()
         if self.activation == "swiglu":  # a gate in (-0.28, inf) times a linear branch
             return F.silu(self.gate(x)) * self.up(x)
-        return F.relu(self.up(x))  # the articles'
+        return ACTIVATIONS[self.activation](self.up(x))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.dropout(self.down(self.hidden(x)))
@@ -89,9 +84,8 @@ class GPT(nn.Module):
         if config.tie_weights:
             self.head.weight = self.token_embedding.weight
         self.apply(self._init_weights)
-        # GPT-2's depth scaling: each residual branch adds to the stream num_blocks * 2 times,
-        # so its output projection starts smaller to keep the stream's variance steady.
-        # zero_init: each block starts as the identity and learns what to add (modded-nanogpt).
+        # GPT-2's depth scaling keeps the residual stream's variance steady; zero_init: each
+        # block starts as the identity and learns what to add (modded-nanogpt)
         for block in self.blocks:
             for proj in (block.attn.proj, block.ffn.down):
                 if config.zero_init:
@@ -108,18 +102,15 @@ class GPT(nn.Module):
             nn.init.zeros_(module.bias)
 
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
-        """Token embedding (scaled by sqrt(d_model), as in "Attention Is All You Need")
-        + position (none with RoPE: attention rotates queries and keys instead)."""
+        """Token embedding, scaled as in "Attention Is All You Need", + position (none: RoPE)."""
         x = self.token_embedding(ids) * math.sqrt(self.config.d_model)  # [batch, T, d_model]
         return self.position_embedding(x)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         """ids [batch, context_length] -> logits [batch, context_length, vocab_size]."""
-        if ids.shape[1] > self.config.context_length:
-            raise ValueError(
-                f"input of length {ids.shape[1]} exceeds "
-                f"context_length={self.config.context_length}"
-            )
+        most = self.config.context_length
+        if ids.shape[1] > most:
+            raise ValueError(f"input of length {ids.shape[1]} exceeds context_length={most}")
         x = self.dropout(self.embed(ids))
         for block in self.blocks:
             x = block(x)
@@ -137,18 +128,14 @@ class GPT(nn.Module):
         return {"total": total, "embedding": embedding, "non_embedding": total - embedding}
 
     def scaling_params(self) -> int:
-        """The parameters whose FLOPs grow with every token: the blocks' matrices (attention's Wq,
-        Wk, Wv and Wo, the FFN's) and the head. Embeddings (a lookup), norms and biases are left
-        out: the N of a scaling law (Kaplan et al. 2020's non-embedding count, plus the head)."""
+        """A scaling law's N: the matrices whose FLOPs grow with every token (blocks', head)."""
         matrices = [p for p in self.blocks.parameters() if p.dim() == 2] + [self.head.weight]
         return sum(p.numel() for p in matrices)
 
     def flops_per_token(self) -> int:
-        """Training FLOPs per token: 6 per weight of the blocks and the head (forward 2, backward 4)
-        plus attention's scores and weighted sum, 12 * num_blocks * context_length * d_model."""
-        config = self.config
-        attention = 12 * config.num_blocks * config.context_length * config.d_model
-        return 6 * self.scaling_params() + attention
+        """Training FLOPs per token: 6 per weight (forward 2, backward 4) + attention's."""
+        c = self.config
+        return 6 * self.scaling_params() + 12 * c.num_blocks * c.context_length * c.d_model
 
     @torch.no_grad()
     def generate_stream(
@@ -169,14 +156,11 @@ class GPT(nn.Module):
                 if top_k is not None and top_k < logits.size(-1):
                     kth = torch.topk(logits, top_k).values[:, [-1]]
                     logits = logits.masked_fill(logits < kth, float("-inf"))
-                next_ids = torch.multinomial(
-                    F.softmax(logits, dim=-1), num_samples=1, generator=generator
-                )
+                probs = F.softmax(logits, dim=-1)
+                next_ids = torch.multinomial(probs, num_samples=1, generator=generator)
             ids = torch.cat([ids, next_ids], dim=1)
             yield next_ids
 
     def generate(self, ids: torch.Tensor, *args, **kwargs) -> torch.Tensor:
-        """ids [batch, t] -> [batch, t + max_new_tokens]: the prompt and generate_stream's tokens
-        (its arguments: max_new_tokens, temperature, top_k, generator; the context cropped to
-        context_length)."""
+        """ids [batch, t] -> [batch, t + max_new_tokens]; generate_stream's arguments."""
         return torch.cat([ids, *self.generate_stream(ids, *args, **kwargs)], dim=1)

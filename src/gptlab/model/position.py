@@ -1,7 +1,5 @@
-"""Where the positions enter, chosen once by `model.positional` (POSITIONAL): the article's
-sinusoidal table or a learned one, added to the token embeddings; or rotary position embeddings
-(RoPE), which add nothing there: attention's Rotary turns each head's queries and keys instead,
-so Q·Kᵀ depends on how far apart two tokens are, not on where they sit."""
+"""Where the positions enter, chosen once by `model.positional` (POSITIONAL): a table added to the
+token embeddings (sinusoidal or learned), or RoPE's turn of each head's queries and keys."""
 
 import torch
 from torch import Tensor, nn
@@ -10,8 +8,7 @@ from gptlab.model.config import GPTConfig
 
 
 def sinusoidal_angles(context_length: int, dim: int) -> Tensor:
-    """angle(pos, i) = pos / 10000^(2i / dim): the article's table (dim = d_model) and RoPE's
-    turns (dim = head_size) alike. [context_length, dim / 2]"""
+    """pos / 10000^(2i / dim): the article's table (dim: d_model) and RoPE's turns (head_size)."""
     position = torch.arange(context_length, dtype=torch.float32).unsqueeze(1)  # [T, 1]
     two_i = torch.arange(0, dim, 2, dtype=torch.float32)  # [dim / 2]
     return position / torch.pow(10000.0, two_i / dim)  # [T, dim / 2]
@@ -23,8 +20,7 @@ def interleave(even: Tensor, odd: Tensor) -> Tensor:
 
 
 class SinusoidalEncoding(nn.Module):
-    """The article's PE(pos, 2i) = sin(angle), PE(pos, 2i+1) = cos(angle), added to the embeddings.
-    Fixed, so a buffer computed once here."""
+    """The article's PE(pos, 2i) = sin(angle), PE(pos, 2i+1) = cos(angle): fixed, computed once."""
 
     def __init__(self, config: GPTConfig):
         super().__init__()
@@ -62,8 +58,7 @@ class Rotary(nn.Module):
         self.register_buffer("sin", angle.sin(), persistent=False)
 
     @property
-    def table(self) -> Tensor:
-        """The angles as the sinusoidal table of head_size: [context_length, head_size]."""
+    def table(self) -> Tensor:  # the angles as the sinusoidal table of head_size
         return interleave(self.sin, self.cos)
 
     def forward(self, x: Tensor, start: int = 0) -> Tensor:
