@@ -13,7 +13,6 @@ LINE_STYLES = ("-", "--", ":")
 
 
 def reached_at(curve: list, target: float) -> float | None:
-    """Wall seconds of the first validation at or below `target` (None: never reached)."""
     return next((point[1] for point in curve if point[2] <= target), None)
 
 

@@ -97,7 +97,6 @@ def logs(points: list[dict]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def best_starts(starts: np.ndarray, points: list[dict], count: int) -> np.ndarray:
-    """The `count` rows of `starts` with the lowest objective on `points`."""
     log_n, log_d, log_loss = logs(points)
     at_start = huber(predicted_log_loss(starts, log_n, log_d) - log_loss).sum(axis=1)
     return starts[np.argsort(at_start, kind="stable")[:count]]

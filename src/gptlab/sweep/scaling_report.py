@@ -316,15 +316,14 @@ def scaling_section(
     knobs: list[str],
     sweep_dir: Path,
     out: Path,
-    requested: bool | None,
+    requested: bool,
     metric: str,
     first: str | None,
 ) -> tuple[str | None, str | None]:
-    """The sweep summary's part: scaling.* when `requested`, or by default (None) when a job set
-    flops_budget. Returns the headline's line and, when requested and there were too few
-    points, what is missing (the caller raises it once summary.md is written)."""
+    """scaling.* when `requested` or a job set flops_budget: the headline's line and, when
+    requested and there were too few points, what is missing (raised once summary.md is written)."""
     budgeted = any(number(row.get("flops_budget")) is not None for row in rows)
-    if requested is False or (requested is None and not budgeted):
+    if not requested and not budgeted:
         return None, None
     try:
         return write_scaling(rows, knobs, sweep_dir, out, metric, first), None

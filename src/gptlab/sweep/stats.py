@@ -35,7 +35,6 @@ def group_configurations(rows: list[dict], knobs: list[str]) -> dict[str, list[d
 
 
 def job_values(jobs: list[dict], key: str) -> list[float]:
-    """The finite `key` of each ok job."""
     values = [number(job.get(key)) for job in jobs if job["status"] == "ok"]
     return [value for value in values if value is not None]
 

@@ -116,13 +116,10 @@ def aggregate(rows: list[dict], knobs: list[str]) -> list[dict]:
     configs.sort(key=lambda c: sort_key(c["val_loss_mean"]))
     best = configs[0]
     for rank, config in enumerate(configs):
-        p = welch(config["_val_loss"], best["_val_loss"])[2] if rank else None
-        config["p_vs_best"] = p
-        if config["val_loss_mean"] is None:
-            config["vs_best"] = ""
-        else:
-            delta = config["val_loss_mean"] - best["val_loss_mean"]
-            config["vs_best"] = verdict(delta, p) if rank else "best"
+        delta, _, p = welch(config["_val_loss"], best["_val_loss"])
+        config["p_vs_best"] = p if rank else None
+        mark = verdict(delta, p) if rank else "best"
+        config["vs_best"] = "" if delta is None else mark
     return configs
 
 
@@ -173,7 +170,7 @@ def write_summary(
     target_val_loss: float | None = None,
     baseline: str = BASELINE,
     out: str | Path | None = None,
-    scaling: bool | None = None,
+    scaling: bool = False,
     metric: str = "best_val_loss",
 ) -> tuple[list[dict], list[str]]:
     """Write summary.csv, .md, .png (summary_configs.csv with `seed` swept; scaling.*: see
