@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
                 sweep_dir,
                 args.target_val_loss,
                 out=out,
-                scaling=args.scaling or None,
+                scaling=args.scaling,
                 metric=args.metric,
             )
         except TooFewPoints as e:

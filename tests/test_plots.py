@@ -13,9 +13,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from gptlab.cli.inspect_figures import attention_figure
 from gptlab.sweep.ablation import add_deltas, delta_figure
 from gptlab.sweep.curves import curve_groups, curves_figure
-from gptlab.sweep.horizon import short_horizon
 from gptlab.sweep.plots import summary_figure
-from gptlab.sweep.summary import headline
+from gptlab.sweep.summary import headline, short_horizon
 
 NAMES = ["baseline", "rope", "rmsnorm", "qk_norm", "relu2", "swiglu", "more_weight_decay", "all"]
 

@@ -19,6 +19,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 from tqdm.contrib.logging import logging_redirect_tqdm
 
+from gptlab.cli.trainer import build_trainer
 from gptlab.config.trust import build, checked
 from gptlab.exits import code_of_signal
 from gptlab.run import place
@@ -29,7 +30,6 @@ from gptlab.training.budget import run_length
 from gptlab.training.callbacks import GracefulStop
 from gptlab.training.module import build_module
 from gptlab.training.report import best_val_loss
-from gptlab.cli.trainer import build_trainer
 
 log = logging.getLogger("gptlab.train")
 

@@ -1,39 +1,32 @@
-"""An ablation against a baseline: how much each configuration moves the loss, with error bars.
-
-Each configuration's jobs (its seeds) are compared with the baseline's by Welch's t-test (unequal
-variances): the difference of the means, its 95% confidence interval and a verdict (better, not
-distinguishable, worse), on the best val loss and on the test loss (data.test_fraction > 0).
-`summary.md` then leads with that table and `summary_deltas.png`, the deltas with error bars."""
+"""An ablation against a baseline: each configuration's delta in loss with its Welch interval and
+verdict, on val and test; summary.md leads with them (docs/ablation.md)."""
 
 from pathlib import Path
 
 from gptlab import files
 from gptlab.sweep.curves import add_time_to_loss, write_curves
 from gptlab.sweep.stats import CONFIDENCE, number, verdict, welch
-from gptlab.sweep.tables import format_estimate, markdown_table
+from gptlab.sweep.tables import DELTAS, format_estimate, markdown_table
 
 BASELINE = "ablation=baseline"  # the configuration the others are compared with
 METRICS = {"": "val_loss", "test_": "test_loss"}  # column prefix: per-configuration values
 
 
 def add_deltas(configs: list[dict], baseline: str = BASELINE) -> dict | None:
-    """The delta/verdict columns of every configuration against `baseline`; the baseline's row, or
-    None (and no columns) when no configuration has that name."""
+    """Add each configuration's delta columns against `baseline`; the baseline's row (None, and no
+    columns, when no configuration has that name)."""
     base = next((c for c in configs if c["config"] == baseline), None)
     if base is None:
         return None
     for config in configs:
         for prefix, metric in METRICS.items():
-            a = config.get(f"_{metric}") or []
-            b = base.get(f"_{metric}") or []
+            a, b = config.get(f"_{metric}"), base.get(f"_{metric}")
             if not a or not b:
                 continue
             delta, half, p = welch(a, b) if config is not base else (0.0, None, None)
             mark = "baseline" if config is base else verdict(delta, p)
-            config[f"{prefix}delta_vs_baseline_mean"] = delta
-            config[f"{prefix}delta_vs_baseline_ci95"] = half
-            config[f"{prefix}p_vs_baseline"] = p
-            config[f"{prefix}verdict_vs_baseline"] = mark
+            columns = [prefix + column for column in DELTAS]
+            config.update(zip(columns, (delta, half, p, mark), strict=True))
             config[f"{prefix}delta ± ci95"] = format_estimate(delta, half, "+.4f")
     return base
 
@@ -109,8 +102,8 @@ def leading_sections(
     target_val_loss: float | None = None,
     baseline: str = BASELINE,
 ) -> list[str]:
-    """The lines that lead summary.md, for an ablation and quality per second: the deltas against
-    the baseline, the time to a val loss (its columns added to the rows and configurations)."""
+    """The lines that lead summary.md: the deltas against the baseline and the time to a val loss
+    (their columns added to the rows and configurations)."""
     target = add_time_to_loss(rows, configs, target_val_loss)
     lines = baseline_section(configs, sweep_dir, baseline) if configs else []
     if write_curves(rows, configs, sweep_dir / "summary_curves.png"):

@@ -1,11 +1,9 @@
-"""Quality per second in a sweep: how long each job (and configuration, over its seeds) took to
-reach a val loss, and val loss against wall time and against training FLOPs.
+"""Quality per second in a sweep: how long each job and configuration took to reach a val loss,
+and val loss against wall time and training FLOPs, from each job's `val_curve` [step, wall
+seconds since the run's start, val loss]."""
 
-Each job's metrics.json holds `val_curve`, [step, wall seconds, val loss] at each validation
-(wall seconds since the run's start, over its whole life, resumes included)."""
-
-import statistics
 from pathlib import Path
+from statistics import fmean
 
 from gptlab import files
 from gptlab.run.overrides import short_label
@@ -15,14 +13,12 @@ LINE_STYLES = ("-", "--", ":")
 
 
 def reached_at(curve: list, target: float) -> float | None:
-    """Wall seconds of the first validation at or below `target` (None: never reached)."""
     return next((point[1] for point in curve if point[2] <= target), None)
 
 
 def add_time_to_loss(rows: list[dict], configs: list[dict] | None, target: float | None) -> float:
-    """`time_to_val_loss` of every ok job and configuration (the mean over its seeds, None if a
-    seed never got there). Without a target: the highest of the jobs' best val losses, a loss
-    every job reached. Returns the target used (nan without curves)."""
+    """`time_to_val_loss` of every ok job and configuration (None if a seed never got there), to
+    `target` or else a loss every job reached; returns the target (nan without curves)."""
     ok = [row for row in rows if row["status"] == "ok" and row.get("val_curve")]
     if target is None:
         target = max((min(p[2] for p in row["val_curve"]) for row in ok), default=float("nan"))
@@ -33,23 +29,19 @@ def add_time_to_loss(rows: list[dict], configs: list[dict] | None, target: float
     for config in configs or []:
         seconds = [times.get(job) for job in config["jobs"].split() if job in times]
         reached = bool(seconds) and None not in seconds
-        config["time_to_val_loss"] = statistics.fmean(seconds) if reached else None
+        config["time_to_val_loss"] = fmean(seconds) if reached else None
     return target
 
 
 def mean_curve(jobs: list[dict]) -> list[tuple[float, float, float]]:
     """(wall seconds, training FLOPs, val loss) at each step every job validated, averaged over
-    the jobs (seeds). FLOPs: flops_per_token x tokens, tokens = step x tokens_per_step."""
+    the jobs (seeds)."""
     steps = set.intersection(*({point[0] for point in job["val_curve"]} for job in jobs))
     points = []
     for step in sorted(steps):
-        walls, flops, losses = [], [], []
-        for job in jobs:
-            point = next(p for p in job["val_curve"] if p[0] == step)
-            walls.append(point[1])
-            flops.append(job["flops_per_token"] * step * job["tokens_per_step"])
-            losses.append(point[2])
-        points.append((statistics.fmean(walls), statistics.fmean(flops), statistics.fmean(losses)))
+        at = [next(p for p in job["val_curve"] if p[0] == step) for job in jobs]
+        flops = [job["flops_per_token"] * step * job["tokens_per_step"] for job in jobs]
+        points.append((fmean(p[1] for p in at), fmean(flops), fmean(p[2] for p in at)))
     return points
 
 
@@ -75,8 +67,7 @@ def config_label(name: str) -> str:
 
 
 def job_label(row: dict, rows: list[dict]) -> str:
-    """A job by the overrides that set it apart from the others ("heads=2, blocks=4"), its job
-    number where it has none of its own."""
+    """A job by the overrides that set it apart ("heads=2, blocks=4"), else by its number."""
     mine = str(row.get("overrides", "")).split()
     shared = set.intersection(*(set(str(o.get("overrides", "")).split()) for o in rows))
     own = [o for o in mine if o not in shared]
@@ -92,8 +83,7 @@ def write_curves(rows: list[dict], configs: list[dict] | None, path: Path) -> bo
 
 
 def curves_figure(groups: dict[str, list[dict]], seeds: bool, title: str):
-    """Val loss against wall time and against training FLOPs, a line per group (curve_groups):
-    a configuration's the mean over its seeds."""
+    """Val loss against wall time and against training FLOPs, a line per group (curve_groups)."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(12.5, 4.2), layout="constrained")

@@ -1,7 +1,6 @@
-"""Chinchilla's approach 2 on an IsoFLOP grid: the jobs of one compute budget (their C within
-10% of each other) trace the loss against model size; a parabola of L in log N (and in log D)
-puts that budget's optimum at its vertex, and N_opt(C) ∝ C^a, D_opt(C) ∝ C^b are straight lines
-through the budgets' optima in log-log. Intervals: the bootstrap over jobs, within each budget."""
+"""Chinchilla's approach 2 on an IsoFLOP grid: a parabola of L in log N (and in log D) per compute
+budget, its vertex the budget's optimum; N_opt ∝ C^a and D_opt ∝ C^b fitted through the optima.
+The method: docs/scaling.md."""
 
 import math
 import statistics
@@ -16,8 +15,8 @@ MIN_BUDGETS = 2  # a line through the optima needs two budgets
 
 
 def assign_budgets(points: list[dict]) -> list[float]:
-    """Give each point {C, ...} its `budget`: the geometric mean of the C of the jobs within
-    TOLERANCE of the smallest C not yet taken. Returns the budgets, smallest first."""
+    """Give each point its `budget`: the geometric mean of the C within TOLERANCE of the smallest
+    C not yet taken. Returns the budgets, smallest first."""
     groups = []
     for point in sorted(points, key=lambda p: p["C"]):
         if groups and point["C"] <= groups[-1][0]["C"] * (1 + TOLERANCE):
@@ -45,8 +44,8 @@ def sizes(group: list[dict]) -> int:
 
 
 def vertex(group: list[dict], key: str) -> tuple[float, float, list[float] | None]:
-    """The optimum of L against log `key` (N or D) in one budget: the parabola's vertex where it
-    opens upward and lies within the values tried, else the best job's value (no coefficients)."""
+    """The optimum of L against log `key` (N or D): the parabola's vertex where it opens upward
+    within the values tried, else the best job's value (no coefficients)."""
     xs = np.log([p[key] for p in group])
     losses = np.array([p["L"] for p in group])
     coefficients = np.polyfit(xs, losses, 2)
@@ -59,8 +58,7 @@ def vertex(group: list[dict], key: str) -> tuple[float, float, list[float] | Non
 
 
 def budget_optimum(budget: float, group: list[dict]) -> dict | None:
-    """N_opt, D_opt and the loss there at one budget; `edge` when a parabola has no minimum
-    among the sizes tried (the grid does not bracket the optimum: the best job stands in)."""
+    """N_opt, D_opt and L_opt at one budget; `edge` where the sizes do not bracket a minimum."""
     if sizes(group) < MIN_SIZES:
         return None
     n_opt, loss, parabola = vertex(group, "N")
@@ -83,8 +81,7 @@ def power_law(cs: list[float], values: list[float]) -> tuple[float, float]:
 
 
 def fit_approach2(points: list[dict]) -> dict | None:
-    """a, b and their coefficients through the optima of the budgets with MIN_SIZES sizes; None
-    with fewer than MIN_BUDGETS of them."""
+    """a, b and their coefficients through the optima; None below MIN_BUDGETS of them."""
     optima = [budget_optimum(b, group) for b, group in by_budget(points).items()]
     optima = [o for o in optima if o is not None]
     if len(optima) < MIN_BUDGETS:
@@ -95,14 +92,13 @@ def fit_approach2(points: list[dict]) -> dict | None:
     return {"a": a, "b": b, "n_coefficient": n_coef, "d_coefficient": d_coef, "optima": optima}
 
 
-def approach2(points: list[dict], draws: int, seed: int = 0) -> dict | None:
-    """fit_approach2 with 95% bootstrap intervals of a, b and each budget's L_opt; `_draws` keeps
-    the draws' fits (not written)."""
+def approach2(points: list[dict]) -> dict | None:
+    """fit_approach2 with bootstrap intervals of a, b and each L_opt (jobs resampled within each
+    budget); `_draws` keeps the draws' fits (not written)."""
     fit = fit_approach2(points)
     if fit is None:
         return None
-    strata = [p["budget"] for p in points]
-    fits = bootstrap(fit_approach2, points, draws, seed, strata)
+    fits = bootstrap(fit_approach2, points, [p["budget"] for p in points])
     fit["ci95"] = {key: percentile_interval([f[key] for f in fits]) for key in ("a", "b")}
     for optimum in fit["optima"]:
         values = [o["L_opt"] for f in fits for o in f["optima"] if o["C"] == optimum["C"]]
@@ -112,5 +108,4 @@ def approach2(points: list[dict], draws: int, seed: int = 0) -> dict | None:
 
 
 def n_opt(fit: dict, compute: float) -> float:
-    """Approach 2's compute-optimal model size at `compute` FLOPs."""
     return fit["n_coefficient"] * compute ** fit["a"]

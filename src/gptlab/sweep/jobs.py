@@ -28,8 +28,8 @@ def job_overrides() -> list[str]:
 
 
 def trains(override: str) -> bool:
-    """Does this override change what the job trains? Not how it was launched (resume,
-    ckpt_path), nor where it writes, caches or logs (paths.*, logger.*, output folders)."""
+    """Does this override change what the job trains (not how it was launched, nor where it
+    writes, caches or logs)?"""
     key = override_key(override)
     parts = key.split(".")
     where = parts[0] in NOT_REPLAYED_GROUPS and len(parts) > 1 or parts[-1] in WHERE_KEYS
@@ -53,10 +53,8 @@ def swept_overrides() -> list[str]:
 
 
 def tensorboard_version(folder: Path) -> str | None:
-    """A sweep job's TensorBoard run, named by what it varies ("heads=2,blocks=4") in
-    `folder` (the logger's save_dir/name), so runs of a sweep are told apart by their settings. A
-    continued job (resume=, a requeue) keeps the name its first start gave. None outside a sweep:
-    a run's own folder is its one TensorBoard run."""
+    """A sweep job's TensorBoard run in `folder`, named by what it varies ("heads=2,blocks=4"), or
+    the name its first start gave; None outside a sweep (docs/reading-runs.md)."""
     if not in_multirun():
         return None
     if folder.is_dir() and not folder.is_symlink():
@@ -68,8 +66,7 @@ def tensorboard_version(folder: Path) -> str | None:
 
 
 def job_threads(cfg: DictConfig) -> None:
-    """In a joblib sweep, give the job its share of the cores, not all of them; `num_threads`
-    wins."""
+    """In a joblib sweep, the job's share of the cores, not all of them; `num_threads` wins."""
     launcher = HydraConfig.get().launcher if HydraConfig.initialized() else {}
     if cfg.get("num_threads") or "joblib" not in str(launcher.get("_target_", "")):
         return
@@ -86,7 +83,7 @@ def job_threads(cfg: DictConfig) -> None:
 
 def finished_result(output_dir: Path, overrides: list[str]) -> float | None:
     """Best val loss of a job finished with these overrides, by its metrics.json (Hydra rewrites
-    .hydra/)."""
+    .hydra/); None when it must run."""
     metrics = files.read_json(directory.metrics_file(output_dir))
     metrics = metrics if isinstance(metrics, dict) else {}
     best = number(metrics.get("best_val_loss"))
@@ -113,11 +110,10 @@ def record_failure(
     """Mark the job failed in its metrics.json with a one-line reason, and whether its input was
     bad (a sweep of nothing but bad input exits 2); +inf, the worst to every sweeper."""
     bad_input = bad_input or isinstance(error, ConfigError)
-    reason = (
-        str(error) if isinstance(error, (str, ConfigError)) else f"{type(error).__name__}: {error}"
-    )
+    plain = isinstance(error, (str, ConfigError))  # else a crash: its type and traceback
+    reason = str(error) if plain else f"{type(error).__name__}: {error}"
     reason = " ".join(reason.split())[:500]
-    log.error("Job failed: %s", reason, exc_info=not isinstance(error, (str, ConfigError)))
+    log.error("Job failed: %s", reason, exc_info=not plain)
     saved = files.read_json(directory.metrics_file(output_dir))
     metrics = {**(saved if isinstance(saved, dict) else {}), "status": "failed", "reason": reason}
     metrics.update(bad_input=bad_input, overrides=overrides)
@@ -127,8 +123,8 @@ def record_failure(
 
 
 def sweep_job(train: Callable[[DictConfig], float], cfg: DictConfig) -> float:
-    """Run `train(cfg)` as a job of a sweep: a failure is recorded and returns +inf, so the sweep
-    goes on."""
+    """`train(cfg)` as a job of a sweep: a failure is recorded and returns +inf (the sweep goes
+    on)."""
     output_dir = Path(cfg.paths.output_dir)
     overrides = job_overrides()
     place.claim(output_dir)  # before a failure is recorded: the job's results are its manifest's

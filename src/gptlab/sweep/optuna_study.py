@@ -19,8 +19,8 @@ log = logging.getLogger(__name__)
 
 
 def storage_url(storage: str | None, sweep_dir: Path) -> str:
-    """The study's storage: the one given on the command line, else a SQLite file in the sweep
-    directory (never one a directory names)."""
+    """The storage given on the command line, else the sweep directory's SQLite file (never one a
+    directory names)."""
     return storage or f"sqlite:///{sweep_dir.resolve() / 'optuna.db'}"
 
 
@@ -70,8 +70,8 @@ def open_study(settings: dict[str, Any], url: str, sampler: Any, resumed: bool) 
 
 
 def recorded_job(study: optuna.Study, attrs: dict, number: int) -> str:
-    """The job directory a trial names in its attributes: the number of a trial of the study
-    (the one it runs again), else its own number. A study is data: a path never becomes one."""
+    """The job a trial names in its attributes (a trial it runs again), else its own number; a
+    study is data: a path never becomes one."""
     job = attrs.get("job")
     numbers = {str(t.number) for t in study.get_trials(deepcopy=False)}
     return job if isinstance(job, str) and job.isdigit() and job in numbers else str(number)
@@ -81,26 +81,20 @@ def job_of(trial: Trial) -> str:
     return recorded_job(trial.study, trial.user_attrs, trial.number)
 
 
+def within(distribution: Any, value: Any) -> bool:
+    if isinstance(distribution, optuna.distributions.CategoricalDistribution):
+        return value in distribution.choices
+    numeric = isinstance(value, (int, float)) and distribution is not None
+    return numeric and distribution.low <= value <= distribution.high
+
+
 def in_space(params: dict, space: dict) -> bool:
-    """Every parameter is one of the search space's and lies in its distribution."""
-    for name, value in params.items():
-        distribution = space.get(name)
-        if distribution is None:
-            return False
-        if isinstance(distribution, optuna.distributions.CategoricalDistribution):
-            if value not in distribution.choices:
-                return False
-        elif not (
-            isinstance(value, (int, float)) and distribution.low <= value <= distribution.high
-        ):
-            return False
-    return True
+    return all(within(space.get(name), value) for name, value in params.items())
 
 
 def rerun_killed(study: optuna.Study, space: dict) -> None:
-    """Trials left RUNNING by a killed search end FAIL; their parameters (when in the search
-    space) are queued again, to run in the same job directory (which continues from its last
-    checkpoint)."""
+    """Trials a killed search left RUNNING end FAIL; their parameters (when in the search space)
+    run again in the same job directory, from its last checkpoint."""
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         study.tell(trial.number, state=TrialState.FAIL)
         if not in_space(trial.params, space):

@@ -1,9 +1,6 @@
-"""Chinchilla's approach 3: the loss as a function of model size and data, L(N, D) = E + A/N^alpha
-+ B/D^beta, fitted as Besiroglu et al. 2024 (Epoch AI's replication) do: the Huber loss (delta
-1e-3) between the predicted and the measured log L, minimised by L-BFGS from a grid of starting
-points, with log E, log A and log B as the free parameters (they stay positive); its 95% intervals
-by the bootstrap over jobs. `frontier` is the compute-optimal allocation the law implies for
-C = 6ND: N_opt = G (C/6)^a, a = beta / (alpha + beta)."""
+"""Chinchilla's approach 3: L(N, D) = E + A/N^alpha + B/D^beta fitted as Besiroglu et al. 2024 do
+(the Huber loss on log L, L-BFGS from a grid of starts), with bootstrap intervals, and the
+compute-optimal frontier it implies for C = 6ND. The method: docs/scaling.md."""
 
 import itertools
 import math
@@ -20,8 +17,8 @@ EXPONENTS = np.arange(0.0, 2.01, 0.5)  # alpha, beta
 STARTS = 32  # L-BFGS runs from the grid's best starts by their objective (the whole grid: 4,500)
 CANDIDATES = 64  # a bootstrap draw's starts: the full fit's optimum and these best grid starts,
 DRAW_STARTS = 2  # of which L-BFGS runs from the best two on the draw's own points
-# L-BFGS-B's box, wide enough for any sensible law (E from 5e-5 to 2e4 nats): it only stops a
-# fit of too few points from running off towards E = 0 or exponents without end
+# L-BFGS-B's box (E from 5e-5 to 2e4 nats): it only stops a fit of too few points from running
+# off towards E = 0 or exponents without end
 BOUNDS = [(-20.0, 60.0), (-20.0, 60.0), (-10.0, 10.0), (0.0, 5.0), (0.0, 5.0)]
 NAMES = ("E", "A", "alpha", "B", "beta")
 
@@ -33,8 +30,8 @@ def start_grid() -> np.ndarray:
 
 
 def predicted_log_loss(theta: np.ndarray, log_n: np.ndarray, log_d: np.ndarray) -> np.ndarray:
-    """log L(N, D) for each row of theta [..., 5] and each point [n]: a log-sum-exp of the three
-    terms, stable for any exponent. Result: [..., n]."""
+    """log L(N, D) for each row of theta and each point, [starts, n]: a log-sum-exp, stable for
+    any exponent."""
     theta = np.atleast_2d(theta)
     terms = np.stack(
         [
@@ -71,8 +68,8 @@ def objective(theta: np.ndarray, log_n, log_d, log_loss) -> tuple[float, np.ndar
 def fit_law(
     points: list[dict], starts: np.ndarray | None = None, count: int = STARTS
 ) -> dict | None:
-    """The law fitted to points {N, D, L} (law_of) by L-BFGS from the `count` best `starts` (the
-    grid by default); None below 5 distinct points."""
+    """The law by L-BFGS from the `count` best `starts` (the grid's by default); None below 5
+    distinct points."""
     from scipy.optimize import minimize
 
     if len({(p["N"], p["D"]) for p in points}) < len(NAMES):
@@ -100,7 +97,6 @@ def logs(points: list[dict]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def best_starts(starts: np.ndarray, points: list[dict], count: int) -> np.ndarray:
-    """The `count` rows of `starts` with the lowest objective on `points`."""
     log_n, log_d, log_loss = logs(points)
     at_start = huber(predicted_log_loss(starts, log_n, log_d) - log_loss).sum(axis=1)
     return starts[np.argsort(at_start, kind="stable")[:count]]
@@ -126,8 +122,8 @@ def law_loss(law: dict, n: float, d: float) -> float:
 
 
 def frontier(law: dict, compute: float) -> dict | None:
-    """The compute-optimal N, D and loss the law implies at `compute` FLOPs (C = 6ND); None for
-    a law without a minimum (an exponent not positive)."""
+    """The compute-optimal N, D and loss at `compute` FLOPs (C = 6ND); None for a law without a
+    minimum (an exponent not positive)."""
     alpha, beta = law["alpha"], law["beta"]
     if alpha <= 0 or beta <= 0:
         return None
@@ -137,15 +133,14 @@ def frontier(law: dict, compute: float) -> dict | None:
     return {"N": n, "D": d, "L": law_loss(law, n, d)}
 
 
-def approach3(points: list[dict], draws: int, seed: int = 0) -> dict | None:
-    """The law with 95% bootstrap intervals of each parameter and of `a`; `_draws` keeps the
-    draws' laws (not written). A draw starts from the full fit's optimum and the grid's
-    CANDIDATES best starts, of which L-BFGS runs from the DRAW_STARTS best on its points."""
+def approach3(points: list[dict]) -> dict | None:
+    """The law with bootstrap intervals of each parameter and of `a`; `_draws` keeps the draws'
+    laws (not written)."""
     law = fit_law(points)
     if law is None:
         return None
     starts = np.vstack([theta_of(law), best_starts(start_grid(), points, CANDIDATES)])
-    laws = bootstrap(lambda sample: fit_law(sample, starts, DRAW_STARTS), points, draws, seed)
+    laws = bootstrap(lambda sample: fit_law(sample, starts, DRAW_STARTS), points)
     intervals = {}
     for key in (*NAMES, "a"):
         intervals[key] = percentile_interval([d[key] for d in laws if d[key] is not None])

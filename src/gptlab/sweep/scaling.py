@@ -1,10 +1,7 @@
-"""Scaling laws from a sweep: each job is a point (N, D, C, L) read from its metrics.json alone:
-N = scaling_params, D = tokens_seen, C = flops_per_token x tokens_seen, L = best_val_loss (or
-another metric). Each configuration (the jobs alike in everything but size, budget and seed) is
-fitted on its own by Chinchilla's approaches 2 (gptlab.sweep.isoflop) and 3
-(gptlab.sweep.parametric), checked on its largest budget held out, and compared with the first
-configuration along the compute-optimal frontier. scaling.json holds the numbers; scaling.md
-and scaling.png (gptlab.sweep.scaling_report) show them."""
+"""Scaling laws from a sweep: each finished job a point (N, D, C, L) read from its metrics.json,
+each configuration (jobs alike but in size, budget and seed) fitted by Chinchilla's approaches 2
+and 3, checked on its largest budget held out and compared with the first along the frontier.
+The method: docs/scaling.md."""
 
 import math
 
@@ -17,7 +14,6 @@ SIZE_KEYS = ("model.d_model", "model.num_blocks", "model.num_heads", "model.ffn_
 NOT_CONFIGURATION = (*SIZE_KEYS, "flops_budget", "trainer.max_steps", "seed")
 METRICS = ("best_val_loss", "final_val_loss", "test_loss")
 REPEATED_EPOCHS = 4  # past it, repeated tokens are worth clearly less (Muennighoff et al. 2023)
-DRAWS = 200  # bootstrap draws of each fit
 
 
 class TooFewPoints(Exception):
@@ -25,7 +21,7 @@ class TooFewPoints(Exception):
 
 
 def job_point(row: dict, metric: str) -> dict | None:
-    """A finished job's (N, D, C, L) and epochs; None when one is missing or not a number."""
+    """A finished job's (N, D, C, L) and epochs; None when one is missing or not positive."""
     n, d = number(row.get("scaling_params")), number(row.get("tokens_seen"))
     flops, loss = number(row.get("flops_per_token")), number(row.get(metric))
     if row.get("status") != "ok" or None in (n, d, flops, loss) or min(n, d, flops, loss) <= 0:
@@ -42,8 +38,8 @@ def configurations(rows: list[dict], knobs: list[str], first: str | None) -> dic
 
 
 def usable_points(name: str, points: list[dict], metric: str) -> tuple[list[dict], list[str]]:
-    """The points of the budgets with at least MIN_SIZES sizes, and notes on the budgets left
-    out (`budget` assigned); TooFewPoints when fewer than MIN_BUDGETS such budgets remain."""
+    """The points of the budgets with MIN_SIZES sizes, and notes on the others; TooFewPoints below
+    MIN_BUDGETS such budgets."""
     groups = isoflop.by_budget(points)
     kept = {b: g for b, g in groups.items() if isoflop.sizes(g) >= isoflop.MIN_SIZES}
     found = "; ".join(f"{b:.3g} FLOPs: {isoflop.sizes(g)} sizes" for b, g in groups.items())
@@ -64,9 +60,8 @@ def usable_points(name: str, points: list[dict], metric: str) -> tuple[list[dict
 
 
 def holdout(points: list[dict]) -> dict | None:
-    """Both approaches refitted without the largest budget: approach 3's loss at that budget's
-    best job against its measured loss, approach 2's N_opt there against the budget's own
-    optimum. None with fewer than MIN_BUDGETS + 1 budgets."""
+    """Both approaches refitted without the largest budget, against its best job's loss and its
+    own N_opt; None with fewer than MIN_BUDGETS + 1 budgets."""
     groups = isoflop.by_budget(points)
     if len(groups) <= isoflop.MIN_BUDGETS:
         return None
@@ -92,15 +87,14 @@ def holdout(points: list[dict]) -> dict | None:
     return result
 
 
-def fit_configuration(name: str, points: list[dict], metric: str, draws: int) -> dict:
-    """Approaches 2 and 3 with intervals, the held-out budget and the repeated-data count of one
-    configuration's points (TooFewPoints: see usable_points)."""
+def fit_configuration(name: str, points: list[dict], metric: str) -> dict:
+    """One configuration's fits, held-out budget and repeated-data count (or TooFewPoints)."""
     kept, notes = usable_points(name, points, metric)
     for point in kept:
         point["repeated"] = (point["epochs"] or 0) > REPEATED_EPOCHS
     return {
-        "approach2": isoflop.approach2(kept, draws),
-        "approach3": parametric.approach3(kept, draws),
+        "approach2": isoflop.approach2(kept),
+        "approach3": parametric.approach3(kept),
         "holdout": holdout(kept),
         "points": kept,
         "repeated_data_points": sum(p["repeated"] for p in kept),
@@ -109,8 +103,8 @@ def fit_configuration(name: str, points: list[dict], metric: str, draws: int) ->
 
 
 def frontier_gap(first: dict, other: dict) -> list[dict]:
-    """Per budget both share: each one's frontier loss (approach 2's L_opt, with its interval)
-    and other - first, its 95% interval from independent bootstrap draws taken pairwise."""
+    """Per budget both share: other's L_opt and its gap to first, with an interval from the two
+    bootstraps' draws taken pairwise."""
     rows = []
     mine = {o["C"]: o for o in other["approach2"]["optima"]}
     for base in first["approach2"]["optima"]:
@@ -132,13 +126,10 @@ def at(fit: dict, budget: float) -> float:
     return next((o["L_opt"] for o in fit["optima"] if o["C"] == budget), math.nan)
 
 
-def fit_sweep(
-    rows: list[dict], knobs: list[str], metric: str, draws: int = DRAWS, first: str | None = None
-) -> dict:
-    """Every configuration's fit, or its TooFewPoints message under `error`; with several, the
-    frontier comparison with the first. TooFewPoints when no configuration can be fitted. BLAS
-    runs on one thread meanwhile: its threads make scipy's L-BFGS-B on 5 parameters many times
-    slower on a busy machine (25x measured beside other work on 2 cores)."""
+def fit_sweep(rows: list[dict], knobs: list[str], metric: str, first: str | None = None) -> dict:
+    """Every configuration's fit (or its TooFewPoints message under `errors`), compared with the
+    first; TooFewPoints when none can be fitted. BLAS on one thread: its threads make L-BFGS-B on
+    5 parameters many times slower on a busy machine (25x measured beside other work, 2 cores)."""
     import scipy.optimize  # noqa: F401 - loaded first: a limit reaches the libraries loaded
     from threadpoolctl import threadpool_limits
 
@@ -151,7 +142,7 @@ def fit_sweep(
     for name, points in groups.items():
         try:
             with threadpool_limits(limits=1, user_api="blas"):
-                fits[name] = fit_configuration(name, points, metric, draws)
+                fits[name] = fit_configuration(name, points, metric)
         except TooFewPoints as e:
             errors[name] = str(e)
     if not fits:

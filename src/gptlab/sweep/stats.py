@@ -1,16 +1,16 @@
-"""Statistics over a sweep's seeds, one small function each: the jobs grouped into configurations,
-mean and standard deviation, the Student-t interval (honest for few seeds), Welch's t-test and
-its verdict; the bootstrap and its percentile interval (the scaling-law fits' intervals)."""
+"""Statistics over a sweep's seeds, one small function each: the Student-t interval (honest for
+few seeds), Welch's t-test and its verdict; the bootstrap of the scaling-law fits' intervals."""
 
 import math
 import statistics
 from typing import Any
 
 CONFIDENCE = 0.95  # of the intervals; Welch's test tells means apart at p < 1 - CONFIDENCE
+DRAWS = 200  # bootstrap draws of each scaling fit
 
 
 def number(value: Any) -> float | None:
-    """`value` as a finite float, else None: missing, text, nan, a bool (a metrics file is data)."""
+    """`value` as a finite float, else None (a metrics file is data: text, nan, a bool)."""
     try:
         number = float(value)
     except (TypeError, ValueError):
@@ -19,13 +19,13 @@ def number(value: Any) -> float | None:
 
 
 def sort_key(value: Any) -> tuple:
-    """A sort key: numbers first, by value (2 before 10), then the rest by text."""
+    """Numbers first, by value (2 before 10), then the rest by text."""
     return (number(value) is None, number(value) or 0.0, str(value))
 
 
 def group_configurations(rows: list[dict], knobs: list[str]) -> dict[str, list[dict]]:
-    """The jobs by configuration: jobs alike in every knob but `seed` share one, named
-    "key=value ..." ("(every job)" when only the seed is swept); in the order first seen."""
+    """Jobs alike in every knob but `seed`, named "key=value ..." ("(every job)" when only the seed
+    is swept), in the order first seen."""
     group = [key for key in knobs if key != "seed"]
     members = {}
     for row in rows:
@@ -35,7 +35,6 @@ def group_configurations(rows: list[dict], knobs: list[str]) -> dict[str, list[d
 
 
 def job_values(jobs: list[dict], key: str) -> list[float]:
-    """The finite `key` of each ok job: failed jobs and missing values are left out."""
     values = [number(job.get(key)) for job in jobs if job["status"] == "ok"]
     return [value for value in values if value is not None]
 
@@ -48,22 +47,18 @@ def mean_std(values: list[float]) -> tuple[float | None, float | None]:
 
 
 def ci_half_width(values: list[float], confidence: float = CONFIDENCE) -> float | None:
-    """Half the width of the Student-t interval of the mean, t(1/2 + confidence/2, n - 1) * s /
-    sqrt(n); None below two values."""
+    """Half the width of the Student-t interval of the mean; None below two values."""
     from scipy import stats
 
-    n = len(values)
-    if n < 2:
+    if len(values) < 2:
         return None
-    t = float(stats.t.ppf(0.5 + confidence / 2, n - 1))
-    return t * statistics.stdev(values) / math.sqrt(n)
+    t = float(stats.t.ppf(0.5 + confidence / 2, len(values) - 1))
+    return t * statistics.stdev(values) / math.sqrt(len(values))
 
 
 def welch(a: list[float], b: list[float], confidence: float = CONFIDENCE) -> tuple:
-    """Welch's t-test (unequal variances) of mean(a) - mean(b): the difference (None with a side
-    empty), the half-width of its interval (t at the Welch-Satterthwaite degrees of freedom times
-    the standard error) and the two-sided p that the means are equal; no interval nor p below two
-    values on a side. With no spread at all only equal means are alike: p 1.0, else 0.0."""
+    """Welch's t-test of mean(a) - mean(b): the difference, its interval's half-width and the
+    two-sided p (None below two values a side); with no spread only equal means are alike."""
     from scipy import stats
 
     delta = statistics.fmean(a) - statistics.fmean(b) if a and b else None
@@ -79,8 +74,7 @@ def welch(a: list[float], b: list[float], confidence: float = CONFIDENCE) -> tup
 
 
 def verdict(delta: float, p: float | None, confidence: float = CONFIDENCE) -> str:
-    """A difference in loss (< 0: lower, better) by Welch's p: one the test cannot see is no
-    evidence either way."""
+    """A difference in loss (< 0: better) by Welch's p: one the test cannot see is no evidence."""
     if p is None:
         return "untested (fewer than 2 seeds)"
     if p >= 1 - confidence:
@@ -88,21 +82,17 @@ def verdict(delta: float, p: float | None, confidence: float = CONFIDENCE) -> st
     return "better" if delta < 0 else "worse"
 
 
-def bootstrap(
-    statistic, items: list, draws: int, seed: int = 0, strata: list | None = None
-) -> list:
-    """`statistic` of `draws` resamples of `items`, each drawn with replacement within its stratum
-    (`strata`: one key per item; one stratum by default), as many as the stratum holds; each draw
-    a reproducible function of `seed`. Draws where the statistic returns None (too few distinct
-    items for it) are left out."""
+def bootstrap(statistic, items: list, strata: list | None = None) -> list:
+    """`statistic` of DRAWS resamples of `items` drawn with replacement within each stratum (one
+    key per item), reproducibly; draws where it is None (too few points) are left out."""
     import numpy as np
 
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(0)
     members = {}
     for i, key in enumerate(strata or [0] * len(items)):
         members.setdefault(key, []).append(i)
     results = []
-    for _ in range(draws):
+    for _ in range(DRAWS):
         picks = [i for group in members.values() for i in rng.choice(group, size=len(group))]
         result = statistic([items[i] for i in picks])
         if result is not None:

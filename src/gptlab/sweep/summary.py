@@ -1,4 +1,5 @@
-"""The summary of a sweep: summary.csv/.md/.png, with seed statistics per configuration."""
+"""The summary of a sweep: summary.csv/.md/.png, with seed statistics per configuration, and the
+Hydra callback that writes it at a multirun's end."""
 
 import itertools
 import sys
@@ -14,7 +15,6 @@ from gptlab.run import directory, ownership
 from gptlab.run.overrides import split_override
 from gptlab.run.settings import saved_value
 from gptlab.sweep.ablation import BASELINE, leading_sections
-from gptlab.sweep.horizon import short_horizon, smoke_test_note
 from gptlab.sweep.jobs import job_identity
 from gptlab.sweep.plots import summary_figure
 from gptlab.sweep.scaling import TooFewPoints
@@ -35,8 +35,8 @@ CONFIG_METRICS = {"val_loss": "best_val_loss", "val_bpb": "best_val_bpb", "test_
 
 
 def read_job(job: Path) -> tuple[dict, list[str]]:
-    """A job's row of summary.csv (metrics.json, PARAMS, its overrides' values; a missing
-    metrics.json or a non-finite best val loss makes it failed) and its overrides' keys."""
+    """A job's row of summary.csv (failed without a metrics.json or a finite best val loss) and
+    its overrides' keys."""
     cfg = files.read_yaml(directory.saved_config(job))  # data: never resolved
     overrides = files.read_yaml(directory.saved_overrides(job))
     overrides = job_identity(overrides if isinstance(overrides, list) else [])
@@ -53,19 +53,30 @@ def read_job(job: Path) -> tuple[dict, list[str]]:
     }
     if number(metrics.get("max_steps")) is not None:  # a FLOP budget's steps, not the config's
         row["max_steps"] = metrics["max_steps"]
-    keys = []
-    for key, text in map(split_override, overrides):
-        row[key] = saved_value(cfg, key, text)
-        keys.append(key)
+    pairs = [split_override(override) for override in overrides]
+    row.update({key: saved_value(cfg, key, text) for key, text in pairs})
     row["_horizon"] = short_horizon(cfg, overrides, row["max_steps"])  # for the headline
     if row["status"] == "ok" and number(row.get("best_val_loss")) is None:
         reason = f"diverged: best val loss {row.get('best_val_loss')}"
         row.update(status="failed", reason=reason)
-    return row, keys
+    return row, [key for key, _ in pairs]
+
+
+def short_horizon(cfg: Any, overrides: list[str], max_steps: Any = None) -> str | None:
+    """Why a job is a smoke test, whose verdicts say little about a real run's (docs/sweeps.md):
+    debug=, or its steps (`max_steps`, else the config's) within twice its warmup; else None."""
+    debug = [value for key, value in map(split_override, overrides) if key == "debug"]
+    if debug:
+        return f"debug={debug[-1]}"
+    steps = number(max_steps if max_steps is not None else saved_value(cfg, "trainer.max_steps"))
+    warmup = number(saved_value(cfg, "optim.warmup_steps"))
+    if steps and warmup and steps <= 2 * warmup:
+        return f"{steps:.0f} steps for a {warmup:.0f}-step warmup"
+    return None
 
 
 def collect(sweep_dir: Path) -> tuple[list[dict], list[str]]:
-    """Every job (read_job), best first, failed last; the swept knobs (keys whose value differs)."""
+    """Every job, best first, failed last; the swept knobs (keys whose value differs)."""
     rows = []
     keys = {}  # every override key, in the order first seen
     for job in ownership.job_dirs(sweep_dir):
@@ -81,7 +92,7 @@ def collect(sweep_dir: Path) -> tuple[list[dict], list[str]]:
 
 
 def configuration(name: str, jobs: list[dict], knobs: list[str]) -> dict:
-    """A configuration's row: its knobs, its seeds and jobs, and the statistics of its ok jobs."""
+    """A configuration's row: its knobs, seeds and jobs, and the statistics of its ok jobs."""
     group = [key for key in knobs if key != "seed"]
     ok = [job for job in jobs if job["status"] == "ok"]
     config = {
@@ -105,18 +116,29 @@ def aggregate(rows: list[dict], knobs: list[str]) -> list[dict]:
     configs.sort(key=lambda c: sort_key(c["val_loss_mean"]))
     best = configs[0]
     for rank, config in enumerate(configs):
-        p = welch(config["_val_loss"], best["_val_loss"])[2] if rank else None
-        config["p_vs_best"] = p
-        if config["val_loss_mean"] is None:
-            config["vs_best"] = ""
-        else:
-            delta = config["val_loss_mean"] - best["val_loss_mean"]
-            config["vs_best"] = verdict(delta, p) if rank else "best"
+        delta, _, p = welch(config["_val_loss"], best["_val_loss"])
+        config["p_vs_best"] = p if rank else None
+        mark = verdict(delta, p) if rank else "best"
+        config["vs_best"] = "" if delta is None else mark
     return configs
 
 
+def smoke_test_note(rows: list[dict]) -> str | None:
+    """The headline's warning when some of the sweep's jobs are smoke tests (short_horizon)."""
+    reasons = [row["_horizon"] for row in rows if row.get("_horizon")]
+    if not reasons:
+        return None
+    kinds = ", ".join(dict.fromkeys(reasons))
+    return (
+        f"A smoke test, not a finding: {len(reasons)} of {len(rows)} jobs are debug runs or "
+        f"spend half their steps or more in warmup ({kinds}). Their verdicts show only that the "
+        "sweep runs; compare configurations on full runs (no debug=, trainer.max_steps well "
+        "beyond optim.warmup_steps)."
+    )
+
+
 def headline(rows: list[dict], configs: list[dict] | None, sweep_dir: Path) -> list[str]:
-    """What the sweep found, in a few lines: the counts, the best job, the best configuration."""
+    """What the sweep found, in a few lines."""
     ok = [r for r in rows if r["status"] == "ok"]
     pruned = sum(r["status"] == "pruned" for r in rows)  # by an Optuna search's pruner
     head = [
@@ -148,13 +170,12 @@ def write_summary(
     target_val_loss: float | None = None,
     baseline: str = BASELINE,
     out: str | Path | None = None,
-    scaling: bool | None = None,
+    scaling: bool = False,
     metric: str = "best_val_loss",
 ) -> tuple[list[dict], list[str]]:
-    """Write summary.csv, .md, .png (and summary_configs.csv with `seed` swept) of the jobs in
-    `sweep_dir` (read as data) into `out` (default: `sweep_dir`); return the jobs and the
-    headline. `scaling`: fit `metric`'s scaling laws (None: when a job set flops_budget; True:
-    TooFewPoints, once summary.md is written, when it cannot)."""
+    """Write summary.csv, .md, .png (summary_configs.csv with `seed` swept; scaling.*: see
+    scaling_section) of the jobs in `sweep_dir`, read as data, into `out`; the jobs, the headline.
+    TooFewPoints, once summary.md is written, when `scaling` is True and nothing can be fitted."""
     sweep_dir = Path(sweep_dir)
     out = Path(out or sweep_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -191,8 +212,7 @@ def job_ranges(jobs: list[str]) -> str:
 
 
 def failure_message(failed: list[dict], rows: list[dict], sweep_dir: Path) -> str:
-    """One paragraph: each distinct reason once, with the jobs that failed for it (a lone job with
-    its overrides)."""
+    """One paragraph: each distinct reason once, with the jobs that failed for it."""
     by_reason = {}
     for row in failed:
         reason = str(row.get("reason") or "no reason recorded")  # metrics.json is data
@@ -219,8 +239,8 @@ class SweepSummary(Callback):
         self.baseline = baseline
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        """A gptlab-train sweep records what its resume replays, in its manifest: the sweep
-        directory is its own from here on (gptlab.run.ownership)."""
+        """A gptlab-train sweep records what its resume replays in its manifest, its own from here
+        on (gptlab.run.ownership)."""
         if "trainer" not in config:  # not gptlab-train (gptlab-eval -m)
             return
         overrides = [o for o in config.hydra.overrides.task if not o.startswith("resume=")]

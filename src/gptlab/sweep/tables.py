@@ -45,15 +45,14 @@ CONFIG_SHOWN = [
 
 
 def cell(value, spec: str = ".5g") -> str:
-    """A value as a table shows it: floats by `spec`, None as nothing."""
     if value is None:
         return ""
     return f"{value:{spec}}" if isinstance(value, float) else str(value)
 
 
 def format_estimate(value: float | None, error=None, spec: str = ".4f") -> str:
-    """A value with its uncertainty: "4.1234 ± 0.0123" for a half-width, "4.1234 [4.1011, 4.1502]"
-    for an interval [lo, hi]; the value alone without one, '' without a value."""
+    """A value with its half-width ("4.1234 ± 0.0123") or its interval ("4.1234 [4.1011, 4.1502]");
+    '' without a value."""
     if value is None:
         return ""
     if isinstance(error, (list, tuple)):
@@ -82,8 +81,8 @@ def write_table(
 
 
 def metric_columns(metric: str, values: list[float]) -> dict:
-    """A metric's columns of summary_configs.csv over a configuration's seeds, and "mean ± ci95"
-    for the Markdown; `_<metric>` keeps the values for Welch's test (not written)."""
+    """A metric's columns over a configuration's seeds, "mean ± ci95" for the Markdown, and
+    `_<metric>`, the values for Welch's test (not written)."""
     mean, std = mean_std(values)
     half = ci_half_width(values)
     return {
@@ -96,7 +95,6 @@ def metric_columns(metric: str, values: list[float]) -> dict:
 
 
 def present(columns: list[str], rows: list[dict]) -> list[str]:
-    """The `columns` some row has a value in."""
     return [column for column in columns if any(row.get(column) is not None for row in rows)]
 
 
@@ -108,8 +106,8 @@ def config_columns(knobs: list[str], configs: list[dict]) -> list[str]:
 
 
 def job_columns(rows: list[dict], knobs: list[str]) -> list[str]:
-    """The columns of summary.csv; best_val_bpb where a job recorded it (older runs did not),
-    JOB_EXTRA where jobs have them."""
+    """The columns of summary.csv; best_val_bpb (older runs lack it) and JOB_EXTRA where jobs
+    have them."""
     bpb = ["best_val_bpb"] if any(number(r.get("best_val_bpb")) is not None for r in rows) else []
     head = [
         "job",
