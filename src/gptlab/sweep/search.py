@@ -1,5 +1,6 @@
-"""The summary of an Optuna search (hparams_search=optuna): trials by how they ended, the best
-trial or the Pareto front, parameter importances, and Optuna's own plots below summary.png."""
+"""The summary of an Optuna search (hparams_search=optuna): the study's trials counted by how they
+ended, the best trial or the Pareto front, the parameter importances and the optimisation history,
+drawn with Optuna's own matplotlib plots. SweepSummary adds them to summary.md and summary.png."""
 
 import io
 import logging
@@ -15,8 +16,8 @@ log = logging.getLogger(__name__)
 
 
 def study_of(sweep_dir: Path) -> Any:
-    """The study the sweep's own (signed) manifest names; None for other sweeps and for a
-    directory not the user's own (its storage is never opened)."""
+    """The sweep's Optuna study, where the sweep's own (signed) manifest says it lives; None for
+    other sweeps, and for a directory that is not the user's own (its storage is never opened)."""
     manifest = ownership.own_manifest(sweep_dir)
     place = manifest.data["settings"].get("study") if manifest else None
     if not isinstance(place, dict):  # not an Optuna search: optuna is not even imported
@@ -30,8 +31,8 @@ def study_of(sweep_dir: Path) -> Any:
 
 
 def counts(study: Any) -> dict[str, int]:
-    """Trials by state: complete, pruned, fail, rerun (a killed search's, run again by resume=)
-    and unfinished (a search under way)."""
+    """Trials by state: complete, pruned, failed, interrupted (a killed search's, run again by
+    resume=) and unfinished (running or waiting: a search under way)."""
     trials = study.get_trials(deepcopy=False)
     rerun = {t.user_attrs.get("rerun_of") for t in trials}
     states = ["rerun" if t.number in rerun else t.state.name.lower() for t in trials]
