@@ -1,9 +1,7 @@
 """gptlab: train small decoder-only GPTs written from scratch, with Lightning and Hydra.
 
-Importing gptlab (every entry point does) applies its process defaults before torch loads:
-OpenMP threads spin briefly, then sleep, and glibc malloc keeps freed memory for the next step
-(gptlab/process.py). A user's own OMP_*/GOMP_* or MALLOC_* settings are left alone. Lightning's
-known noise is ignored in every process, spawned DDP ranks too (gptlab/noise.py)."""
+Importing gptlab (every entry point does) applies its process defaults before torch loads
+(gptlab.process) and ignores Lightning's known noise in every process, spawned DDP ranks too."""
 
 from gptlab.noise import ignore_known_warnings
 from gptlab.process import apply_defaults

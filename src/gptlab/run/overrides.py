@@ -1,10 +1,6 @@
-"""Hydra's override grammar, as gptlab writes and reads it: the one place that knows how a key, a
-literal value and a quoted string look on a command line (`key=value`, `+key=value`, `~key`).
-
-gptlab re-emits values it has read as data (a run's recorded overrides, a study's parameters) so
-that Hydra reads each back as exactly that literal: a number, true/false/null, a plain string, or
-a quoted string with its quotes, backslashes and `${` escaped (Hydra resolves interpolations
-inside quoted strings too)."""
+"""Hydra's override grammar as gptlab writes and reads it: how a key, a literal and a quoted
+string look on a command line. A value read as data (recorded overrides, a study's parameters) is
+re-emitted so that Hydra reads back exactly that literal (`${` escaped, in quotes too)."""
 
 import re
 from typing import Any
@@ -27,8 +23,7 @@ def split_override(override: str) -> tuple[str, str]:
 
 
 def escape_interpolation(text: str) -> str:
-    """`text` with each `${` escaped (and the backslashes before it doubled), so that neither
-    OmegaConf nor Hydra's grammar resolves it: it reads back as itself."""
+    """`text` with each `${` escaped (backslashes before it doubled): it reads back as itself."""
     return re.sub(r"(\\*)\$\{", lambda m: m.group(1) * 2 + "\\${", str(text))
 
 

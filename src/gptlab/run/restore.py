@@ -1,18 +1,7 @@
-"""What a starting run takes from the checkpoint it continues.
-
-- Its own last checkpoint, continued in place (resume=, a requeue, a sweep's resume, once the
-  directory is found own): everything Lightning saved, but the paths Lightning's ModelCheckpoint
-  remembers. Lightning later deletes "old" best checkpoints by those paths, through fsspec,
-  recursively and for any protocol, so a crafted checkpoint would delete or fetch whatever it
-  names: each must be a plain file in the run's own checkpoints/, or it is forgotten, with a
-  warning.
-- Any other checkpoint (ckpt_path=, a file or a directory of anyone's): its tensors only, the
-  weights and the optimizer's state, and its step counter as a whole number. Lightning's loop
-  progress at that step is built from a fresh Trainer's own (fit_loop_at, never read from the
-  file); the callbacks', the learning-rate scheduler's (the schedule follows the step) and the
-  precision plugin's saved states are left out.
-- A checkpoint of the run's own read for its weights (best.ckpt, for the test split): its weights.
-"""
+"""What a starting run takes from the checkpoint it continues: its own last checkpoint whole,
+but for ModelCheckpoint's remembered paths outside its checkpoints/ (Lightning deletes by them,
+through fsspec); anyone else's (ckpt_path=) for its tensors only; a best.ckpt for its weights
+(docs/security.md)."""
 
 import copy
 import logging
@@ -31,7 +20,7 @@ PLAIN = (str, int, float, bool, type(None))
 
 
 def in_checkpoint_dir(path: Any, run_dir: str | Path) -> bool:
-    """A plain local file directly inside the run's own checkpoints/ (no link, no protocol)."""
+    """A plain local file directly inside the run's own checkpoints/."""
     if not isinstance(path, str) or "://" in path or not os.path.isabs(path):
         return False
     candidate = Path(os.path.normpath(path))
@@ -69,8 +58,7 @@ def own_state(checkpoint: dict, run_dir: str | Path) -> dict:
 
 
 def plain_state(value: Any, where: str) -> Any:
-    """`value` when it holds only tensors and plain values (an optimizer's state), else an
-    error naming where."""
+    """`value` when it holds only tensors and plain values, else an error naming where."""
     import torch
 
     if isinstance(value, dict):
@@ -83,15 +71,15 @@ def plain_state(value: Any, where: str) -> Any:
 
 
 def set_progress(progress: dict, count: int) -> None:
-    """Every counter of a Lightning progress record (total and current) set to `count`."""
+    """Every counter of a Lightning progress record set to `count`."""
     for part in ("total", "current"):
         for key in progress.get(part, {}):
             progress[part][key] = count
 
 
 def fit_loop_at(template: dict, step: int) -> dict:
-    """Lightning's fit-loop progress of a run `step` batches into its one epoch, one optimizer
-    step a batch, built from a fresh Trainer's own state (`template`)."""
+    """Lightning's fit-loop progress `step` batches (one optimizer step each) into its one
+    epoch, from a fresh Trainer's own state (`template`)."""
     state = copy.deepcopy(template)
     state["epoch_loop.state_dict"]["_batches_that_stepped"] = step
     set_progress(state["epoch_loop.batch_progress"], step)
@@ -105,10 +93,8 @@ def fit_loop_at(template: dict, step: int) -> dict:
 
 
 def tensors_only(checkpoint: dict, path: str | Path, optimizer: str) -> dict:
-    """What a new run takes from someone's checkpoint: weights, optimizer state, step (the
-    module builds the loops' state at that step from a fresh Trainer's, fit_loop_at). The
-    optimizer state is dropped (a fresh optimizer, said in a warning) when it is another
-    optimizer's than `optimizer` (adamw or muon) or the file holds none."""
+    """What a new run takes from someone's checkpoint: weights, step, and the optimizer state
+    when it is `optimizer`'s (else a fresh optimizer, said in a warning)."""
     import lightning
 
     step = step_of(checkpoint)
@@ -135,7 +121,7 @@ def tensors_only(checkpoint: dict, path: str | Path, optimizer: str) -> dict:
 
 
 def weights_only(checkpoint: dict, path: str | Path) -> dict:
-    """A checkpoint of the run's own read for its weights (the test split's best.ckpt)."""
+    """A checkpoint of the run's own read for its weights (best.ckpt, for the test split)."""
     import lightning
 
     return {

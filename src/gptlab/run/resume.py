@@ -1,12 +1,7 @@
-"""Continuing a run or a sweep where it stopped.
-
-`resume=<run dir>` re-applies the run's newest recorded settings, then the new command line's
-(later wins), into the same directory, which continues from its last checkpoint; so does a
-requeued SLURM job. `resume=<sweep dir>` re-launches the sweep into its directory. Both continue
-own directories only (gptlab.run.ownership): anything else is refused before Hydra writes a byte,
-with the way on (`ckpt_path=`, which reads its checkpoint's tensors only, in a new directory).
-The directory reaches Hydra through an environment variable, never through the override
-grammar."""
+"""Continuing a run or a sweep where it stopped: `resume=<run dir>` re-applies the run's newest
+recorded settings, then the command line's, into the same directory (so does a SLURM requeue);
+`resume=<sweep dir>` re-launches the sweep. Own directories only (gptlab.run.ownership); and
+where a start starts from."""
 
 import logging
 import os
@@ -46,7 +41,7 @@ def refused(run_dir: Path, reason: ownership.ForeignDirectory, sweep: bool) -> C
 
 
 def newest_overrides(manifest: ownership.Manifest) -> list:
-    """The overrides of the run's latest recorded start (checked against the manifest)."""
+    """The overrides of the run's latest recorded start."""
     for start in reversed(manifest.starts):
         path = directory.saved_overrides(manifest.root, start)
         if f"{start}/{directory.SAVED_OVERRIDES}" in manifest.data["files"] and path.is_file():
@@ -78,8 +73,7 @@ def own_run(run_dir: Path, argv: list[str]) -> ownership.Manifest:
 
 
 def resume_argv(argv: list[str]) -> list[str]:
-    """Rewrite `gptlab-train resume=<dir> [overrides]` into the run or sweep that continues
-    <dir>."""
+    """`gptlab-train resume=<dir> [overrides]` rewritten into the run or sweep continuing it."""
     requests = [a.split("=", 1)[1] for a in argv[1:] if a.startswith("resume=")]
     if not requests:
         return argv
@@ -116,8 +110,8 @@ def resume_argv(argv: list[str]) -> list[str]:
 
 
 class Start(NamedTuple):
-    """Where a run starts from: nothing (a fresh start), or a checkpoint continued whole (its
-    own last.ckpt) or read for its tensors (ckpt_path=), loaded and bounded."""
+    """Where a run starts from: nothing, or a checkpoint (loaded and bounded) continued whole
+    (its own last.ckpt) or read for its tensors (ckpt_path=)."""
 
     ckpt_path: str | None = None
     whole: bool = False
@@ -129,8 +123,8 @@ class Start(NamedTuple):
 
 
 def starting_point(cfg: DictConfig, run_dir: Path) -> Start:
-    """This start claimed in its run directory, its data's places checked, the checkpoint it
-    continues found and loaded: everything a start's files can get wrong, before any data."""
+    """Everything a start's files can get wrong, before any data: the start claimed, its data's
+    places checked, the checkpoint it continues found and loaded."""
     place.check_data_places(cfg.data.data_dir, cfg.data.cache_dir)
     place.claim(run_dir)
     ckpt_path, whole = checkpoint_to_continue(cfg, run_dir)
@@ -138,11 +132,8 @@ def starting_point(cfg: DictConfig, run_dir: Path) -> Start:
 
 
 def checkpoint_to_continue(cfg: DictConfig, output_dir: Path) -> tuple[str | None, bool]:
-    """(the checkpoint this start continues from, whether it continues it whole). `ckpt_path`
-    (a file or a run directory, anyone's) is read for its tensors only, in this new directory;
-    the run directory's own last checkpoint is continued whole when this start continues the run
-    in place (resume=, a sweep's resume=, a SLURM requeue), after checking it is own; else
-    (None, False): a fresh start, refused when the directory already holds a run."""
+    """(the checkpoint this start continues, whether whole): ckpt_path= for its tensors; the
+    run's own last.ckpt whole when it continues in place; else a fresh start, not over a run."""
     if cfg.ckpt_path:
         return str(find_checkpoint(cfg.ckpt_path, prefer=directory.LAST)), False
     if directory.continues(output_dir, cfg.resume):
