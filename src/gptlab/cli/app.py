@@ -1,8 +1,5 @@
 """What every command-line tool shares: the exit-code protocol (gptlab.exits) around Hydra, and
-the device it runs on.
-
-Bad input ends in one paragraph and exit code 2. A command line Hydra could not compose never
-reaches Hydra (gptlab.cli.compose composes it first), so any exit 1 is the task's own."""
+the device it runs on."""
 
 import logging
 import os
@@ -21,8 +18,8 @@ from gptlab.run.ownership import RUN, SWEEP
 
 
 def run_task(task: Callable[[DictConfig], Any], cfg: DictConfig, log: logging.Logger) -> Any:
-    """Run a tool's Hydra task; a ConfigError ends it with its paragraph and exit code 2, and
-    what this start created is removed when it holds nothing but a start's stub."""
+    """Run a tool's Hydra task; a ConfigError ends it with its paragraph and exit code 2, what
+    this start created removed when it is a stub."""
     try:
         return task(cfg)
     except ConfigError as e:
@@ -33,10 +30,9 @@ def run_task(task: Callable[[DictConfig], Any], cfg: DictConfig, log: logging.Lo
 
 
 def run_hydra_app(hydra_main: Callable[[], object], tool: str) -> None:
-    """Run a `@hydra.main` function once its command line composes, what Hydra builds itself is
-    checked (gptlab.cli.compose) and the directory it writes into is decided and made
-    (gptlab.run.place): a mistake ends before Hydra runs, nothing written, in one paragraph and
-    exit code 2."""
+    """Run a `@hydra.main` function once its command line composes and is checked
+    (gptlab.cli.compose) and its output directory is made (gptlab.run.place): a mistake ends
+    before Hydra runs, nothing written, with exit code 2."""
     try:
         composed = check_command_line(tool, sys.argv)
         if composed is not None and not composed[0].get("resume"):

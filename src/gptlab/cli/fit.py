@@ -1,12 +1,6 @@
-"""gptlab-train's task: one run, built in the order data flows, top to bottom: the checked config
-and where the run starts from; the data (the vocabulary known); the model (its settings final);
-the run's length; the Trainer, built once with everything it needs; fit; the end of the run
-(gptlab.training.report). Nothing is patched after it is built.
-
-Every check of the input runs before the corpus is downloaded or tokenized; bad input ends the
-run with one paragraph naming the key or file, and exit code 2. The command line itself was
-composed and checked, and the run directory made, before any of this was imported
-(gptlab.cli.app, gptlab.run.place)."""
+"""gptlab-train's task: one run, built in the order data flows, top to bottom, nothing patched
+after it is built (docs/architecture.md). Every check of the input runs before the corpus is
+downloaded or tokenized."""
 
 import contextlib
 import logging
@@ -36,8 +30,7 @@ log = logging.getLogger("gptlab.train")
 
 def train(cfg: DictConfig) -> float:
     """Train one model as `cfg` says; return its best validation loss."""
-    # the checked config (everything a config can get wrong, built first: cheap) and where this
-    # run starts from, before any download
+    # the checked config (built first: cheap) and where this run starts from, before any download
     route_lightning_logs()
     cfg = checked(cfg)  # resolved once and checked: what is built below
     model, optim, datamodule = (build(cfg[group], group) for group in ("model", "optim", "data"))
@@ -66,8 +59,8 @@ def train(cfg: DictConfig) -> float:
 
 
 def fit(trainer: L.Trainer, module, datamodule, ckpt_path: str | None, run_dir: Path) -> None:
-    """trainer.fit, its messages on lines of their own above the progress bar (tqdm.write); a
-    stop (SIGTERM, Ctrl-C) ends the process with the command that continues the run."""
+    """trainer.fit, its messages above the progress bar; a stop (SIGTERM, Ctrl-C) ends the
+    process with the command that continues the run."""
     console = logging_redirect_tqdm() if trainer.is_global_zero else contextlib.nullcontext()
     try:
         with console:

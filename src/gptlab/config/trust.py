@@ -1,8 +1,6 @@
-"""What a config may build. A `_target_` is code that runs, so only the kinds of class gptlab needs
-are built. The check runs on the config as `instantiate` will see it (every interpolation resolved
-once: `oc.decode` can build a `_target_` that no override spells), and `build` builds from that
-same checked copy. Hydra builds `hydra.callbacks` (and a sweep's launcher and sweeper) itself,
-before a task runs: `check_hydra_node` checks them first (see cli/app.py)."""
+"""What a config may build: a `_target_` is code that runs, so only the kinds of class gptlab
+needs, checked on the config resolved once and built from that same copy; what Hydra builds
+itself, before a task runs, checked first (docs/security.md)."""
 
 from typing import Any
 
@@ -51,8 +49,8 @@ PLUGIN_PART_PACKAGES = ("optuna",)
 
 
 def check_class(target: Any, where: str, packages: tuple, kinds: tuple, what: str) -> None:
-    """Refuse a `_target_` that is not a class of `kinds` defined in `packages` (a function such as
-    torch.load is refused). The package is checked by name before anything is imported."""
+    """Refuse a `_target_` that is not a class of `kinds` defined in `packages` (checked by name
+    before anything is imported)."""
     refusal = (
         f"{where}._target_={target!r}: gptlab only builds {what} here, from the packages "
         f"{', '.join(packages)}. Use one of those"
@@ -77,10 +75,9 @@ def check_target(target: Any, where: str) -> None:
 def check_targets(
     node: Any, where: str = "", rule=check_target, built: bool = False, factories: bool = False
 ) -> None:
-    """`rule` on every `_target_` in a plain (resolved) container: nested nodes and `_args_`
-    included. `_partial_` is refused (a task needs the object, not a factory) unless `factories`:
-    the Optuna sweeper takes its sampler as one. `built`: inside a node that is built, where
-    instantiate would resolve a `${` a second time."""
+    """`rule` on every `_target_` in a resolved container, nested ones too; `_partial_` only with
+    `factories` (the Optuna sweeper's sampler). `built`: inside a built node, where instantiate
+    would resolve a `${` a second time."""
     if isinstance(node, dict):
         here = where or "<root>"
         if "_target_" in node:
@@ -117,7 +114,7 @@ def resolve(node: DictConfig | ListConfig, where: str) -> Any:
 
 
 def escape(node: Any) -> Any:
-    """A resolved string may hold `${`: escape it, so that nothing resolves it a second time."""
+    """Every `${` a resolved string holds, escaped: nothing resolves it a second time."""
     if isinstance(node, dict):
         return {key: escape(value) for key, value in node.items()}
     if isinstance(node, list):
@@ -128,8 +125,7 @@ def escape(node: Any) -> Any:
 
 
 def checked(cfg: DictConfig) -> DictConfig:
-    """The task config resolved once, every `_target_` checked: build from this, not from `cfg`,
-    so that what was checked is what is built."""
+    """The task config resolved once, every `_target_` checked: what is built."""
     plain = resolve(cfg, "config")
     check_targets(plain)
     resolved = OmegaConf.create(escape(plain))
@@ -138,8 +134,8 @@ def checked(cfg: DictConfig) -> DictConfig:
 
 
 def check_hydra_callback(plain: Any, where: str) -> None:
-    """A Hydra callback is built by Hydra from the config as it is: literal values only (nothing
-    may resolve into a target), a Hydra callback class, nested targets by the task's rule."""
+    """Hydra builds its callbacks from the config unresolved: literal values only, a Hydra
+    callback class, nested targets by the task's rule."""
     text = str(plain) if isinstance(plain, dict | list) else repr(plain)
     if "${" in text or not isinstance(plain, dict):
         raise ConfigError(
@@ -156,9 +152,8 @@ def check_plugin_part(target: Any, where: str) -> None:
 
 
 def check_hydra_node(cfg: DictConfig, multirun: bool) -> None:
-    """What Hydra itself builds before any task runs: hydra.callbacks, and in a multirun the nested
-    `_target_`s of the launcher and sweeper (resolved first; their own `_target_` is a Hydra
-    plugin, which Hydra checks itself)."""
+    """What Hydra builds before any task runs: hydra.callbacks, and in a multirun the nested
+    `_target_`s of the launcher and sweeper (their own is a plugin Hydra checks)."""
     callbacks = OmegaConf.to_container(cfg.hydra, resolve=False).get("callbacks") or {}
     if not isinstance(callbacks, dict):
         check_hydra_callback(callbacks, "hydra.callbacks")
@@ -171,9 +166,8 @@ def check_hydra_node(cfg: DictConfig, multirun: bool) -> None:
 
 
 def build(node: DictConfig, where: str, **kwargs) -> Any:
-    """Instantiate a node of the config `checked` returned. Any error while building is bad input
-    (e.g. trainer.precision=17): a ConfigError from the class as it is, else one naming the
-    group."""
+    """Instantiate a node of `checked`'s config; any error is bad input (trainer.precision=17):
+    a ConfigError from the class as it is, else one naming the group."""
     try:
         return instantiate(node, _convert_="all", **kwargs)
     except InstantiationException as e:

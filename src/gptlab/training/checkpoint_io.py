@@ -1,17 +1,7 @@
 """Every checkpoint the Trainer saves, loads or removes passes through this Lightning plugin, so
-the run directory's rules hold by construction, not by checking what a file says:
-
-- a save is written whole under a temporary name, recorded in the run's manifest, then renamed
-  (a kill at any moment leaves the previous file, and the run, its own);
-- a load reads only the checkpoint gptlab chose for this start (gptlab.run.restore): the run's own
-  last checkpoint whole, the ckpt_path= checkpoint for its tensors, the run's own files for their
-  weights, and Lightning's hand-over of rank 0's weights after spawned DDP (a file of tensors by
-  name, in a fresh temporary folder). Any other (a planted hpc_ckpt, a path a checkpoint
-  remembers) is refused;
-- a removal (Lightning replacing its best checkpoint) deletes only a checkpoint this process
-  saved, a plain file in the run's own checkpoints/, never a folder, a link or anything else;
-  and the hand-over file of spawned DDP once this process has read it, with its temporary
-  folder."""
+the run directory's rules hold by construction: a save written whole and recorded; a load only of
+a checkpoint gptlab chose (gptlab.run.restore) or of spawned DDP's hand-over of rank 0's weights;
+a removal only of what this process saved in checkpoints/, or of that hand-over once read."""
 
 import contextlib
 import logging
@@ -29,7 +19,7 @@ log = logging.getLogger(__name__)
 
 
 class RunCheckpointIO(TorchCheckpointIO):
-    """Saves, loads and removes the checkpoints of one run directory (see above)."""
+    """Saves, loads and removes the checkpoints of one run directory."""
 
     def __init__(
         self,
@@ -73,11 +63,10 @@ class RunCheckpointIO(TorchCheckpointIO):
         )
 
     def remove_checkpoint(self, path) -> None:
-        if Path(path).absolute() in self.saved and restore.in_checkpoint_dir(
-            str(Path(path).absolute()), self.run_dir
-        ):
-            Path(path).unlink()
-            self.saved.discard(Path(path).absolute())
+        absolute = Path(path).absolute()
+        if absolute in self.saved and restore.in_checkpoint_dir(str(absolute), self.run_dir):
+            absolute.unlink()
+            self.saved.discard(absolute)
         elif self.hand_over is not None and Path(path) == self.hand_over:
             self.hand_over.unlink(missing_ok=True)  # read: nothing of it stays in the temp folder
             with contextlib.suppress(OSError):  # Lightning's mkdtemp() folder, empty now

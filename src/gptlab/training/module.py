@@ -1,7 +1,5 @@
 """LightningModule: the GPT, its cross-entropy loss (exact over the val and test splits), AdamW
-(or Muon with AdamW) and the learning-rate schedule.
-
-Its hyperparameters are plain dicts (model config, optimiser config, tokenizer state), so a
+(or Muon with AdamW) and the learning-rate schedule. Its hyperparameters are plain dicts, so a
 checkpoint alone rebuilds the model and its tokenizer and loads with `weights_only=True`."""
 
 import math
@@ -108,8 +106,8 @@ class GPTModule(L.LightningModule):
         self._bytes += self._token_bytes[targets].sum()
 
     def exact_means(self, across_ranks: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
-        """Exact means over every token of the split, summed across ranks before dividing: the loss
-        in nats per token, and in bits per UTF-8 byte of the text (comparable across tokenizers)."""
+        """Exact means over every token of the split, summed across ranks before dividing: nats per
+        token, and bits per UTF-8 byte of the text (comparable across tokenizers)."""
         sums = (self._sum, self._count, self._bytes)
         if across_ranks:
             sums = [self.trainer.strategy.reduce(t, reduce_op="sum") for t in sums]
@@ -120,8 +118,7 @@ class GPTModule(L.LightningModule):
 
     @torch.no_grad()
     def score(self, batches) -> tuple[float, float]:
-        """The exact loss and bpb over `batches`, in eval mode, in this process alone (a run's
-        test split at its end, on rank 0)."""
+        """The exact loss and bpb over `batches`, in eval mode, in this process alone."""
         self.eval()
         self.start_sums()
         for x, y in batches:
@@ -133,18 +130,18 @@ class GPTModule(L.LightningModule):
         checkpoint["best_val_loss"] = self.best_val_loss
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
-        """A checkpoint read for its tensors (ckpt_path=: gptlab.run.restore) holds no loop
-        state: the run goes on from its step, in Lightning's own fresh loop state at that step."""
+        """A checkpoint read for its tensors (ckpt_path=) holds no loop state: Lightning's own
+        fresh one, at its step."""
         self.best_val_loss = checkpoint.get("best_val_loss", math.inf)
         if "loops" not in checkpoint and self.trainer.state.fn == "fit":
             fresh = self.trainer.fit_loop.state_dict()
             checkpoint["loops"] = {"fit_loop": fit_loop_at(fresh, checkpoint["global_step"])}
 
     def build_optimizer(self, mixed_precision: bool = False) -> torch.optim.Optimizer:
-        """AdamW with weight decay on matrices only, fused (one pass over all parameters: about 4x
-        faster a step on CPU at 13M parameters) but not under mixed precision, where it would
-        unscale fp16 gradients after clipping, so Lightning's MixedPrecision plugin refuses to clip
-        for it (bf16 too). optim=muon: the blocks' matrices go to Muon instead."""
+        """AdamW with weight decay on matrices only, fused (about 4x faster a step on CPU at 13M
+        parameters) but not under mixed precision: Lightning's MixedPrecision plugin refuses to clip
+        for a fused optimizer (it would unscale after clipping). optim=muon: the blocks' matrices
+        go to Muon instead."""
         muon_params = block_matrices(self.model) if self.optim.name == "muon" else []
         in_muon = {id(p) for p in muon_params}
         rest = [p for p in self.parameters() if p.requires_grad and id(p) not in in_muon]
@@ -154,10 +151,7 @@ class GPTModule(L.LightningModule):
             {"params": decay, "weight_decay": self.optim.weight_decay, "name": "matrices"},
             {"params": no_decay, "weight_decay": 0.0, "name": "vectors"},  # biases, norms
         ]
-        device = self.device.type
-        fused = device == "cuda" or (
-            device == "cpu" and torch.__version__ >= "2.4"
-        )  # TorchVersion compare
+        fused = self.device.type in ("cuda", "cpu")  # torch>=2.4 fuses AdamW on CPU too
         kwargs = {"fused": True} if fused and not mixed_precision else {}
         betas = tuple(self.optim.betas)
         adamw = torch.optim.AdamW(groups, lr=self.optim.lr, betas=betas, **kwargs)
@@ -189,11 +183,10 @@ class GPTModule(L.LightningModule):
         max_new_tokens: int = 50,
         temperature: float = 0.8,
         top_k: int | None = 50,
-        seed: int = 0,
     ) -> str:
-        """Text continuing `prompt`, for the progress report and TensorBoard's Text tab."""
+        """Text continuing `prompt` (seeded), for the report and TensorBoard's Text tab."""
         ids = torch.tensor([self.tokenizer.encode(prompt)], device=self.device)
-        generator = torch.Generator(device=self.device).manual_seed(seed)
+        generator = torch.Generator(device=self.device).manual_seed(0)
         was_training = self.training
         self.eval()
         try:
@@ -208,10 +201,9 @@ class GPTModule(L.LightningModule):
 
 
 def build_module(model, optim, tokenizer: Tokenizer, batch_size: int, start) -> GPTModule:
-    """The GPTModule of these settings (GPTConfig, OptimConfig) for the data's tokenizer, once its
-    memory is known to fit (shapes on torch's meta device: no memory yet); a checkpoint it starts
-    from (gptlab.run.resume.Start) must hold this architecture, and read for its tensors, weights
-    of its shapes."""
+    """The GPTModule of these settings for the data's tokenizer, once its memory is known to fit
+    (on torch's meta device); a checkpoint it starts from (gptlab.run.resume.Start) must hold this
+    architecture, and read for its tensors, weights of its shapes."""
     model = replace(model, vocab_size=tokenizer.vocab_size)  # its settings final
     with torch.device("meta"):
         check_memory(GPT(replace(model, compile=False)), batch_size, "model")

@@ -14,9 +14,8 @@ log = logging.getLogger(__name__)
 
 class RunStats(L.Callback):
     """Seconds of training (validation left out) and in all, over the run's whole life (resumes
-    included); logs tokens/s and model FLOPs utilisation (where Lightning knows the device's peak);
-    keeps the val curve, [step, wall seconds, val loss] at each validation: quality per second.
-    `tokens_per_step` and `flops_per_token` are the run's (gptlab.training.budget, the model)."""
+    included); logs tokens/s and MFU (where Lightning knows the device's peak); keeps the val
+    curve, [step, wall seconds, val loss] at each validation: quality per second."""
 
     def __init__(self, tokens_per_step: int, flops_per_token: int):
         self.tokens_per_step = tokens_per_step
@@ -29,10 +28,8 @@ class RunStats(L.Callback):
         self._wall_before = 0.0  # of the runs this one continues
         self._clock: float | None = None  # when the stretch of training being timed began
         self._rate_since = (0, 0.0)  # (step, train seconds) of the last logged rate
-        # val/loss and val/bpb of the latest validation, its step
-        self.last_validation: dict = {}
-        # since the previous validation: the summed train loss (on its device), batches, (step,
-        # train seconds)
+        self.last_validation: dict = {}  # val/loss, val/bpb and step of the latest validation
+        # since the previous validation: summed train loss (on its device), batches, (step, secs)
         self._loss_sum: torch.Tensor | None = None
         self._batches = 0
         self._line_since = (0, 0.0)
@@ -73,11 +70,9 @@ class RunStats(L.Callback):
         metrics = trainer.callback_metrics
         if trainer.sanity_checking or "val/loss" not in metrics:
             return
-        self.last_validation = {
-            k: float(metrics[k]) for k in ("val/loss", "val/bpb") if k in metrics
-        }
         step = trainer.global_step
-        self.last_validation["step"] = step
+        latest = {k: float(metrics[k]) for k in ("val/loss", "val/bpb") if k in metrics}
+        self.last_validation = {**latest, "step": step}
         wall = self._wall_before + time.perf_counter() - self._fit_start
         # a resume may validate a step again that the checkpoint's curve already holds
         self.val_curve = [point for point in self.val_curve if point[0] < step]
@@ -87,8 +82,8 @@ class RunStats(L.Callback):
             log.info("%s", line)
 
     def validation_line(self, trainer, wall: float) -> str:
-        """nanoGPT's line per validation: the step, the mean train loss since the previous
-        validation, val loss and bpb, tokens/s of training since then, the run's time so far."""
+        """nanoGPT's line per validation: step, mean train loss and tokens/s since the previous
+        one, val loss and bpb, the run's time so far."""
         batches = self._batches
         train = f"{float(self._loss_sum) / batches:.4f}" if batches else "-"
         rate = self.rate(trainer.global_step, self._line_since)

@@ -1,6 +1,5 @@
-"""The Trainer of a run, built once with everything it needs: the callbacks group's callbacks
-(checkpoints into the run's own checkpoints/), the ones every run has, the loggers, and the
-checkpoint plugin told what this start continues."""
+"""The Trainer of a run, built once with everything it needs: the callbacks group's and every
+run's callbacks, the loggers, and the checkpoint plugin told what this start continues."""
 
 from inspect import signature
 from pathlib import Path
@@ -63,10 +62,9 @@ def build_trainer(cfg: DictConfig, run_dir: Path, module, start, length) -> L.Tr
 
 
 def build_callbacks(cfg: DictConfig, run_dir: Path, with_loggers: bool) -> list:
-    """The callbacks group's: a checkpoint goes to the run directory's checkpoints/, where resume,
-    eval and generate find it (the run directory decides, not a setting); nothing logs the
-    learning rate without a logger. A node without _target_ is one an experiment tunes but
-    `callbacks=none` removed."""
+    """The callbacks group's: checkpoints into the run's own checkpoints/ (not a setting: resume,
+    eval and generate look there); no learning rate logged without a logger. A node without
+    _target_ is one an experiment tunes but `callbacks=none` removed."""
     folder = directory.checkpoint_dir(run_dir)
     own_checkpoint_dir(folder)
     callbacks = []
@@ -87,9 +85,8 @@ def build_callbacks(cfg: DictConfig, run_dir: Path, with_loggers: bool) -> list:
 
 
 def build_loggers(cfg: DictConfig, resume_step: int | None) -> list:
-    """The logger group's loggers. A resumed TensorBoard log drops the steps after its
-    checkpoint; a sweep's job is a TensorBoard run named by its settings (unless the config names
-    one)."""
+    """The logger group's. A resumed TensorBoard log drops the steps after its checkpoint; a
+    sweep's job is a TensorBoard run named by its settings (unless the config names one)."""
     loggers = []
     for name, node in cfg.logger.items():
         if "_target_" not in node:  # an experiment may tune a logger that logger=none removed
