@@ -12,7 +12,6 @@ from omegaconf import DictConfig
 from gptlab.cli.compose import check_command_line, output_place
 from gptlab.errors import ConfigError
 from gptlab.exits import BAD_INPUT
-from gptlab.process import rank
 from gptlab.run import place
 from gptlab.run.ownership import RUN, SWEEP
 
@@ -39,8 +38,7 @@ def run_hydra_app(hydra_main: Callable[[], object], tool: str) -> None:
             cfg, multirun = composed  # resume= found its directory own already
             where, key = output_place(cfg, multirun)
             kind = None if tool != "gptlab-train" else SWEEP if multirun else RUN
-            decide = place.prepare if rank() == 0 else place.follow
-            sys.argv = [*sys.argv, decide(where, key, kind)]
+            sys.argv = [*sys.argv, place.prepare(where, key, kind)]
     except ConfigError as e:
         print(f"{tool}: {e}", file=sys.stderr)
         sys.exit(BAD_INPUT)

@@ -24,20 +24,9 @@ from gptlab.training.optim_config import OptimConfig
 
 # What a `_target_` may name: a class from these packages that is one of these kinds.
 TRUSTED_PACKAGES = ("gptlab", "lightning", "torch")
-BUILDABLE = (
-    L.Trainer,
-    L.Callback,
-    Logger,
-    Profiler,
-    Strategy,
-    Accelerator,
-    Precision,
-    CheckpointIO,
-    ClusterEnvironment,
-    GPTDataModule,
-    GPTConfig,
-    OptimConfig,
-)
+LIGHTNING = (L.Trainer, L.Callback, Logger, Profiler, Strategy, Accelerator)
+PLUGINS = (Precision, CheckpointIO, ClusterEnvironment)
+BUILDABLE = (*LIGHTNING, *PLUGINS, GPTDataModule, GPTConfig, OptimConfig)  # gptlab's own last
 TASK_KINDS = (
     "the Trainer, Lightning callbacks, loggers, profilers, strategies, accelerators and plugins, "
     "and gptlab's own classes"

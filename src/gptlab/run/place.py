@@ -75,7 +75,7 @@ def refuse_used(place: Path, key: str) -> None:
 def fresh(place: Path, key: str, kind: str | None) -> None:
     """`place` made this start's own (created, or an empty one adopted), a manifest of `kind`
     signed into it."""
-    if os.path.lexists(place) and not directory.is_new_or_empty(place):
+    if not directory.is_new_or_empty(place):
         refuse_used(place, key)
     refuse_inside_run(place, key)
     if os.path.lexists(place):
@@ -106,7 +106,9 @@ def prepare(place: Path, key: str, kind: str | None) -> str:
     """Decide and make the output directory `place` (at `key`); the override that hands it to
     Hydra. `kind`: a fresh one's manifest (None: a tool's output folder, not a run)."""
     place = Path(os.path.abspath(place))
-    if kind is not None and directory.requeued() and os.path.lexists(place):
+    if rank() > 0:
+        follow(place, key, kind)
+    elif kind is not None and directory.requeued() and os.path.lexists(place):
         continued(place, key, sweep=kind == ownership.SWEEP)
     else:
         fresh(place, key, kind)
@@ -114,10 +116,9 @@ def prepare(place: Path, key: str, kind: str | None) -> str:
     return f"{key}={FROM_ENV}"
 
 
-def follow(place: Path, key: str, kind: str | None) -> str:
-    """Another rank of a job whose ranks each run the command line (srun, torchrun): rank 0's
-    directory, once made, and nothing made here. The override that hands it to Hydra."""
-    place = Path(os.path.abspath(place))
+def follow(place: Path, key: str, kind: str | None) -> None:
+    """Another rank of a job whose ranks each run the command line (srun, torchrun) waits for
+    rank 0's directory, and makes nothing."""
     deadline = time.monotonic() + RANK_ZERO_WAIT
     while kind is not None and not os.path.lexists(place / ownership.MANIFEST):
         if time.monotonic() > deadline:
@@ -126,8 +127,6 @@ def follow(place: Path, key: str, kind: str | None) -> str:
                 f"{RANK_ZERO_WAIT} s; see rank 0's output for why."
             )
         time.sleep(0.1)
-    os.environ[OUTPUT_DIR] = str(place)
-    return f"{key}={FROM_ENV}"
 
 
 def undo(place: str | Path) -> None:

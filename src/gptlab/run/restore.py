@@ -93,31 +93,19 @@ def fit_loop_at(template: dict, step: int) -> dict:
 
 
 def tensors_only(checkpoint: dict, path: str | Path, optimizer: str) -> dict:
-    """What a new run takes from someone's checkpoint: weights, step, and the optimizer state
+    """What a new run takes from someone's checkpoint: weights_only's, and the optimizer state
     when it is `optimizer`'s (else a fresh optimizer, said in a warning)."""
-    import lightning
-
-    step = step_of(checkpoint)
     states = checkpoint.get("optimizer_states")
     states = plain_state(states, "optimizer_states") if isinstance(states, list) else []
     muon = [isinstance(s, dict) and set(s) == {"muon", "adamw"} for s in states]
     if len(states) != 1 or muon[0] != (optimizer == "muon"):
         log.warning(
-            "ckpt_path: '%s' holds no %s optimizer state; training goes on from its weights "
-            "with a fresh optimizer.",
-            path,
-            optimizer,
+            f"ckpt_path: '{path}' holds no {optimizer} optimizer state; training goes on from its "
+            "weights with a fresh optimizer."
         )
         states = []
-    return {
-        "state_dict": weights(checkpoint, path),
-        "optimizer_states": states,
-        "lr_schedulers": [],
-        "callbacks": {},
-        "global_step": step,
-        "epoch": 0,
-        "pytorch-lightning_version": lightning.__version__,
-    }
+    only = weights_only(checkpoint, path)
+    return {**only, "optimizer_states": states, "lr_schedulers": [], "callbacks": {}}
 
 
 def weights_only(checkpoint: dict, path: str | Path) -> dict:

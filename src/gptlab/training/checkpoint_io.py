@@ -14,23 +14,21 @@ from gptlab import files
 from gptlab.errors import ConfigError
 from gptlab.run import directory, ownership, restore
 from gptlab.run.checkpoints import load_checkpoint
+from gptlab.run.resume import Start
 
 log = logging.getLogger(__name__)
+FRESH = Start()  # nothing continued
 
 
 class RunCheckpointIO(TorchCheckpointIO):
     """Saves, loads and removes the checkpoints of one run directory."""
 
-    def __init__(
-        self,
-        run_dir: str | Path,
-        continued: Path | None = None,  # own last.ckpt, continued whole
-        started_from: Path | None = None,  # ckpt_path=: its tensors only
-        optimizer: str = "adamw",  # the run's optimizer (optim.name): whose state it can take
-    ):
+    def __init__(self, run_dir: str | Path, start: Start = FRESH, optimizer: str = "adamw"):
+        """`start`: what this start continues; `optimizer`: whose state it can take."""
         self.run_dir = Path(run_dir)
-        self.continued = continued
-        self.started_from = started_from
+        given = Path(start.ckpt_path) if start.ckpt_path else None
+        self.continued = given if start.whole else None  # own last.ckpt, continued whole
+        self.started_from = None if start.whole else given  # ckpt_path=: its tensors only
         self.optimizer = optimizer
         self.hand_over: Path | None = None  # spawned DDP's weights file, once read
         self.saved: set[Path] = set()  # the checkpoints this process wrote: all it may remove

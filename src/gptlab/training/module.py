@@ -77,12 +77,9 @@ class GPTModule(L.LightningModule):
         # for the run's metrics, also where the module is a copy (ddp_spawn): not for the loggers
         self.log("val/best_loss", self.best_val_loss, logger=False)
 
-    def on_test_epoch_start(self) -> None:
-        self.start_sums()
-
-    def test_step(self, batch, batch_idx: int) -> None:
-        """The held-out test split, scored exactly as validation scores the val split."""
-        self.add_to_sums(batch)
+    # the held-out test split, scored exactly as validation scores the val split
+    on_test_epoch_start = on_validation_epoch_start
+    test_step = validation_step
 
     def on_test_epoch_end(self) -> None:
         test_loss, test_bpb = self.exact_means()

@@ -20,18 +20,14 @@ def make_pruner(spec: dict[str, Any]) -> Any:
     every job builds the same)."""
     import optuna
 
-    kinds = {
-        "none": optuna.pruners.NopPruner,
-        "median": optuna.pruners.MedianPruner,
-        "hyperband": optuna.pruners.HyperbandPruner,
-    }
+    kinds = {"none": "NopPruner", "median": "MedianPruner", "hyperband": "HyperbandPruner"}
     settings = {k: v for k, v in spec.items() if k != "name"}
     if spec.get("name") not in kinds:
         raise ConfigError(
             f"hydra.sweeper.pruner={spec.get('name')!r}: choose none, median or hyperband."
         )
     try:
-        return kinds[spec["name"]](**settings)
+        return getattr(optuna.pruners, kinds[spec["name"]])(**settings)
     except (TypeError, ValueError) as e:
         raise ConfigError(
             f"hydra.sweeper.pruners.{spec['name']}: {e}. Give the settings its Optuna pruner takes."

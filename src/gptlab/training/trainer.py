@@ -31,12 +31,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, module, start, length) -> L.Tr
     the processes its `length` was counted for (gptlab.training.budget.run_length)."""
     loggers = build_loggers(cfg, start.step)
     callbacks = build_callbacks(cfg, run_dir, with_loggers=bool(loggers))
-    plugin = RunCheckpointIO(
-        run_dir,
-        continued=Path(start.ckpt_path) if start.whole else None,
-        started_from=Path(start.ckpt_path) if start.ckpt_path and not start.whole else None,
-        optimizer=module.optim.name,
-    )
+    plugin = RunCheckpointIO(run_dir, start, module.optim.name)
     stats = RunStats(length.tokens_per_step, module.model.flops_per_token())
     callbacks = [
         *callbacks,
