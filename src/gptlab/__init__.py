@@ -1,7 +1,5 @@
 """gptlab: train small decoder-only GPTs written from scratch, with Lightning and Hydra.
-
-Importing gptlab (every entry point does) applies its process defaults before torch loads
-(gptlab.process) and ignores Lightning's known noise in every process, spawned DDP ranks too."""
+Importing it applies the process defaults (gptlab.process) and ignores Lightning's noise."""
 
 from gptlab.noise import ignore_known_warnings
 from gptlab.process import apply_defaults

@@ -1,7 +1,6 @@
-"""The one home of file input and output: every write, delete and read of gptlab goes through
-here, so its rules (docs/security.md) hold by construction: writes whole, never through a link or
-into a hard-linked file; deletes of what this process created only; bounded reads of regular
-files. Where a run or a tool may write at all is gptlab.run.place's to decide."""
+"""The one home of file input and output, so its rules (docs/security.md) hold by
+construction: writes whole, never through a link; deletes of what this process created;
+bounded reads of regular files. Where a tool may write is gptlab.run.place's to decide."""
 
 import contextlib
 import hashlib
@@ -124,7 +123,6 @@ def write_json(path: str | Path, data: Any) -> None:
 
 
 def save_figure(fig, path: str | Path, **kwargs) -> None:
-    """A matplotlib figure as a PNG file, written whole."""
     with atomic(path, "wb") as f:
         fig.savefig(f, format="png", **kwargs)
 

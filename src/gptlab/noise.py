@@ -1,6 +1,5 @@
-"""What Lightning says that tells a gptlab user nothing, by its exact text: the warnings ignored
-in every process that imports gptlab (spawned DDP ranks too, when they unpickle the trainer) and
-the log messages gptlab.run.logs leaves out."""
+"""What Lightning says that tells a gptlab user nothing, by its exact text: warnings ignored in
+every process (spawned DDP ranks import gptlab too), log messages gptlab.run.logs leaves out."""
 
 import logging
 import re

@@ -1,7 +1,5 @@
-"""This process: its rank, and its defaults for training on a CPU, set once when gptlab is
-imported: GOMP_SPINCOUNT (only before torch loads libgomp) and glibc malloc's mmap and trim
-thresholds (mallopt works at any time). A user's own OMP_*/GOMP_*/MALLOC_* settings win; why,
-and the measurements: docs/devices.md, docs/performance.md."""
+"""This process: its rank, and its CPU defaults set when gptlab is imported (GOMP_SPINCOUNT,
+glibc's malloc thresholds) unless the user set their own (docs/devices.md)."""
 
 import ctypes
 import os

@@ -17,8 +17,7 @@ from gptlab.run.ownership import RUN, SWEEP
 
 
 def run_task(task: Callable[[DictConfig], Any], cfg: DictConfig, log: logging.Logger) -> Any:
-    """Run a tool's Hydra task; a ConfigError ends it with its paragraph and exit code 2, what
-    this start created removed when it is a stub."""
+    """A tool's Hydra task; a ConfigError ends it with exit code 2, its start's stub removed."""
     try:
         return task(cfg)
     except ConfigError as e:
@@ -29,9 +28,8 @@ def run_task(task: Callable[[DictConfig], Any], cfg: DictConfig, log: logging.Lo
 
 
 def run_hydra_app(hydra_main: Callable[[], object], tool: str) -> None:
-    """Run a `@hydra.main` function once its command line composes and is checked
-    (gptlab.cli.compose) and its output directory is made (gptlab.run.place): a mistake ends
-    before Hydra runs, nothing written, with exit code 2."""
+    """Run a `@hydra.main` function once its command line is checked (gptlab.cli.compose) and its
+    output directory made (gptlab.run.place): a mistake ends before Hydra runs, exit code 2."""
     try:
         composed = check_command_line(tool, sys.argv)
         if composed is not None and not composed[0].get("resume"):

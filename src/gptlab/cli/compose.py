@@ -1,6 +1,5 @@
-"""A tool's command line composed the way Hydra is about to, before Hydra runs and before any
-heavy import: a mistake ends here in one paragraph, with "did you mean" for a misspelt name; what
-Hydra builds itself (hydra.callbacks, a sweep's launcher and sweeper) is checked too."""
+"""A tool's command line composed as Hydra is about to, before Hydra and any heavy import: a
+mistake ends in one paragraph ("did you mean"); what Hydra builds itself is checked too."""
 
 import argparse
 import difflib
@@ -39,8 +38,7 @@ def hydra_arguments(argv: list[str]) -> argparse.Namespace | None:
 
 
 def compose(tool: str, args: argparse.Namespace, overrides: list[str]) -> tuple[Any, Exception]:
-    """(the config with its hydra node, None) as Hydra composes `overrides`, through its public
-    compose API and config loader; (None, the error) when it cannot."""
+    """(the config with its hydra node, None) as Hydra composes it, or (None, the error)."""
     from hydra import initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
     from hydra.types import RunMode

@@ -1,6 +1,5 @@
-"""gptlab-train's task: one run, built in the order data flows, top to bottom, nothing patched
-after it is built (docs/architecture.md). Every check of the input runs before the corpus is
-downloaded or tokenized."""
+"""gptlab-train's task: one run, built in the order data flows, nothing patched after it is
+built (docs/architecture.md); every input is checked before the corpus is touched."""
 
 import contextlib
 import logging
@@ -68,11 +67,9 @@ def fit(trainer: L.Trainer, module, datamodule, ckpt_path: str | None, run_dir: 
     except SIGTERMException:
         stop = next(c for c in trainer.callbacks if isinstance(c, GracefulStop))
         if trainer.is_global_zero:
+            where = place.sweep_dir() or run_dir  # a sweep's job continues with its sweep
             log.warning(
-                "Stopped by %s after step %d; saved its last checkpoint. Continue with:\n"
-                "  gptlab-train resume=%s",
-                stop.signal_name,
-                trainer.global_step,
-                place.sweep_dir() or run_dir,  # a sweep's job continues with its sweep
+                f"Stopped by {stop.signal_name} after step {trainer.global_step}; saved its last "
+                f"checkpoint. Continue with:\n  gptlab-train resume={where}"
             )
         sys.exit(code_of_signal(stop.signal_name))

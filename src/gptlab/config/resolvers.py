@@ -1,6 +1,5 @@
-"""The resolvers configs use, values only, no effects: a free run directory name, where a start
-saves its config, DDP's start method, the loggers' run names and ids. Light to import: every tool
-registers them first."""
+"""The resolvers configs use: values only, no effects. Light to import: every tool registers
+them first."""
 
 import functools
 import hashlib
@@ -16,8 +15,7 @@ from gptlab.run import directory, ownership
 
 
 def unique_dir(path: str) -> str:
-    """`path`, or `path_1`, `path_2`, ...: the first that does not exist yet (other ranks share
-    rank 0's); gptlab.run.place creates it."""
+    """`path`, or `path_1`, ...: the first free name (place creates it; other ranks share it)."""
     if rank() > 0:
         return path
     candidate, n = path, 0
@@ -39,9 +37,8 @@ def start_subdir() -> str | None:
 
 @functools.cache
 def start_subdir_of(output_dir: str) -> str | None:
-    """`.hydra` for a directory's first start; a new folder of its own for a later one, so none
-    overwrites an earlier one's; None (Hydra saves nothing) on other ranks and in a directory not
-    the user's own, which the start then refuses (gptlab.run.ownership.claim)."""
+    """`.hydra` for a directory's first start, a new folder for a later one (none overwrites
+    another's); None on other ranks and in a directory not the user's own (its start is refused)."""
     if rank() > 0:
         return None
     run_dir = Path(output_dir)

@@ -1,7 +1,5 @@
-"""Typed schemas for the configs: a dataclass per group derived from its target's signature, so a
-mistyped key or a wrong type fails when Hydra composes. Nothing heavy is imported: the data
-module's and the Trainer's signatures are read from their source with `ast` (tests/test_config.py
-holds each against the real one)."""
+"""Typed schemas derived from the classes a group builds: a mistyped key or type fails when
+Hydra composes. Nothing heavy is imported (signatures read with `ast` from their source)."""
 
 import ast
 import dataclasses

@@ -1,6 +1,5 @@
-"""What a config may build: a `_target_` is code that runs, so only the kinds of class gptlab
-needs, checked on the config resolved once and built from that same copy; what Hydra builds
-itself, before a task runs, checked first (docs/security.md)."""
+"""What a config may build: only the kinds of class gptlab needs, checked on the config
+resolved once and built from that same copy; what Hydra builds itself, checked first."""
 
 from typing import Any
 
@@ -38,8 +37,7 @@ PLUGIN_PART_PACKAGES = ("optuna",)
 
 
 def check_class(target: Any, where: str, packages: tuple, kinds: tuple, what: str) -> None:
-    """Refuse a `_target_` that is not a class of `kinds` defined in `packages` (checked by name
-    before anything is imported)."""
+    """A class of `kinds` from `packages` (the package checked by name before any import)."""
     refusal = (
         f"{where}._target_={target!r}: gptlab only builds {what} here, from the packages "
         f"{', '.join(packages)}. Use one of those"
@@ -64,9 +62,8 @@ def check_target(target: Any, where: str) -> None:
 def check_targets(
     node: Any, where: str = "", rule=check_target, built: bool = False, factories: bool = False
 ) -> None:
-    """`rule` on every `_target_` in a resolved container, nested ones too; `_partial_` only with
-    `factories` (the Optuna sweeper's sampler). `built`: inside a built node, where instantiate
-    would resolve a `${` a second time."""
+    """`rule` on every `_target_` of a resolved container; `_partial_` only for `factories`.
+    `built`: inside a built node, where instantiate would resolve a `${` a second time."""
     if isinstance(node, dict):
         here = where or "<root>"
         if "_target_" in node:
@@ -91,7 +88,6 @@ def check_targets(
 
 
 def resolve(node: DictConfig | ListConfig, where: str) -> Any:
-    """`node` as a plain container with every interpolation resolved, or a ConfigError."""
     try:
         return OmegaConf.to_container(node, resolve=True)
     except OmegaConfBaseException as e:

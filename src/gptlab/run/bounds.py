@@ -1,6 +1,5 @@
 """What a file another person could have written may ask of this machine, bounded before
-anything is allocated for it: a checkpoint's archive, its plain part, and a model's memory (one
-from the command line too). The bounds: docs/security.md."""
+anything is allocated for it (the bounds: docs/security.md)."""
 
 import os
 import zipfile
@@ -22,8 +21,7 @@ def not_a_checkpoint(path: str | Path, why: str) -> ConfigError:
 
 
 def check_archive(path: str | Path) -> None:
-    """Before torch reads a byte: a regular file, torch's zip archive of stored members that
-    declare no more bytes than it holds (no deflated bomb)."""
+    """Before torch reads a byte: a regular file, a zip of stored members within its size."""
     try:
         with files.open_regular(path, follow=True) as f:
             size = os.fstat(f.fileno()).st_size
@@ -65,8 +63,8 @@ def available_memory() -> int | None:
 
 
 def memory_needed(model, batch_size: int = 1) -> int:
-    """An estimate of the bytes a GPT (on torch's meta device) takes: weights, tables and one
-    forward pass of `batch_size` full windows (logits, activations, manual attention's scores)."""
+    """An estimate of a GPT's bytes (built on the meta device): weights, tables, one forward
+    pass of `batch_size` full windows (logits, activations, manual attention's scores)."""
     c = model.config
     tensors = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
     activations = batch_size * c.context_length * (c.vocab_size + 16 * c.d_model * c.num_blocks)
@@ -76,7 +74,6 @@ def memory_needed(model, batch_size: int = 1) -> int:
 
 
 def check_memory(model, batch_size: int, where: str) -> None:
-    """What `memory_needed` says must fit in the memory this machine has available."""
     needed, available = memory_needed(model, batch_size), available_memory()
     if available is not None and needed > available:
         c = model.config

@@ -1,6 +1,5 @@
-"""Finding and loading gptlab checkpoints, for every tool that starts from one: anyone's, so
-loaded with `weights_only=True` and what gptlab builds from it checked first (docs/security.md).
-Light to import: torch comes in with the functions that need it."""
+"""Finding and loading gptlab checkpoints: anyone's, so loaded with `weights_only=True` and
+what gptlab builds from them checked first. Light to import: torch comes in when needed."""
 
 import dataclasses
 import pickle
@@ -18,8 +17,7 @@ MAX_STEP = 2**53  # a step counter beyond any run
 
 
 def find_checkpoint(path: str | Path | None, prefer: str = directory.BEST) -> Path:
-    """A checkpoint file as given, or a run directory's checkpoint: `prefer` (best, for the tools
-    that read weights; last, to train on), else the other."""
+    """A checkpoint file as given, or a run directory's: `prefer` (best or last), else the other."""
     if path is None or str(path).strip() == "":
         raise ConfigError(
             "ckpt_path is not set. Give a checkpoint file or a run directory, "
@@ -115,7 +113,6 @@ def checked_tokenizer(tokenizer: Any, path: str | Path) -> dict:
 
 
 def model_settings(checkpoint: dict, path: str | Path) -> tuple[dict, dict]:
-    """(model, tokenizer) settings of a checkpoint, checked: what gptlab builds a model from."""
     hparams = checkpoint.get("hyper_parameters")
     if not isinstance(hparams, dict):
         raise not_gptlab(path, "no hyperparameters")
@@ -143,7 +140,6 @@ def weights(checkpoint: dict, path: str | Path) -> dict:
 
 
 def check_shapes(expected: dict[str, tuple], state: dict, path: str | Path) -> None:
-    """The weights must be the model's own: the same names and shapes."""
     if set(expected) != set(state):
         differ = sorted(set(expected) ^ set(state))[:3]
         raise not_gptlab(path, f"its weights are named otherwise: {', '.join(differ)} ...")
@@ -158,9 +154,8 @@ def check_weights(module, state: dict, path: str | Path) -> None:
 
 
 def bounded_model(model: dict, state: dict, path: str | Path) -> None:
-    """The GPT a checkpoint's settings ask for, on torch's meta device: the model its weights
-    carry (blocks counted first: quick to refuse), its tables (sized by settings alone) within
-    BUFFER_SLACK of the weights, the whole within this machine's memory."""
+    """The GPT a checkpoint's settings ask for, on the meta device: the model its weights carry
+    (blocks counted first), its tables within BUFFER_SLACK of them, the whole within memory."""
     import torch
 
     from gptlab.model.gpt import GPT

@@ -1,6 +1,5 @@
-"""The run directory: the one place that knows a run's file names (the layout:
-docs/training.md), whether a start continues the run in it, and fresh runs kept off other runs.
-Whether a directory may be continued at all (own or foreign) is gptlab.run.ownership's."""
+"""The one place that knows a run directory's file names (its layout: docs/training.md), whether
+a start continues the run in it, and fresh runs kept off other runs."""
 
 import os
 import secrets
@@ -64,8 +63,7 @@ def saved_overrides(run_dir: str | Path, start: str = HYDRA) -> Path:
 
 
 def later_start_subdir() -> str:
-    """Where a later start of a run saves its config: a new folder whose name cannot be guessed
-    (no link planted under it waits there)."""
+    """A later start's config folder, a name that cannot be guessed (no link waits there)."""
     return f"{HYDRA}/resume-{time.strftime('%Y-%m-%d_%H-%M-%S')}-{secrets.token_hex(4)}"
 
 
@@ -80,14 +78,12 @@ def continues(run_dir: str | Path, resume) -> bool:
 
 
 def holds_run(run_dir: str | Path) -> bool:
-    """A run has trained here: a checkpoint or its results."""
     results = (last_checkpoint(run_dir), best_checkpoint(run_dir), metrics_file(run_dir))
     return any(p.is_file() for p in results)
 
 
 def enclosing_run(path: str | Path) -> Path | None:
-    """The run or sweep directory `path` lies in (itself included), where it resolves; None when
-    it lies in none."""
+    """The run or sweep directory `path` lies in (itself included) where it resolves, or None."""
     place = Path(os.path.realpath(path))
     for folder in (place, *place.parents):
         if any(os.path.lexists(folder / mark) for mark in MARKS):
@@ -114,8 +110,7 @@ def refuse_fresh_run_over(run_dir: str | Path) -> None:
 
 
 def is_stub(run_dir: Path) -> bool:
-    """Nothing but what a start writes before its first step: its saved config (.hydra/), its
-    log and its manifest, none of them a link."""
+    """Nothing but what a start writes before its first step (configs, logs, manifest; no link)."""
     if not run_dir.is_dir() or run_dir.is_symlink():
         return False
     hydra = run_dir / HYDRA

@@ -1,6 +1,5 @@
-"""Hydra's override grammar as gptlab writes and reads it: how a key, a literal and a quoted
-string look on a command line. A value read as data (recorded overrides, a study's parameters) is
-re-emitted so that Hydra reads back exactly that literal (`${` escaped, in quotes too)."""
+"""Hydra's override grammar as gptlab writes and reads it: a value read as data is re-emitted
+so that Hydra reads back exactly that literal (`${` escaped, in quotes too)."""
 
 import re
 from typing import Any
@@ -28,8 +27,7 @@ def escape_interpolation(text: str) -> str:
 
 
 def quote(text: str) -> str:
-    """`text` as a single-quoted string Hydra reads back as `text`: a quote, and the backslashes
-    before one or at the end, are escaped; so is `${`."""
+    """`text` single-quoted so Hydra reads back `text` (quotes, backslashes, `${` escaped)."""
     text = escape_interpolation(text)
     text = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", text)
     text = re.sub(r"(\\+)$", lambda m: m.group(1) * 2, text)
@@ -67,9 +65,8 @@ def sweep_literal(raw: str) -> str | None:
 
 
 def short_label(overrides: list[str], sep: str = ",") -> str:
-    """Overrides as a person tells runs apart by: `key=value` with the key's last part, `num_`
-    dropped (`model.num_heads=2 model.d_model=64` -> `heads=2,d_model=64`); the whole key where
-    two would read alike."""
+    """Overrides as a person tells runs apart: `model.num_heads=2 model.d_model=64` ->
+    `heads=2,d_model=64`; the whole key where two would read alike."""
     pairs = [split_override(o) for o in overrides]
     short = [key.rsplit(".", 1)[-1].removeprefix("num_") for key, _ in pairs]
     return sep.join(

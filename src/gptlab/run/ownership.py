@@ -1,6 +1,5 @@
 """Own or foreign: whether gptlab may continue a run or sweep directory in place. Own: its
-`manifest.json`, signed with the user's key (gptlab.run.signing), holds its absolute path, its
-kind and the sha256 of each file gptlab relies on, unchanged. The rules: docs/security.md."""
+`manifest.json`, signed with the user's key, records it and its files (docs/security.md)."""
 
 import hmac
 import os
@@ -88,8 +87,7 @@ class Manifest:
         return list(self.data["starts"])
 
     def verify(self, present: list[str]) -> None:
-        """Every file gptlab relies on must be one it recorded, unchanged (one that is gone plants
-        nothing); but an open one."""
+        """Every relied-on file there must be recorded and unchanged (but an open one)."""
         for rel in sorted(set(present) | set(self.data["files"])):
             path = self.root / rel
             if rel in self.data["open"] or not path.is_file():
@@ -101,7 +99,6 @@ class Manifest:
 
 
 def own_manifest(root: str | Path) -> Manifest | None:
-    """The directory's manifest when it is signed for it by this user, else None."""
     try:
         return Manifest.load(root)
     except ForeignDirectory:
@@ -136,8 +133,7 @@ def write_recorded(root: str | Path, rel: str, write: Callable[[IO], Any], mode:
 
 def claim(root: str | Path, subdir: str | None) -> None:
     """A start (rank 0) in `root`: its manifest (new for a sweep's new job), a killed start's
-    recorded temporary files removed, Hydra's configs in `subdir` recorded. Anyone else's
-    manifest, or a link, is refused, never replaced."""
+    temporary files removed, Hydra's configs in `subdir` recorded; anyone else's refused."""
     root = Path(root)
     try:
         check_plain(root)
@@ -204,8 +200,7 @@ def check_plain(root: Path) -> None:
 
 
 def relied_files(root: Path) -> list[str]:
-    """A run's files whose content decides what a continued run does (saved configs are read
-    only where recorded)."""
+    """A run's files whose content decides what a continued run does."""
     folder = directory.checkpoint_dir(root)
     found = [directory.METRICS] if directory.metrics_file(root).exists() else []
     if folder.is_dir():
@@ -237,8 +232,7 @@ def job_dirs(root: str | Path) -> list[Path]:
 
 
 def check_sweep(root: str | Path) -> Manifest:
-    """An own sweep directory's manifest, its study and every job checked (a job without a
-    checkpoint or result needs no manifest); else ForeignDirectory."""
+    """An own sweep directory's manifest, its study and jobs checked; else ForeignDirectory."""
     root = Path(root)
     check_plain(root)
     manifest = Manifest.load(root, SWEEP)

@@ -1,7 +1,5 @@
-"""Where a start writes, decided once, before Hydra writes a byte, on the output directory as
-Hydra composed and resolved it: a fresh start into a new or empty directory, never inside another
-run; a continued one into an own directory; rank > 0 follows rank 0 (docs/security.md). It
-reaches Hydra through an environment variable. In a job: whether it is a sweep's, and which."""
+"""Where a start writes, decided once before Hydra writes a byte, on the output directory as
+Hydra resolved it; the rules: docs/security.md. In a job: whether it is a sweep's, and which."""
 
 import os
 import time
@@ -28,7 +26,6 @@ def claim(run_dir: Path) -> None:
 
 
 def in_multirun() -> bool:
-    """This process runs a job of a sweep (-m)."""
     return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
@@ -49,8 +46,7 @@ def refuse_inside_run(place: Path, key: str) -> None:
 
 
 def check_data_places(data_dir: str | Path, cache_dir: str | Path) -> None:
-    """The corpus and token caches never go into a run or sweep directory (a tool run from
-    inside one would otherwise write its data/ there)."""
+    """Data and caches never go into a run or sweep directory (a tool run from inside one)."""
     for folder, key in ((data_dir, "data.data_dir"), (cache_dir, "data.cache_dir")):
         refuse_inside_run(Path(os.path.abspath(folder)), key)
 
@@ -73,8 +69,7 @@ def refuse_used(place: Path, key: str) -> None:
 
 
 def fresh(place: Path, key: str, kind: str | None) -> None:
-    """`place` made this start's own (created, or an empty one adopted), a manifest of `kind`
-    signed into it."""
+    """`place` made this start's own (created, or an empty one adopted), its manifest signed."""
     if not directory.is_new_or_empty(place):
         refuse_used(place, key)
     refuse_inside_run(place, key)
@@ -117,8 +112,7 @@ def prepare(place: Path, key: str, kind: str | None) -> str:
 
 
 def follow(place: Path, key: str, kind: str | None) -> None:
-    """Another rank of a job whose ranks each run the command line (srun, torchrun) waits for
-    rank 0's directory, and makes nothing."""
+    """Another rank of an srun or torchrun job: rank 0's directory, once made; nothing made."""
     deadline = time.monotonic() + RANK_ZERO_WAIT
     while kind is not None and not os.path.lexists(place / ownership.MANIFEST):
         if time.monotonic() > deadline:

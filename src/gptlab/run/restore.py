@@ -1,7 +1,5 @@
-"""What a starting run takes from the checkpoint it continues: its own last checkpoint whole,
-but for ModelCheckpoint's remembered paths outside its checkpoints/ (Lightning deletes by them,
-through fsspec); anyone else's (ckpt_path=) for its tensors only; a best.ckpt for its weights
-(docs/security.md)."""
+"""What a starting run takes from the checkpoint it continues: its own last.ckpt whole (but
+remembered paths outside its checkpoints/), anyone else's tensors only (docs/security.md)."""
 
 import copy
 import logging
@@ -48,11 +46,10 @@ def own_state(checkpoint: dict, run_dir: str | Path) -> dict:
         forgotten += [p for p in best if not in_checkpoint_dir(p, run_dir)]
         state["best_k_models"] = {p: v for p, v in best.items() if in_checkpoint_dir(p, run_dir)}
         if forgotten:
+            shown = ", ".join(repr(str(p))[:80] for p in forgotten[:3])
             log.warning(
-                "The checkpoint's %s remembered paths outside this run's checkpoints/ (%s); "
-                "they are forgotten, never deleted or read.",
-                name.split("{")[0],
-                ", ".join(repr(str(p))[:80] for p in forgotten[:3]),
+                f"The checkpoint's {name.split('{')[0]} remembered paths outside this run's "
+                f"checkpoints/ ({shown}); they are forgotten, never deleted or read."
             )
     return checkpoint
 
@@ -71,15 +68,13 @@ def plain_state(value: Any, where: str) -> Any:
 
 
 def set_progress(progress: dict, count: int) -> None:
-    """Every counter of a Lightning progress record set to `count`."""
     for part in ("total", "current"):
         for key in progress.get(part, {}):
             progress[part][key] = count
 
 
 def fit_loop_at(template: dict, step: int) -> dict:
-    """Lightning's fit-loop progress `step` batches (one optimizer step each) into its one
-    epoch, from a fresh Trainer's own state (`template`)."""
+    """Lightning's fit-loop progress `step` batches into its one epoch, from a fresh Trainer's."""
     state = copy.deepcopy(template)
     state["epoch_loop.state_dict"]["_batches_that_stepped"] = step
     set_progress(state["epoch_loop.batch_progress"], step)
@@ -132,5 +127,4 @@ def is_weights_hand_over(path: Path) -> bool:
 
 
 def handed_over(state: dict, path: str | Path) -> dict:
-    """The weights Lightning handed over: tensors by name, nothing else."""
     return weights({"state_dict": state}, path)

@@ -1,7 +1,5 @@
-"""Continuing a run or a sweep where it stopped: `resume=<run dir>` re-applies the run's newest
-recorded settings, then the command line's, into the same directory (so does a SLURM requeue);
-`resume=<sweep dir>` re-launches the sweep. Own directories only (gptlab.run.ownership); and
-where a start starts from."""
+"""Continuing a run or a sweep where it stopped (resume=, a SLURM requeue), own directories
+only, and where a start starts from."""
 
 import logging
 import os
@@ -22,7 +20,6 @@ log = logging.getLogger(__name__)
 
 
 def refused(run_dir: Path, reason: ownership.ForeignDirectory, sweep: bool) -> ConfigError:
-    """Why a directory cannot be continued in place, and the way on."""
     if sweep:
         way = (
             "A foreign sweep cannot be resumed; continue one of its jobs in a new run directory "
@@ -110,8 +107,7 @@ def resume_argv(argv: list[str]) -> list[str]:
 
 
 class Start(NamedTuple):
-    """Where a run starts from: nothing, or a checkpoint (loaded and bounded) continued whole
-    (its own last.ckpt) or read for its tensors (ckpt_path=)."""
+    """Where a run starts from: nothing, or a checkpoint continued whole or read for its tensors."""
 
     ckpt_path: str | None = None
     whole: bool = False

@@ -1,5 +1,4 @@
-"""A run's first screen: the composed config as a tree (as lightning-hydra-template prints it,
-saved as config_tree.log), the model in one line and the run directory."""
+"""A run's first screen: the config tree (saved as config_tree.log), the model, its directory."""
 
 import io
 import logging
@@ -32,8 +31,7 @@ def config_tree(cfg: DictConfig) -> Tree:
 
 
 def data_lines(cfg: DictConfig, datamodule) -> list[str]:
-    """The corpus in tokens, how much of val a validation covers, and a sample prompt the
-    vocabulary cannot encode."""
+    """The corpus, how much of val a validation covers, and a sample prompt it cannot encode."""
     if datamodule is None:
         return []
     train, val, test = (len(datamodule.splits[split]) for split in ("train", "val", "test"))

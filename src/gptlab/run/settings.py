@@ -1,7 +1,5 @@
-"""A run's recorded settings, read as data: what resume= re-applies and gptlab-eval reads. Even
-from an own directory (defence in depth) only installed options and literal values of plain keys
-are re-emitted, never where the run writes or logs (docs/security.md); what is dropped is named
-on stderr."""
+"""A run's recorded settings, read as data (what resume= re-applies and gptlab-eval reads):
+only installed options and literals of plain keys, never where it writes (docs/security.md)."""
 
 import importlib.resources
 import sys
@@ -67,8 +65,7 @@ def replayable(overrides, source, sweep: bool = False) -> list[str]:
 
 
 def literal_node(node, where: str) -> tuple[dict, list[str]]:
-    """(kept, dropped) literal settings of a saved config node: an interpolation, a nested node
-    or a `_` key is dropped, never resolved."""
+    """(kept, dropped) settings of a saved config node: literals kept, nothing resolved."""
     kept, dropped = {}, []
     for key, value in (node if isinstance(node, dict) else {}).items():
         plain = value is None or isinstance(value, (bool, int, float))

@@ -1,6 +1,5 @@
-"""The user's signing key and the signature of a manifest (gptlab.run.ownership). The key lives
-outside every run directory, is made on first use and is checked as OpenSSH checks a private key
-(docs/security.md): whoever lacks it cannot make a directory look like one of the user's own."""
+"""The user's signing key, checked as OpenSSH checks a private key (docs/security.md), and a
+manifest's signature: whoever lacks the key cannot make a directory look like the user's own."""
 
 import hashlib
 import hmac

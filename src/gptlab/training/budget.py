@@ -1,5 +1,5 @@
-"""A run's length and its tokens per optimizer step over every rank, and the steps a
-`flops_budget` buys: known before the Trainer is built, so it is built once with its max_steps."""
+"""A run's length and its tokens per optimizer step over every rank: known before the Trainer
+is built, so it is built once with its max_steps."""
 
 import logging
 from typing import NamedTuple
@@ -12,8 +12,7 @@ log = logging.getLogger("gptlab.train")
 
 
 def world_size(trainer: DictConfig) -> int:
-    """The processes a Trainer of these settings trains on (`auto` and -1 resolved as Lightning
-    resolves them)."""
+    """The processes a Trainer of these settings trains on, counted as Lightning counts them."""
     from lightning.pytorch.accelerators import AcceleratorRegistry, CUDAAccelerator, MPSAccelerator
 
     name = str(trainer.get("accelerator") or "auto")
@@ -30,13 +29,11 @@ def world_size(trainer: DictConfig) -> int:
 
 
 def tokens_per_step(cfg: DictConfig, ranks: int) -> int:
-    """The tokens of one optimizer step: batch x context x accumulated batches x ranks."""
     accumulated = int(cfg.trainer.get("accumulate_grad_batches") or 1)
     return cfg.data.batch_size * cfg.data.context_length * accumulated * ranks
 
 
 def steps_for_budget(budget: float, flops: int, tokens: int) -> int:
-    """round(budget / (flops per token x tokens per step)), at least one step."""
     steps = round(budget / (flops * tokens)) if budget > 0 else 0
     if steps < 1:
         raise ConfigError(

@@ -1,5 +1,5 @@
-"""Lightning callbacks (and a checkpoint plugin) around the training loop: checkpoints that
-survive a kill, stops at a step boundary, exact resumes, divergence, throughput, samples."""
+"""Lightning callbacks around the training loop: checkpoints that survive a kill, stops at a
+step boundary, exact resumes, divergence, samples."""
 
 import logging
 import os
@@ -66,8 +66,7 @@ class ValidationStep(L.Callback):
 
 
 class GracefulStop(L.Callback):
-    """A first Ctrl-C becomes a SIGTERM (finish the step, save the last checkpoint, stop); a
-    second aborts."""
+    """A first Ctrl-C becomes a SIGTERM (finish the step, save, stop); a second aborts."""
 
     signal_name = "SIGTERM"
     _previous = None

@@ -1,7 +1,5 @@
-"""Every checkpoint the Trainer saves, loads or removes passes through this Lightning plugin, so
-the run directory's rules hold by construction: a save written whole and recorded; a load only of
-a checkpoint gptlab chose (gptlab.run.restore) or of spawned DDP's hand-over of rank 0's weights;
-a removal only of what this process saved in checkpoints/, or of that hand-over once read."""
+"""Every checkpoint the Trainer saves, loads or removes passes through this Lightning plugin,
+so the run directory's rules (docs/security.md) hold by construction."""
 
 import contextlib
 import logging
@@ -21,8 +19,6 @@ FRESH = Start()  # nothing continued
 
 
 class RunCheckpointIO(TorchCheckpointIO):
-    """Saves, loads and removes the checkpoints of one run directory."""
-
     def __init__(self, run_dir: str | Path, start: Start = FRESH, optimizer: str = "adamw"):
         """`start`: what this start continues; `optimizer`: whose state it can take."""
         self.run_dir = Path(run_dir)

@@ -1,6 +1,5 @@
-"""LightningModule: the GPT, its cross-entropy loss (exact over the val and test splits), AdamW
-(or Muon with AdamW) and the learning-rate schedule. Its hyperparameters are plain dicts, so a
-checkpoint alone rebuilds the model and its tokenizer and loads with `weights_only=True`."""
+"""LightningModule: the GPT, its exact cross-entropy, AdamW (or Muon) and the schedule. Its
+hyperparameters are plain dicts: a checkpoint alone rebuilds it, loaded with `weights_only=True`."""
 
 import math
 from dataclasses import asdict, replace
@@ -127,18 +126,16 @@ class GPTModule(L.LightningModule):
         checkpoint["best_val_loss"] = self.best_val_loss
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
-        """A checkpoint read for its tensors (ckpt_path=) holds no loop state: Lightning's own
-        fresh one, at its step."""
+        """A checkpoint read for its tensors has no loops: Lightning's fresh ones at its step."""
         self.best_val_loss = checkpoint.get("best_val_loss", math.inf)
         if "loops" not in checkpoint and self.trainer.state.fn == "fit":
             fresh = self.trainer.fit_loop.state_dict()
             checkpoint["loops"] = {"fit_loop": fit_loop_at(fresh, checkpoint["global_step"])}
 
     def build_optimizer(self, mixed_precision: bool = False) -> torch.optim.Optimizer:
-        """AdamW with weight decay on matrices only, fused (about 4x faster a step on CPU at 13M
-        parameters) but not under mixed precision: Lightning's MixedPrecision plugin refuses to clip
-        for a fused optimizer (it would unscale after clipping). optim=muon: the blocks' matrices
-        go to Muon instead."""
+        """AdamW, weight decay on matrices only, fused (about 4x faster a step on CPU at 13M
+        parameters) but not under mixed precision, where Lightning refuses to clip for it (it would
+        unscale after clipping). optim=muon: the blocks' matrices go to Muon."""
         muon_params = block_matrices(self.model) if self.optim.name == "muon" else []
         in_muon = {id(p) for p in muon_params}
         rest = [p for p in self.parameters() if p.requires_grad and id(p) not in in_muon]
@@ -198,9 +195,8 @@ class GPTModule(L.LightningModule):
 
 
 def build_module(model, optim, tokenizer: Tokenizer, batch_size: int, start) -> GPTModule:
-    """The GPTModule of these settings for the data's tokenizer, once its memory is known to fit
-    (on torch's meta device); a checkpoint it starts from (gptlab.run.resume.Start) must hold this
-    architecture, and read for its tensors, weights of its shapes."""
+    """The GPTModule for the data's tokenizer once its memory is known to fit (meta device); a
+    checkpoint it starts from must hold this architecture (and, for its tensors, their shapes)."""
     model = replace(model, vocab_size=tokenizer.vocab_size)  # its settings final
     with torch.device("meta"):
         check_memory(GPT(replace(model, compile=False)), batch_size, "model")

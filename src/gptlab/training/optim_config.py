@@ -1,5 +1,5 @@
-"""The optimizer's settings and its learning-rate schedule: plain Python (no torch), so a tool
-checks a command line before its heavy imports; gptlab.training.module builds the optimizer."""
+"""The optimizer's settings and its schedule: plain Python, so a tool checks a command line
+before its heavy imports."""
 
 import math
 from dataclasses import dataclass, field
@@ -9,9 +9,8 @@ from gptlab.errors import ConfigError
 
 @dataclass
 class OptimConfig:
-    """AdamW and its schedule, with gptlab's defaults (conf/optim/ only overrides them): `cosine`
-    warms up linearly then decays to min_lr. name=muon: Muon for the blocks' matrices at its own
-    peak muon_lr, on the same schedule (docs/model.md)."""
+    """AdamW and its schedule (conf/optim/ only overrides these defaults); name=muon: Muon for
+    the blocks' matrices at its own peak muon_lr, on the same schedule (docs/model.md)."""
 
     lr: float = 3e-3
     weight_decay: float = 0.1

@@ -1,6 +1,5 @@
-"""Pruning a trial of an Optuna search from inside its training run: the job's trial from the
-environment the sweeper set (ENV), val/loss reported at each validation, rank 0's pruner decides
-for every rank; a pruned run ends as a stopped one, "status": "pruned" (docs/sweeps.md)."""
+"""Pruning an Optuna trial from inside its training run: val/loss reported at each validation,
+rank 0's pruner decides for every rank (docs/sweeps.md)."""
 
 import logging
 import math
@@ -16,8 +15,7 @@ ENV = ("GPTLAB_OPTUNA_STORAGE", "GPTLAB_OPTUNA_STUDY", "GPTLAB_OPTUNA_TRIAL")
 
 
 def make_pruner(spec: dict[str, Any]) -> Any:
-    """An Optuna pruner from {"name": none|median|hyperband, its settings} (stored in the study:
-    every job builds the same)."""
+    """An Optuna pruner from {"name": none|median|hyperband, its settings}, stored in the study."""
     import optuna
 
     kinds = {"none": "NopPruner", "median": "MedianPruner", "hyperband": "HyperbandPruner"}

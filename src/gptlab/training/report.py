@@ -1,6 +1,5 @@
-"""The end of a run, told once, in the process that trains rank 0 whatever the launch path (a
-spawned DDP rank holds the run's stats and trackers): the test split, metrics.json, the trackers'
-results and the report."""
+"""The end of a run, told once, in the process that trains rank 0 whatever the launch path:
+the test split, metrics.json, the trackers' results and the report."""
 
 import json
 import logging
@@ -94,8 +93,7 @@ class RunReport(L.Callback):
         }
 
     def test(self, trainer, pl_module) -> dict:
-        """With data.test_fraction > 0: best.ckpt (else the final weights) scored exactly on the
-        whole test split, on rank 0 alone."""
+        """best.ckpt (else the final weights) on the whole test split, on rank 0 alone."""
         datamodule = trainer.datamodule
         if datamodule is None or datamodule.test_fraction == 0 or trainer.global_step == 0:
             return {}

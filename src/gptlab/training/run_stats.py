@@ -13,9 +13,8 @@ log = logging.getLogger(__name__)
 
 
 class RunStats(L.Callback):
-    """Seconds of training (validation left out) and in all, over the run's whole life (resumes
-    included); logs tokens/s and MFU (where Lightning knows the device's peak); keeps the val
-    curve, [step, wall seconds, val loss] at each validation: quality per second."""
+    """Seconds of training and in all over the run's whole life (resumes included), tokens/s,
+    MFU (where the device's peak is known), the val curve: [step, wall seconds, val loss]."""
 
     def __init__(self, tokens_per_step: int, flops_per_token: int):
         self.tokens_per_step = tokens_per_step
@@ -65,8 +64,7 @@ class RunStats(L.Callback):
         self.pause()
 
     def on_validation_end(self, trainer, pl_module) -> None:
-        """Kept in checkpoints: the val curve, and the final values a run resumed after its last
-        step reports."""
+        """Kept in checkpoints: the val curve, the last values a resume after the end reports."""
         metrics = trainer.callback_metrics
         if trainer.sanity_checking or "val/loss" not in metrics:
             return

@@ -74,8 +74,7 @@ def run_files(output_dir: Path) -> list[Path]:
 
 
 def log_results(trainer: L.Trainer, cfg: DictConfig, metrics: dict, output_dir: Path) -> None:
-    """Hyperparameters next to the results, so each logger compares runs (TensorBoard's HPARAMS
-    tab, MLflow's compare view, W&B's runs table); MLflow and W&B keep the run's files too."""
+    """Hyperparameters beside the results: each tracker compares runs (MLflow, W&B keep files)."""
     params = hparams_of(cfg, metrics, trainer.lightning_module.hparams["model"])
     numbers = {
         k: float(v)

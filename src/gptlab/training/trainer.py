@@ -1,5 +1,5 @@
-"""The Trainer of a run, built once with everything it needs: the callbacks group's and every
-run's callbacks, the loggers, and the checkpoint plugin told what this start continues."""
+"""The Trainer of a run, built once with everything it needs: callbacks, loggers, and the
+checkpoint plugin told what this start continues."""
 
 from inspect import signature
 from pathlib import Path
@@ -27,8 +27,7 @@ from gptlab.training.run_stats import RunStats
 
 
 def build_trainer(cfg: DictConfig, run_dir: Path, module, start, length) -> L.Trainer:
-    """The Trainer of the trainer group for `module`, continuing `start` (gptlab.run.resume), on
-    the processes its `length` was counted for (gptlab.training.budget.run_length)."""
+    """The Trainer for `module`, continuing `start`, on the processes `length` was counted for."""
     loggers = build_loggers(cfg, start.step)
     callbacks = build_callbacks(cfg, run_dir, with_loggers=bool(loggers))
     plugin = RunCheckpointIO(run_dir, start, module.optim.name)
@@ -57,9 +56,8 @@ def build_trainer(cfg: DictConfig, run_dir: Path, module, start, length) -> L.Tr
 
 
 def build_callbacks(cfg: DictConfig, run_dir: Path, with_loggers: bool) -> list:
-    """The callbacks group's: checkpoints into the run's own checkpoints/ (not a setting: resume,
-    eval and generate look there); no learning rate logged without a logger. A node without
-    _target_ is one an experiment tunes but `callbacks=none` removed."""
+    """The callbacks group's, checkpoints into the run's own checkpoints/ (resume looks there); no
+    learning rate without a logger. A node without _target_ was removed (`callbacks=none`)."""
     folder = directory.checkpoint_dir(run_dir)
     own_checkpoint_dir(folder)
     callbacks = []
