@@ -115,8 +115,7 @@ def weights_only(checkpoint: dict, path: str | Path) -> dict:
     }
 
 
-# Lightning's spawned DDP hands rank 0's weights to the main process in this file, in a fresh
-# folder of the system's temporary directory (lightning.pytorch.strategies.launchers).
+# spawned DDP hands rank 0's weights back in this file, in a fresh folder of the temp directory
 HAND_OVER = ".temp.ckpt"
 
 
@@ -124,7 +123,3 @@ def is_weights_hand_over(path: Path) -> bool:
     """The file in which Lightning hands spawned rank 0's weights back."""
     folder = Path(os.path.realpath(path.parent))
     return path.name == HAND_OVER and folder.parent == Path(os.path.realpath(tempfile.gettempdir()))
-
-
-def handed_over(state: dict, path: str | Path) -> dict:
-    return weights({"state_dict": state}, path)

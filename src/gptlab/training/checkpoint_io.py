@@ -11,7 +11,7 @@ from lightning.fabric.plugins import TorchCheckpointIO
 from gptlab import files
 from gptlab.errors import ConfigError
 from gptlab.run import directory, ownership, restore
-from gptlab.run.checkpoints import load_checkpoint
+from gptlab.run.checkpoints import load_checkpoint, weights
 from gptlab.run.resume import Start
 
 log = logging.getLogger(__name__)
@@ -49,7 +49,7 @@ class RunCheckpointIO(TorchCheckpointIO):
             return restore.weights_only(load_checkpoint(path), path)
         if restore.is_weights_hand_over(path):
             self.hand_over = path
-            return restore.handed_over(load_checkpoint(path), path)
+            return weights({"state_dict": load_checkpoint(path)}, path)  # tensors, nothing else
         raise ConfigError(
             f"Lightning was about to load '{path}', a checkpoint gptlab did not choose for this "
             "run (gptlab loads the run's own checkpoints and the one ckpt_path= names). Remove "

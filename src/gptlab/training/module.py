@@ -29,8 +29,7 @@ class GPTModule(L.LightningModule):
         self.optim = OptimConfig(**optim)
         self.tokenizer_state = tokenizer
         self.model = GPT(self.config)
-        # torch.compile's wrapper stays outside the module tree: checkpoints keep the plain
-        # `model.` keys (no `_orig_mod.`), so they load into uncompiled models and generation.
+        # torch.compile's wrapper stays outside the module tree: checkpoints keep `model.` keys
         compiled = torch.compile(self.model) if self.config.compile else self.model
         object.__setattr__(self, "_train_model", compiled)
         self._token_bytes: torch.Tensor | None = None  # [vocab_size]: UTF-8 bytes of each token
@@ -91,9 +90,7 @@ class GPTModule(L.LightningModule):
             self._token_bytes = torch.as_tensor(self.tokenizer.token_bytes())
         self._token_bytes = self._token_bytes.to(self.device)
         zero = torch.zeros((), device=self.device, dtype=torch.float64)
-        self._sum = zero.clone()
-        self._count = zero.clone()
-        self._bytes = zero.clone()
+        self._sum, self._count, self._bytes = (zero.clone() for _ in range(3))
 
     def add_to_sums(self, batch: tuple[torch.Tensor, torch.Tensor]) -> None:
         targets = batch[1]  # [batch, context_length]
@@ -163,8 +160,7 @@ class GPTModule(L.LightningModule):
     def configure_optimizers(self):
         optimizer = self.build_optimizer(isinstance(self.trainer.precision_plugin, MixedPrecision))
         total_steps = int(self.trainer.estimated_stepping_batches)
-        # the factor follows the run's step, not the scheduler's own count: a run started from a
-        # checkpoint's tensors (ckpt_path=) keeps its schedule without any scheduler state
+        # the factor follows the run's step: a run from a checkpoint's tensors keeps its schedule
         scheduler = torch.optim.lr_scheduler.LambdaLR(
             optimizer, lambda _: lr_factor(self.trainer.global_step, self.optim, total_steps)
         )

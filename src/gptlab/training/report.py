@@ -83,8 +83,7 @@ class RunReport(L.Callback):
             "overrides": self.overrides,  # what a continued sweep recognises its finished jobs by
             "status": "ok",
             "val_curve": self.stats.val_curve,  # [step, wall seconds, val loss] per validation
-            # what a scaling-law fit reads: the budget (None without one), training FLOPs, the
-            # parameters whose FLOPs grow with tokens, the passes over the train split
+            # what a scaling-law fit reads (docs/scaling.md)
             "flops_budget": self.cfg.get("flops_budget"),
             "train_flops": self.stats.flops_per_token * tokens,
             "scaling_params": pl_module.model.scaling_params(),
