@@ -128,8 +128,7 @@ def save_figure(fig, path: str | Path, **kwargs) -> None:
 
 
 def open_regular(path: str | Path, follow: bool = False) -> IO[bytes]:
-    """`path` opened for reading when it is a regular file, else OSError (a FIFO is not waited
-    on, a link not followed unless `follow`)."""
+    """`path` opened if a regular file, else OSError (no FIFO waited on; links only if `follow`)."""
     flags = os.O_RDONLY | os.O_NONBLOCK | (0 if follow else os.O_NOFOLLOW)
     handle = os.open(path, flags)
     if not stat.S_ISREG(os.fstat(handle).st_mode):

@@ -160,8 +160,7 @@ def check_logins(cfg: Any) -> None:
 
 
 def check_command_line(tool: str, argv: list[str]) -> tuple[Any, bool] | None:
-    """(the composed config with its hydra node, whether a multirun), checked, or a ConfigError;
-    None for a command line Hydra will only print."""
+    """(the composed config, whether a multirun), checked; None when Hydra will only print."""
     args = hydra_arguments(argv)
     if args is None:
         return None

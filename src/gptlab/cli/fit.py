@@ -58,8 +58,7 @@ def train(cfg: DictConfig) -> float:
 
 
 def fit(trainer: L.Trainer, module, datamodule, ckpt_path: str | None, run_dir: Path) -> None:
-    """trainer.fit, its messages above the progress bar; a stop (SIGTERM, Ctrl-C) ends the
-    process with the command that continues the run."""
+    """trainer.fit; a stop (SIGTERM, Ctrl-C) ends the process with the command that continues it."""
     console = logging_redirect_tqdm() if trainer.is_global_zero else contextlib.nullcontext()
     try:
         with console:

@@ -95,8 +95,7 @@ def source_of(module: str) -> Path:
 
 
 def constructor_fields(module: str, name: str) -> list[tuple[str, Any, Any]]:
-    """(name, OmegaConf type, default or MISSING) of each argument of `name.__init__` in
-    `module`'s source (a default naming a module constant: its value)."""
+    """(name, OmegaConf type, default or MISSING) of each argument of `module.name.__init__`."""
     tree = ast.parse(source_of(module).read_text())
     constants = {}
     for node in tree.body:

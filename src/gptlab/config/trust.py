@@ -119,8 +119,7 @@ def checked(cfg: DictConfig) -> DictConfig:
 
 
 def check_hydra_callback(plain: Any, where: str) -> None:
-    """Hydra builds its callbacks from the config unresolved: literal values only, a Hydra
-    callback class, nested targets by the task's rule."""
+    """Hydra builds its callbacks unresolved: literal values and a Hydra callback class only."""
     text = str(plain) if isinstance(plain, dict | list) else repr(plain)
     if "${" in text or not isinstance(plain, dict):
         raise ConfigError(
@@ -137,8 +136,7 @@ def check_plugin_part(target: Any, where: str) -> None:
 
 
 def check_hydra_node(cfg: DictConfig, multirun: bool) -> None:
-    """What Hydra builds before any task runs: hydra.callbacks, and in a multirun the nested
-    `_target_`s of the launcher and sweeper (their own is a plugin Hydra checks)."""
+    """What Hydra builds before a task: hydra.callbacks; with -m, launcher's and sweeper's parts."""
     callbacks = OmegaConf.to_container(cfg.hydra, resolve=False).get("callbacks") or {}
     if not isinstance(callbacks, dict):
         check_hydra_callback(callbacks, "hydra.callbacks")

@@ -63,8 +63,7 @@ def available_memory() -> int | None:
 
 
 def memory_needed(model, batch_size: int = 1) -> int:
-    """An estimate of a GPT's bytes (built on the meta device): weights, tables, one forward
-    pass of `batch_size` full windows (logits, activations, manual attention's scores)."""
+    """An estimate of a GPT's bytes (on the meta device): weights, tables, one forward pass."""
     c = model.config
     tensors = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
     activations = batch_size * c.context_length * (c.vocab_size + 16 * c.d_model * c.num_blocks)

@@ -42,8 +42,7 @@ def as_override(key: str, value: Any) -> str:
 
 
 def literal(raw: str) -> str | None:
-    """A recorded value re-emitted so that Hydra's grammar reads it as that literal, or None when
-    it is not a number, true/false/null or a plain string (lists, dicts, `${...}`, functions)."""
+    """A recorded value re-emitted as the literal Hydra reads back, or None when it is not one."""
     raw = raw.strip()
     if len(raw) >= 2 and raw[0] == raw[-1] and raw[0] in "'\"":
         text = raw[1:-1]

@@ -160,8 +160,7 @@ def claim(root: str | Path, subdir: str | None) -> None:
 
 
 def unsafe_entries(root: Path) -> list[str]:
-    """What could lead gptlab elsewhere or make it hang, anywhere inside `root` (links, hard
-    links, special files); but W&B's own links in the run's top-level wandb/ folder."""
+    """Links, hard links and special files anywhere inside `root`, but W&B's own in its wandb/."""
     root = canonical(root)
     tracker = root / TRACKER_FOLDER
     found = []

@@ -19,7 +19,12 @@ from gptlab.run.settings import replayable
 log = logging.getLogger(__name__)
 
 
-def refused(run_dir: Path, reason: ownership.ForeignDirectory, sweep: bool) -> ConfigError:
+def own(run_dir: Path, sweep: bool) -> ownership.Manifest:
+    """The manifest of the own run or sweep directory to continue, or why it is not continued."""
+    try:
+        return (ownership.check_sweep if sweep else ownership.check_run)(run_dir)
+    except ownership.ForeignDirectory as e:
+        why = f"is not a {'sweep' if sweep else 'run'} directory gptlab made here for you ({e})"
     if sweep:
         way = (
             "A foreign sweep cannot be resumed; continue one of its jobs in a new run directory "
@@ -30,11 +35,7 @@ def refused(run_dir: Path, reason: ownership.ForeignDirectory, sweep: bool) -> C
             "`gptlab-train ckpt_path=<that dir>` continues its training (weights, optimizer "
             "state, step) in a new run directory of yours."
         )
-    kind = "sweep" if sweep else "run"
-    return ConfigError(
-        f"resume: '{run_dir}' is not a {kind} directory gptlab made here for you ({reason}), so it "
-        f"is read, never continued in place. {way}"
-    )
+    raise ConfigError(f"resume: '{run_dir}' {why}, so it is read, never continued in place. {way}")
 
 
 def newest_overrides(manifest: ownership.Manifest) -> list:
@@ -63,10 +64,7 @@ def own_run(run_dir: Path, argv: list[str]) -> ownership.Manifest:
             "before its first checkpoint (callbacks.last_checkpoint.every_n_train_steps), or it "
             "is not a run directory. Start it again instead."
         )
-    try:
-        return ownership.check_run(run_dir)
-    except ownership.ForeignDirectory as e:
-        raise refused(run_dir, e, sweep=False) from None
+    return own(run_dir, sweep=False)
 
 
 def resume_argv(argv: list[str]) -> list[str]:
@@ -90,10 +88,7 @@ def resume_argv(argv: list[str]) -> list[str]:
     flags = [a for a in argv[1:] if a.startswith("-") and a not in ("-m", "--multirun")]
     new = [a for a in argv[1:] if not a.startswith("-") and not a.startswith("resume=")]
     if is_sweep(run_dir):
-        try:
-            manifest = ownership.check_sweep(run_dir)
-        except ownership.ForeignDirectory as e:
-            raise refused(run_dir, e, sweep=True) from None
+        manifest = own(run_dir, sweep=True)
         recorded = manifest.data["settings"].get("overrides", [])
         saved = replayable(recorded, run_dir / ownership.MANIFEST, sweep=True)
         where = ["-m", f"hydra.sweep.dir={place.FROM_ENV}"]
@@ -133,10 +128,7 @@ def checkpoint_to_continue(cfg: DictConfig, output_dir: Path) -> tuple[str | Non
     if cfg.ckpt_path:
         return str(find_checkpoint(cfg.ckpt_path, prefer=directory.LAST)), False
     if directory.continues(output_dir, cfg.resume):
-        try:
-            ownership.check_run(output_dir)
-        except ownership.ForeignDirectory as e:
-            raise refused(output_dir, e, sweep=False) from None
+        own(output_dir, sweep=False)
         last = directory.last_checkpoint(output_dir)
         log.info("Continuing from %s (%s)", last, "resume=" if cfg.resume else "SLURM requeue")
         return str(last), True

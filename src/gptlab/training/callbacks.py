@@ -58,8 +58,7 @@ class FinalValidation(L.Callback):
 
 
 class ValidationStep(L.Callback):
-    """Validation's values at their own step in every logger: Lightning logs them one step early
-    unless the logged values hold a `step`."""
+    """Validation's values at their own step (Lightning logs them one step early without `step`)."""
 
     def on_validation_epoch_end(self, trainer, pl_module) -> None:
         pl_module.log("step", float(trainer.global_step), sync_dist=True)

@@ -99,8 +99,7 @@ class GPTModule(L.LightningModule):
         self._bytes += self._token_bytes[targets].sum()
 
     def exact_means(self, across_ranks: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
-        """Exact means over every token of the split, summed across ranks before dividing: nats per
-        token, and bits per UTF-8 byte of the text (comparable across tokenizers)."""
+        """Exact means, summed across ranks first: nats per token, bits per UTF-8 byte."""
         sums = (self._sum, self._count, self._bytes)
         if across_ranks:
             sums = [self.trainer.strategy.reduce(t, reduce_op="sum") for t in sums]

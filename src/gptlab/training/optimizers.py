@@ -6,8 +6,7 @@ import torch
 
 
 class MuonWithAdamW(torch.optim.Optimizer):
-    """Steps a Muon and an AdamW together. Its param_groups are theirs (the same dicts), so a
-    scheduler or a clip that sets a group's lr reaches the real one."""
+    """Muon and AdamW stepped as one; its param_groups are theirs, so the schedule reaches both."""
 
     def __init__(self, muon: torch.optim.Muon, adamw: torch.optim.AdamW):
         self.muon = muon

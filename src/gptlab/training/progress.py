@@ -4,8 +4,7 @@ from lightning.pytorch.callbacks import TQDMProgressBar
 
 
 class StepProgressBar(TQDMProgressBar):
-    """Lightning's TQDM bar counting the run's steps up to `max_steps`, so a resumed run keeps
-    its total and ETA (Lightning's counts the epoch's batches: `100/?` after a resume)."""
+    """Lightning's TQDM bar counting steps up to max_steps: a resume keeps its total and ETA."""
 
     def on_train_start(self, trainer, *args) -> None:
         super().on_train_start(trainer, *args)

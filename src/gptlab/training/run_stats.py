@@ -80,8 +80,7 @@ class RunStats(L.Callback):
             log.info("%s", line)
 
     def validation_line(self, trainer, wall: float) -> str:
-        """nanoGPT's line per validation: step, mean train loss and tokens/s since the previous
-        one, val loss and bpb, the run's time so far."""
+        """nanoGPT's line per validation: train loss and tokens/s since the last, val loss, bpb."""
         batches = self._batches
         train = f"{float(self._loss_sum) / batches:.4f}" if batches else "-"
         rate = self.rate(trainer.global_step, self._line_since)

@@ -21,9 +21,8 @@ RESULTS = "val_results"
 
 
 class RunTensorBoardLogger(TensorBoardLogger):
-    """Lightning's TensorBoard logger without the `epoch` scalar (a run is one epoch). The
-    HPARAMS tab goes to an event file of its own, replaced at each start's end: TensorBoard keeps
-    the first hyperparameters it reads in a run."""
+    """Lightning's TensorBoard logger without `epoch` (a run is one epoch); the HPARAMS tab in an
+    event file replaced at each start's end (TensorBoard keeps the first hparams it reads)."""
 
     @rank_zero_only
     def log_metrics(self, metrics: dict, step: int | None = None) -> None:
