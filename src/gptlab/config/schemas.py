@@ -123,9 +123,9 @@ def constructor_fields(module: str, name: str) -> list[tuple[str, Any, Any]]:
     return fields
 
 
-def source_schema(module: str, name: str, target: str, exclude: set[str] = frozenset()) -> type:
+def source_schema(module: str, name: str, exclude: set[str] = frozenset()) -> type:
     """schema_for a class's constructor, read from its source."""
-    fields = [("_target_", str, dataclasses.field(default=target))]
+    fields = [("_target_", str, dataclasses.field(default=f"{module}.{name}"))]
     for arg, kind, default in constructor_fields(module, name):
         if arg not in exclude:
             fields.append((arg, kind, dataclasses.field(default=default)))
@@ -137,9 +137,8 @@ def register_configs() -> None:
     register_optuna_sweeper()  # an editable install hides it from Hydra's plugin scan
     cs = ConfigStore.instance()
     cs.store(name="train_schema", node=TrainSchema)
-    cs.store(name="data_schema", node=source_schema(*DATA_MODULE, ".".join(DATA_MODULE)))
+    cs.store(name="data_schema", node=source_schema(*DATA_MODULE))
     cs.store(name="model_schema", node=schema_for(GPTConfig))
     cs.store(name="optim_schema", node=schema_for(OptimConfig))
-    trainer = source_schema(*TRAINER, "lightning.pytorch.trainer.trainer.Trainer", TRAINER_EXCLUDED)
-    cs.store(name="trainer_schema", node=trainer)
+    cs.store(name="trainer_schema", node=source_schema(*TRAINER, TRAINER_EXCLUDED))
     r.register()

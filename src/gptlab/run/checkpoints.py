@@ -139,7 +139,9 @@ def weights(checkpoint: dict, path: str | Path) -> dict:
     return {k.replace("_orig_mod.", ""): v for k, v in state.items()}
 
 
-def check_shapes(expected: dict[str, tuple], state: dict, path: str | Path) -> None:
+def check_weights(gpt, state: dict, path: str | Path) -> None:
+    """The weights must be the GPT's own (under `model.`): the same names and shapes."""
+    expected = {f"model.{k}": tuple(v.shape) for k, v in gpt.state_dict().items()}
     if set(expected) != set(state):
         differ = sorted(set(expected) ^ set(state))[:3]
         raise not_gptlab(path, f"its weights are named otherwise: {', '.join(differ)} ...")
@@ -147,10 +149,6 @@ def check_shapes(expected: dict[str, tuple], state: dict, path: str | Path) -> N
         if tuple(state[name].shape) != shape:
             shapes = f"{tuple(state[name].shape)} where the model has {shape}"
             raise not_gptlab(path, f"{name} is {shapes}")
-
-
-def check_weights(module, state: dict, path: str | Path) -> None:
-    check_shapes({k: tuple(v.shape) for k, v in module.state_dict().items()}, state, path)
 
 
 def bounded_model(model: dict, state: dict, path: str | Path) -> None:
@@ -166,7 +164,7 @@ def bounded_model(model: dict, state: dict, path: str | Path) -> None:
         raise not_gptlab(path, found)
     with torch.device("meta"):
         gpt = GPT(GPTConfig(**{**model, "compile": False}))
-    check_shapes({f"model.{k}": tuple(v.shape) for k, v in gpt.state_dict().items()}, state, path)
+    check_weights(gpt, state, path)
     carried = sum(t.numel() * t.element_size() for t in state.values())
     tables = sum(b.numel() * b.element_size() for b in gpt.buffers())
     if tables > carried + BUFFER_SLACK:

@@ -200,5 +200,5 @@ def build_module(model, optim, tokenizer: Tokenizer, batch_size: int, start) -> 
         check_architecture(start.ckpt_path, start.checkpoint, hparams)
     module = GPTModule(**hparams)
     if start.checkpoint and not start.whole:
-        check_weights(module, weights(start.checkpoint, start.ckpt_path), start.ckpt_path)
+        check_weights(module.model, weights(start.checkpoint, start.ckpt_path), start.ckpt_path)
     return module
