@@ -44,11 +44,10 @@ def make_dir(path: str | Path) -> Path:
     for folder in reversed(missing):
         try:
             os.mkdir(folder)
-        except FileExistsError:
+            CREATED.append(folder)
+        except FileExistsError:  # a parent another process made meanwhile is not ours
             if folder == path:
                 raise
-            continue  # a parent another process made meanwhile: not ours
-        CREATED.append(folder)
     return path
 
 

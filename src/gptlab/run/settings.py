@@ -32,9 +32,8 @@ def replay_override(override, sweep: bool = False) -> tuple[str | None, str | No
     if key in NOT_REPLAYED:
         return None, None
     parts = key.split(".")
-    if not KEY.fullmatch(key) or parts[-1] in WHERE_KEYS:
-        return None, override
-    if len(parts) > 1 and parts[0] in NOT_REPLAYED_GROUPS or key in ("paths", "hydra"):
+    grouped = len(parts) > 1 and parts[0] in NOT_REPLAYED_GROUPS or key in ("paths", "hydra")
+    if not KEY.fullmatch(key) or parts[-1] in WHERE_KEYS or grouped:
         return None, override
     if len(parts) == 1 and installed_options(key):  # a group: installed options, e.g. `[a,b]`
         choices = raw[1:-1].split(",") if raw.startswith("[") and raw.endswith("]") else [raw]
