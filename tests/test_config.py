@@ -112,16 +112,16 @@ def signature_fields(target: type, exclude=frozenset()) -> dict[str, tuple]:
 def test_a_schema_read_from_the_source_is_the_classs_real_signature(where, target, exclude):
     """The Trainer's and the data module's schemas come from their source files (no import):
     the same names, types and defaults as the imported class's signature."""
-    schema = fields_of(source_schema(*where, "x", exclude))
+    schema = fields_of(source_schema(*where, exclude))
     read = {name: (f.type, f.default) for name, f in schema.items() if name != "_target_"}
     assert read == signature_fields(target, exclude)
     assert exclude.isdisjoint(schema)
 
 
 def test_the_trainer_and_data_schemas_type_what_overrides_set():
-    trainer = fields_of(source_schema(*TRAINER, "t", TRAINER_EXCLUDED))
+    trainer = fields_of(source_schema(*TRAINER, TRAINER_EXCLUDED))
     assert trainer["max_steps"].type is int and trainer["max_steps"].default == -1
-    data = fields_of(source_schema(*DATA_MODULE, "d"))
+    data = fields_of(source_schema(*DATA_MODULE))
     assert data["batch_size"].type is int and data["batch_size"].default == 16
     assert data["path"].type == Optional[str]  # noqa: UP045
     assert data["tokenizer"].type is Any
@@ -135,10 +135,10 @@ def test_a_constructor_argument_without_default_is_mandatory(tmp_path, monkeypat
         "        pass\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    schema = fields_of(source_schema("needs_module", "Needs", "needs_module.Needs"))
+    schema = fields_of(source_schema("needs_module", "Needs"))
     assert list(schema) == ["_target_", "size", "name", "other"]  # *args, **kwargs left out
     assert schema["size"].default is MISSING and schema["other"].default == 3
-    structured = OmegaConf.structured(source_schema("needs_module", "Needs", "n"))
+    structured = OmegaConf.structured(source_schema("needs_module", "Needs"))
     assert OmegaConf.is_missing(structured, "size")
 
 

@@ -340,3 +340,9 @@ def test_run_files_that_hang_or_nest_are_read_as_nothing(finished, tmp_path):
     assert files.read_bytes(run / "manifest.json") is None  # returns at once: not waited on
     [written] = (tmp_path / "outputs" / "eval").rglob("eval.json")
     assert json.loads(written.read_text())
+
+
+@pytest.mark.parametrize("flag", ["--help", "-h", "--cfg=job", "-c=job", "--info"])
+def test_a_command_line_that_only_prints_makes_nothing(tmp_path, flag):
+    result = run_main(flag, cwd=tmp_path)
+    assert result.returncode == 0 and os.listdir(tmp_path) == []

@@ -1,9 +1,5 @@
 """gptlab: train small decoder-only GPTs written from scratch, with Lightning and Hydra.
-
-Importing gptlab (every entry point does) applies its process defaults before torch loads:
-OpenMP threads spin briefly, then sleep, and glibc malloc keeps freed memory for the next step
-(gptlab/process.py). A user's own OMP_*/GOMP_* or MALLOC_* settings are left alone. Lightning's
-known noise is ignored in every process, spawned DDP ranks too (gptlab/noise.py)."""
+Importing it applies the process defaults (gptlab.process) and ignores Lightning's noise."""
 
 from gptlab.noise import ignore_known_warnings
 from gptlab.process import apply_defaults

@@ -6,8 +6,7 @@ class ConfigError(ValueError):
 
 
 def check_whole_number(cfg, key: str, minimum: int, meaning: str) -> None:
-    """cfg[key] must be a whole number of at least `minimum`; else a ConfigError saying what it
-    is for."""
+    """cfg[key] must be a whole number of at least `minimum`; `meaning` says what it is for."""
     value = cfg[key]
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ConfigError(f"{key}={value!r}: {meaning}; give a whole number of at least {minimum}.")

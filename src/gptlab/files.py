@@ -1,14 +1,6 @@
-"""The one home of file input and output: every write, delete and read of gptlab goes through
-here, and its rules hold by construction, not per call site.
-
-- A write is whole or nothing: a fresh temporary file beside the target, renamed over it once
-  complete (a link at the target is replaced, never followed; its mode follows the umask). A log
-  is appended to only when it is a file of its own: never through a link, never into a file with
-  more than one hard link.
-- A delete removes only what this process created (`make_dir` and `created` record it).
-- A read takes plain data from a regular file only (no link, FIFO, device or socket), at most
-  MAX_BYTES of it; JSON and YAML at most MAX_DEPTH deep, YAML without aliases.
-Where a run or a tool may write at all is gptlab.run.place's to decide."""
+"""The one home of file input and output, so its rules (docs/security.md) hold by
+construction: writes whole, never through a link; deletes of what this process created;
+bounded reads of regular files. Where a tool may write is gptlab.run.place's to decide."""
 
 import contextlib
 import hashlib
@@ -43,9 +35,8 @@ def umask() -> int:
 
 
 def make_dir(path: str | Path) -> Path:
-    """Create the folder `path` (absolute, as given: a link on the way is not resolved away) and
-    its missing parents, recording each one this process created. FileExistsError when `path`
-    itself exists already: it is someone else's."""
+    """Create `path` (a link on the way is not resolved away) and its missing parents, recording
+    each; FileExistsError when `path` exists already: it is someone else's."""
     path = Path(os.path.abspath(path))
     missing = [p for p in (path, *path.parents) if not os.path.lexists(p)]
     if path not in missing:
@@ -53,26 +44,23 @@ def make_dir(path: str | Path) -> Path:
     for folder in reversed(missing):
         try:
             os.mkdir(folder)
-        except FileExistsError:
+            CREATED.append(folder)
+        except FileExistsError:  # a parent another process made meanwhile is not ours
             if folder == path:
                 raise
-            continue  # a parent another process made meanwhile: not ours
-        CREATED.append(folder)
     return path
 
 
 def adopt(path: str | Path) -> None:
-    """An empty folder this process was given to write into (not a link): what appears in it
-    from now on is this process's, the folder itself is not."""
+    """An empty folder (not a link) given to this process: what appears in it is its own."""
     path = Path(os.path.abspath(path))
     if not os.path.islink(path) and path.is_dir() and not any(path.iterdir()):
         ADOPTED.append(path)
 
 
 def remove_created(path: str | Path) -> None:
-    """Remove the folder `path` with what it holds, and the parents this process created that it
-    leaves empty, when this process created `path`; when it adopted it, what it holds. Anything
-    else is left as it is."""
+    """Remove `path` and the parents it leaves empty when this process created them; empty it
+    when adopted; leave anything else as it is."""
     path = Path(os.path.abspath(path))
     if os.path.islink(path) or not path.is_dir():
         return
@@ -106,9 +94,8 @@ def atomic(
     before_replace: Callable[[Path], None] | None = None,
     on_create: Callable[[Path], None] | None = None,
 ) -> Iterator[IO]:
-    """A file object to write `path` through: a new temporary file in the same folder
-    (`on_create(tmp)` is told its name first), renamed over `path` when the block ends without an
-    error. `before_replace(tmp)` runs once the file is whole, before the rename."""
+    """A temporary file beside `path` (`on_create(tmp)` first), renamed over it when the block
+    ends without an error; `before_replace(tmp)` runs once it is whole."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=temporary_name(path), suffix=".tmp")
@@ -125,24 +112,22 @@ def atomic(
         Path(tmp).unlink(missing_ok=True)  # nothing half-written stays behind
 
 
-def write_text(path: str | Path, text: str, before_replace=None) -> None:
-    with atomic(path, "w", before_replace) as f:
+def write_text(path: str | Path, text: str) -> None:
+    with atomic(path, "w") as f:
         f.write(text)
 
 
-def write_json(path: str | Path, data: Any, before_replace=None) -> None:
-    write_text(path, json.dumps(data, indent=2) + "\n", before_replace)
+def write_json(path: str | Path, data: Any) -> None:
+    write_text(path, json.dumps(data, indent=2) + "\n")
 
 
 def save_figure(fig, path: str | Path, **kwargs) -> None:
-    """A matplotlib figure as a PNG file, written whole like every other file."""
     with atomic(path, "wb") as f:
         fig.savefig(f, format="png", **kwargs)
 
 
 def open_regular(path: str | Path, follow: bool = False) -> IO[bytes]:
-    """`path` opened for reading when it is a regular file; OSError for anything else (a FIFO is
-    not waited on, a link is not followed unless `follow`)."""
+    """`path` opened if a regular file, else OSError (no FIFO waited on; links only if `follow`)."""
     flags = os.O_RDONLY | os.O_NONBLOCK | (0 if follow else os.O_NOFOLLOW)
     handle = os.open(path, flags)
     if not stat.S_ISREG(os.fstat(handle).st_mode):
@@ -152,8 +137,7 @@ def open_regular(path: str | Path, follow: bool = False) -> IO[bytes]:
 
 
 def read_bytes(path: str | Path, limit: int = MAX_BYTES) -> bytes | None:
-    """At most `limit` bytes of a regular file; None when it is missing, unreadable, a link,
-    not a regular file, or longer."""
+    """A regular file's bytes; None when it is missing, unreadable, not one, or over `limit`."""
     try:
         with open_regular(path) as f:
             data = f.read(limit + 1)
@@ -163,7 +147,7 @@ def read_bytes(path: str | Path, limit: int = MAX_BYTES) -> bytes | None:
 
 
 def depth(data: Any) -> int:
-    """How deeply lists and dicts nest in `data` (counted without recursion)."""
+    """How deeply lists and dicts nest in `data` (without recursion)."""
     deepest, todo = 0, [(data, 1)]
     while todo:
         node, level = todo.pop()
@@ -175,8 +159,7 @@ def depth(data: Any) -> int:
 
 
 class PlainLoader(yaml.SafeLoader):
-    """YAML's safe loader without aliases: a node is never shared, so what a file holds is
-    bounded by its size (no alias bomb)."""
+    """YAML's safe loader without aliases: what a file holds is bounded by its size."""
 
     def compose_node(self, parent, index):
         if self.check_event(yaml.AliasEvent):
@@ -184,39 +167,36 @@ class PlainLoader(yaml.SafeLoader):
         return super().compose_node(parent, index)
 
 
-def read_json(path: str | Path) -> Any:
-    """A JSON file as plain data; None when it is missing, not a regular file, too large, too
-    deep, or not JSON."""
+def read_plain(path: str | Path, parse: Callable[[bytes], Any], errors: tuple) -> Any:
+    """A file parsed as plain data; None when read_bytes gives none, too deep, or unparsable."""
     raw = read_bytes(path)
     try:
-        data = None if raw is None else json.loads(raw)
-    except (ValueError, RecursionError):
+        data = None if raw is None else parse(raw)
+    except (*errors, RecursionError):
         return None
     return data if depth(data) <= MAX_DEPTH else None
+
+
+def read_json(path: str | Path) -> Any:
+    return read_plain(path, json.loads, (ValueError,))
 
 
 def read_yaml(path: str | Path) -> Any:
-    """A YAML file as plain data (safe: no tags, no objects, no aliases); None as read_json."""
-    raw = read_bytes(path)
-    try:
-        data = None if raw is None else yaml.load(raw, Loader=PlainLoader)  # noqa: S506
-    except (yaml.YAMLError, RecursionError):
-        return None
-    return data if depth(data) <= MAX_DEPTH else None
+    """Safe: no tags, no objects, no aliases."""
+    return read_plain(path, lambda raw: yaml.load(raw, Loader=PlainLoader), (yaml.YAMLError,))  # noqa: S506
 
 
-def sha256_of(path: str | Path, follow: bool = False) -> str:
+def sha256_of(path: str | Path) -> str:
     """The sha256 of a regular file's content, read in chunks (OSError for anything else)."""
     digest = hashlib.sha256()
-    with open_regular(path, follow) as f:
+    with open_regular(path) as f:
         for chunk in iter(lambda: f.read(CHUNK), b""):
             digest.update(chunk)
     return digest.hexdigest()
 
 
 def append_only(filename: str | Path) -> IO[str]:
-    """`filename` opened to append to, created if missing: a regular file of one link only (a
-    planted link, hard or symbolic, is refused, never written through)."""
+    """`filename` opened to append to, created if missing: a regular file of one link only."""
     handle = os.open(filename, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o666)
     info = os.fstat(handle)
     if not stat.S_ISREG(info.st_mode) or info.st_nlink > 1:
@@ -226,7 +206,7 @@ def append_only(filename: str | Path) -> IO[str]:
 
 
 class LogFile(logging.StreamHandler):
-    """A log file appended to (Hydra's job log, a spawned DDP process's): see append_only."""
+    """A log file appended to (Hydra's job log, a spawned DDP process's) by append_only."""
 
     def __init__(self, filename, mode="a", encoding=None, delay=False, errors=None):
         super().__init__(append_only(filename))

@@ -1,7 +1,5 @@
-"""What Lightning says that tells a gptlab user nothing, by its exact text, in one place: the
-warnings ignored in every process that imports gptlab (the spawned ranks of DDP are new
-interpreters that never run a run's log set-up, but they import gptlab when they unpickle the
-trainer) and the log messages gptlab.run.logs leaves out."""
+"""What Lightning says that tells a gptlab user nothing, by its exact text: warnings ignored in
+every process (spawned DDP ranks import gptlab too), log messages gptlab.run.logs leaves out."""
 
 import logging
 import re

@@ -1,18 +1,5 @@
-"""This process: its rank, and its defaults for training on a CPU, set once when gptlab is
-imported.
-
-- OpenMP: `GOMP_SPINCOUNT=1000`. An idle OpenMP thread spins briefly, then sleeps, so a run keeps
-  its speed alone and beside another busy process. libgomp reads it when torch loads it, so it is
-  set only while torch is not imported yet.
-- glibc malloc: a fixed mmap threshold at glibc's largest (32 MiB) and a trim threshold of 1 GiB.
-  A training step frees and reallocates the same large buffers every time (logits, their
-  gradient, the embedding and head gradients: 25.6 MB each at the full 100,070-row vocabulary);
-  by default glibc hands them back to the kernel and the next step faults ~45 MB of fresh zeroed
-  pages back in. `mallopt` takes effect at any time in a running process. A no-op without glibc.
-
-A user's own settings win: any `OMP_*`/`GOMP_*` variable (but the print-only ones) leaves OpenMP
-alone, any `MALLOC_*` variable or a `glibc.malloc.` tunable in `GLIBC_TUNABLES` leaves malloc
-alone (docs/performance.md has the measurements)."""
+"""This process: its rank, and its CPU defaults set when gptlab is imported (GOMP_SPINCOUNT,
+glibc's malloc thresholds) unless the user set their own (docs/devices.md)."""
 
 import ctypes
 import os
@@ -72,9 +59,8 @@ def keep_freed_memory(environ) -> bool:
 
 
 def rank(environ=os.environ) -> int:
-    """This process's rank as its launcher set it, read as Lightning reads it (RANK, LOCAL_RANK,
-    SLURM_PROCID, JSM_NAMESPACE_RANK), before Lightning is imported. A DDP rank Lightning spawns
-    itself is known to Lightning only: its callbacks ask the trainer (is_global_zero)."""
+    """This process's rank as its launcher set it, read as Lightning reads it, before Lightning
+    is imported (a rank Lightning spawns itself is the trainer's to know: is_global_zero)."""
     for key in ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK"):
         if environ.get(key, "").isdigit():
             return int(environ[key])

@@ -1,8 +1,5 @@
 """What every command-line tool shares: the exit-code protocol (gptlab.exits) around Hydra, and
-the device it runs on.
-
-Bad input ends in one paragraph and exit code 2. A command line Hydra could not compose never
-reaches Hydra (gptlab.cli.compose composes it first), so any exit 1 is the task's own."""
+the device it runs on."""
 
 import logging
 import os
@@ -15,14 +12,12 @@ from omegaconf import DictConfig
 from gptlab.cli.compose import check_command_line, output_place
 from gptlab.errors import ConfigError
 from gptlab.exits import BAD_INPUT
-from gptlab.process import rank
 from gptlab.run import place
 from gptlab.run.ownership import RUN, SWEEP
 
 
 def run_task(task: Callable[[DictConfig], Any], cfg: DictConfig, log: logging.Logger) -> Any:
-    """Run a tool's Hydra task; a ConfigError ends it with its paragraph and exit code 2, and
-    what this start created is removed when it holds nothing but a start's stub."""
+    """A tool's Hydra task; a ConfigError ends it with exit code 2, its start's stub removed."""
     try:
         return task(cfg)
     except ConfigError as e:
@@ -33,18 +28,15 @@ def run_task(task: Callable[[DictConfig], Any], cfg: DictConfig, log: logging.Lo
 
 
 def run_hydra_app(hydra_main: Callable[[], object], tool: str) -> None:
-    """Run a `@hydra.main` function once its command line composes, what Hydra builds itself is
-    checked (gptlab.cli.compose) and the directory it writes into is decided and made
-    (gptlab.run.place): a mistake ends before Hydra runs, nothing written, in one paragraph and
-    exit code 2."""
+    """Run a `@hydra.main` function once its command line is checked (gptlab.cli.compose) and its
+    output directory made (gptlab.run.place): a mistake ends before Hydra runs, exit code 2."""
     try:
         composed = check_command_line(tool, sys.argv)
         if composed is not None and not composed[0].get("resume"):
             cfg, multirun = composed  # resume= found its directory own already
             where, key = output_place(cfg, multirun)
             kind = None if tool != "gptlab-train" else SWEEP if multirun else RUN
-            decide = place.prepare if rank() == 0 else place.follow
-            sys.argv = [*sys.argv, decide(where, key, kind)]
+            sys.argv = [*sys.argv, place.prepare(where, key, kind)]
     except ConfigError as e:
         print(f"{tool}: {e}", file=sys.stderr)
         sys.exit(BAD_INPUT)

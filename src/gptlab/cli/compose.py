@@ -1,8 +1,5 @@
-"""A tool's command line composed the way Hydra is about to compose it, before Hydra runs and
-before any heavy import (schemas and resolvers are light): a mistake (an unknown key or option, a
-wrong type, bad syntax) ends here in one paragraph, with "did you mean" for a misspelt name and
-without Hydra's hint to add the key with `+` (a key the schema lacks is refused later anyway);
-what Hydra builds itself (hydra.callbacks, a sweep's launcher and sweeper) is checked too."""
+"""A tool's command line composed as Hydra is about to, before Hydra and any heavy import: a
+mistake ends in one paragraph ("did you mean"); what Hydra builds itself is checked too."""
 
 import argparse
 import difflib
@@ -23,12 +20,12 @@ UNSUPPORTED = {
 
 
 def hydra_arguments(argv: list[str]) -> argparse.Namespace | None:
-    """The parts of a Hydra command line that decide its config (Hydra's own flags); None when
-    Hydra will only print (--help, --cfg, --info, ...) and so builds nothing."""
+    """Hydra's own flags of a command line; None when Hydra will only print (--help, --cfg)."""
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("overrides", nargs="*")
-    for flag in ("--help", "-h", "--hydra-help", "--version", "--resolve", "--run", "-r"):
-        parser.add_argument(flag, action="store_true")
+    for flags in (("--help", "-h"), ("--hydra-help",), ("--version",), ("--resolve",)):
+        parser.add_argument(*flags, action="store_true")
+    parser.add_argument("--run", "-r", action="store_true")
     parser.add_argument("--multirun", "-m", action="store_true")
     parser.add_argument("--shell-completion", "-sc", action="store_true")
     for flags in (("--cfg", "-c"), ("--package", "-p"), ("--config-path", "-cp")):
@@ -42,9 +39,7 @@ def hydra_arguments(argv: list[str]) -> argparse.Namespace | None:
 
 
 def compose(tool: str, args: argparse.Namespace, overrides: list[str]) -> tuple[Any, Exception]:
-    """(the config with its hydra node, None) as Hydra composes `overrides` for this command
-    line, through Hydra's public compose API and config loader; (None, the error) when it
-    cannot."""
+    """(the config with its hydra node, None) as Hydra composes it, or (None, the error)."""
     from hydra import initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
     from hydra.types import RunMode
@@ -74,7 +69,7 @@ def did_you_mean(name: str, candidates) -> str:
 
 
 def unknown_key(tool: str, args: argparse.Namespace, key: str) -> str:
-    """What the config holds where `key` was not found: a suggestion from its neighbours."""
+    """Where `key` was not found, with a suggestion from its neighbours."""
     from omegaconf import OmegaConf
 
     others = [o for o in args.overrides if not o.lstrip("+~").startswith(f"{key}=")]
@@ -113,10 +108,8 @@ def explain(tool: str, args: argparse.Namespace, error: Exception) -> str:
 
 
 def output_place(cfg: Any, multirun: bool) -> tuple[Path, str]:
-    """(where Hydra will write, the key that says so): hydra.sweep.dir with -m, else
-    hydra.run.dir, composed and resolved as Hydra resolves it (${now:...} and ${hydra:...}
-    included), whatever its spelling. The folders inside it must stay inside: a start's config
-    folder and a sweep's job folders are gptlab's to name."""
+    """(where Hydra will write, the key that says so), resolved as Hydra resolves it whatever its
+    spelling; a start's config folder and a sweep's job folders inside are gptlab's to name."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.core.utils import setup_globals
     from omegaconf import OmegaConf
@@ -149,8 +142,7 @@ def output_place(cfg: Any, multirun: bool) -> tuple[Path, str]:
 
 
 def check_logins(cfg: Any) -> None:
-    """logger=wandb needs a W&B login, or its offline mode: checked before any work, with the fix
-    (W&B itself fails inside the first step, in a traceback)."""
+    """logger=wandb needs a W&B login or its offline mode (else W&B fails in the first step)."""
     for node in (cfg.get("logger") or {}).values():
         if not str(node.get("_target_", "")).endswith("WandbLogger"):
             continue
@@ -169,9 +161,7 @@ def check_logins(cfg: Any) -> None:
 
 
 def check_command_line(tool: str, argv: list[str]) -> tuple[Any, bool] | None:
-    """Compose the command line as Hydra will and check what Hydra builds itself; a ConfigError
-    (one paragraph) for anything wrong. Returns the composed config (with its hydra node) and
-    whether it is a multirun; None for a command line Hydra will only print."""
+    """(the composed config, whether a multirun), checked; None when Hydra will only print."""
     args = hydra_arguments(argv)
     if args is None:
         return None

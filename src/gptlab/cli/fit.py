@@ -1,12 +1,5 @@
-"""gptlab-train's task: one run, built in the order data flows, top to bottom: the checked config
-and where the run starts from; the data (the vocabulary known); the model (its settings final);
-the run's length; the Trainer, built once with everything it needs; fit; the end of the run
-(gptlab.training.report). Nothing is patched after it is built.
-
-Every check of the input runs before the corpus is downloaded or tokenized; bad input ends the
-run with one paragraph naming the key or file, and exit code 2. The command line itself was
-composed and checked, and the run directory made, before any of this was imported
-(gptlab.cli.app, gptlab.run.place)."""
+"""gptlab-train's task: one run, built in the order data flows, nothing patched after it is
+built (docs/architecture.md); every input is checked before the corpus is touched."""
 
 import contextlib
 import logging
@@ -36,8 +29,7 @@ log = logging.getLogger("gptlab.train")
 
 def train(cfg: DictConfig) -> float:
     """Train one model as `cfg` says; return its best validation loss."""
-    # the checked config (everything a config can get wrong, built first: cheap) and where this
-    # run starts from, before any download
+    # the checked config (built first: cheap) and where this run starts from, before any download
     route_lightning_logs()
     cfg = checked(cfg)  # resolved once and checked: what is built below
     model, optim, datamodule = (build(cfg[group], group) for group in ("model", "optim", "data"))
@@ -66,8 +58,7 @@ def train(cfg: DictConfig) -> float:
 
 
 def fit(trainer: L.Trainer, module, datamodule, ckpt_path: str | None, run_dir: Path) -> None:
-    """trainer.fit, its messages on lines of their own above the progress bar (tqdm.write); a
-    stop (SIGTERM, Ctrl-C) ends the process with the command that continues the run."""
+    """trainer.fit; a stop (SIGTERM, Ctrl-C) ends the process with the command that continues it."""
     console = logging_redirect_tqdm() if trainer.is_global_zero else contextlib.nullcontext()
     try:
         with console:
@@ -75,11 +66,9 @@ def fit(trainer: L.Trainer, module, datamodule, ckpt_path: str | None, run_dir: 
     except SIGTERMException:
         stop = next(c for c in trainer.callbacks if isinstance(c, GracefulStop))
         if trainer.is_global_zero:
+            where = place.sweep_dir() or run_dir  # a sweep's job continues with its sweep
             log.warning(
-                "Stopped by %s after step %d; saved its last checkpoint. Continue with:\n"
-                "  gptlab-train resume=%s",
-                stop.signal_name,
-                trainer.global_step,
-                place.sweep_dir() or run_dir,  # a sweep's job continues with its sweep
+                f"Stopped by {stop.signal_name} after step {trainer.global_step}; saved its last "
+                f"checkpoint. Continue with:\n  gptlab-train resume={where}"
             )
         sys.exit(code_of_signal(stop.signal_name))

@@ -1,5 +1,4 @@
-"""gptlab-train's Trainer, built once with everything it needs: the callbacks group's callbacks
-(checkpoints into the run's own checkpoints/), the ones every run has, the loggers, and the
+"""gptlab-train's Trainer, built once with everything it needs: callbacks, loggers, and the
 checkpoint plugin told what this start continues."""
 
 from inspect import signature
@@ -28,16 +27,10 @@ from gptlab.training.run_stats import RunStats
 
 
 def build_trainer(cfg: DictConfig, run_dir: Path, module, start, length) -> L.Trainer:
-    """The Trainer of the trainer group for `module`, continuing `start` (gptlab.run.resume), on
-    the processes its `length` was counted for (gptlab.training.budget.run_length)."""
+    """The Trainer for `module`, continuing `start`, on the processes `length` was counted for."""
     loggers = build_loggers(cfg, start.step)
     callbacks = build_callbacks(cfg, run_dir, with_loggers=bool(loggers))
-    plugin = RunCheckpointIO(
-        run_dir,
-        continued=Path(start.ckpt_path) if start.whole else None,
-        started_from=Path(start.ckpt_path) if start.ckpt_path and not start.whole else None,
-        optimizer=module.optim.name,
-    )
+    plugin = RunCheckpointIO(run_dir, start, module.optim.name)
     stats = RunStats(length.tokens_per_step, module.model.flops_per_token())
     callbacks = [
         *callbacks,
@@ -63,10 +56,8 @@ def build_trainer(cfg: DictConfig, run_dir: Path, module, start, length) -> L.Tr
 
 
 def build_callbacks(cfg: DictConfig, run_dir: Path, with_loggers: bool) -> list:
-    """The callbacks group's: a checkpoint goes to the run directory's checkpoints/, where resume,
-    eval and generate find it (the run directory decides, not a setting); nothing logs the
-    learning rate without a logger. A node without _target_ is one an experiment tunes but
-    `callbacks=none` removed."""
+    """The callbacks group's, checkpoints into the run's own checkpoints/ (resume looks there); no
+    learning rate without a logger. A node without _target_ was removed (`callbacks=none`)."""
     folder = directory.checkpoint_dir(run_dir)
     own_checkpoint_dir(folder)
     callbacks = []
@@ -87,9 +78,8 @@ def build_callbacks(cfg: DictConfig, run_dir: Path, with_loggers: bool) -> list:
 
 
 def build_loggers(cfg: DictConfig, resume_step: int | None) -> list:
-    """The logger group's loggers. A resumed TensorBoard log drops the steps after its
-    checkpoint; a sweep's job is a TensorBoard run named by its settings (unless the config names
-    one)."""
+    """The logger group's. A resumed TensorBoard log drops the steps after its checkpoint; a
+    sweep's job is a TensorBoard run named by its settings (unless the config names one)."""
     loggers = []
     for name, node in cfg.logger.items():
         if "_target_" not in node:  # an experiment may tune a logger that logger=none removed

@@ -1,1 +1,1 @@
-"""Config: typed schemas, resolvers, and the trust check that guards what a config builds."""
+"""Config: schemas, resolvers, what a config may build."""

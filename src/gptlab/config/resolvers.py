@@ -1,6 +1,5 @@
-"""The resolvers configs use: a unique run directory, where a start saves its config, DDP's start
-method, and the `gptlab.*` names that tie the loggers' runs to the run directory. Light to import
-(Lightning comes in with the one resolver that needs it): every tool registers them first."""
+"""The resolvers configs use: values only, no effects. Light to import: every tool registers
+them first."""
 
 import functools
 import hashlib
@@ -16,9 +15,7 @@ from gptlab.run import directory, ownership
 
 
 def unique_dir(path: str) -> str:
-    """`path`, or `path_1`, `path_2`, ...: the first that does not exist yet, so two runs
-    started in the same second get one each (gptlab.run.place creates it; other ranks of a
-    SLURM job share rank 0's)."""
+    """`path`, or `path_1`, ...: the first free name (place creates it; other ranks share it)."""
     if rank() > 0:
         return path
     candidate, n = path, 0
@@ -29,8 +26,7 @@ def unique_dir(path: str) -> str:
 
 
 def start_subdir() -> str | None:
-    """hydra.output_subdir: where Hydra saves this start's config in its run directory (see
-    `start_subdir_of`); `.hydra` outside a Hydra job."""
+    """hydra.output_subdir (`start_subdir_of`); `.hydra` outside a Hydra job."""
     if not HydraConfig.initialized():
         return directory.HYDRA
     runtime = HydraConfig.get().runtime
@@ -41,11 +37,8 @@ def start_subdir() -> str | None:
 
 @functools.cache
 def start_subdir_of(output_dir: str) -> str | None:
-    """`.hydra` for a directory's first start; for any later one (a resume, a requeue, a sweep's
-    resume) a new folder of its own with a name that cannot be guessed, so no start overwrites
-    what an earlier one saved; none (Hydra saves nothing) in a directory that is not the user's
-    own, which the start then refuses (gptlab.run.ownership.claim). Other ranks of a DDP job
-    save nothing."""
+    """`.hydra` for a directory's first start, a new folder for a later one (none overwrites
+    another's); None on other ranks and in a directory not the user's own (its start is refused)."""
     if rank() > 0:
         return None
     run_dir = Path(output_dir)
@@ -57,16 +50,15 @@ def start_subdir_of(output_dir: str) -> str | None:
 
 
 def ddp_start_method() -> str:
-    """How DDP starts its ranks: spawn (each job of a `-m` sweep its own; re-running the command
-    line would re-run the sweep), popen where SLURM or torchrun already started one per rank."""
+    """spawn (re-running the command line would re-run a `-m` sweep), popen where SLURM or
+    torchrun already started one process per rank."""
     from lightning.pytorch.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
 
     return "popen" if SLURMEnvironment.detect() or TorchElasticEnvironment.detect() else "spawn"
 
 
 def _dirs() -> tuple[Path, Path | None, Path] | None:
-    """(run dir, sweep dir or None, cwd) of this Hydra job; None outside one (--cfg job, --help,
-    or a config composed with return_hydra_config)."""
+    """(run dir, sweep dir or None, cwd) of this Hydra job; None outside one (--cfg, --help)."""
     if not HydraConfig.initialized():
         return None
     hc = HydraConfig.get()
@@ -113,9 +105,8 @@ def mlflow_artifacts(tracking_uri: str) -> str | None:
 
 
 def mlflow_run(tracking_uri: str, experiment_name: str, resume=None) -> str | None:
-    """The id of the MLflow run of this run directory (its tag gptlab.run_dir, from run_info)
-    when the run continues it (resume=, a SLURM requeue): the run goes on instead of a second one
-    starting."""
+    """The id of this run directory's MLflow run (tag gptlab.run_dir) when the run continues
+    (resume=, a SLURM requeue): it goes on instead of a second one starting."""
     dirs = _dirs()
     if dirs is None or not directory.continues(dirs[0], resume):
         return None
@@ -123,15 +114,10 @@ def mlflow_run(tracking_uri: str, experiment_name: str, resume=None) -> str | No
 
     client = MlflowClient(tracking_uri)
     experiment = client.get_experiment_by_name(experiment_name)
-    runs = (
-        []
-        if experiment is None
-        else client.search_runs(
-            [experiment.experiment_id],
-            filter_string=f"tags.`gptlab.run_dir` = '{dirs[0]}'",
-            max_results=1,
-        )
-    )
+    if experiment is None:
+        return None
+    tag = f"tags.`gptlab.run_dir` = '{dirs[0]}'"
+    runs = client.search_runs([experiment.experiment_id], filter_string=tag, max_results=1)
     return runs[0].info.run_id if runs else None
 
 

@@ -1,11 +1,5 @@
-"""Typed schemas for the configs.
-
-A group's schema is a dataclass derived from its target's signature, stored outside the groups
-(`model_schema`, ...) for their YAML files to extend: a mistyped key or a wrong type fails when
-Hydra composes the config. Deriving them imports nothing heavy, so a tool checks a command line
-before torch and Lightning load: the dataclass configs (GPTConfig, OptimConfig) are plain Python,
-and the data module's and the Trainer's signatures are read from their source files with `ast`
-(tests/test_config.py holds each against the class's real signature)."""
+"""Typed schemas derived from the classes a group builds: a mistyped key or type fails when
+Hydra composes. Nothing heavy is imported (signatures read with `ast` from their source)."""
 
 import ast
 import dataclasses
@@ -52,7 +46,7 @@ class TrainSchema:
 
 
 def omegaconf_type(annotation: Any) -> Any:
-    """The closest type OmegaConf can check: primitives, Optional primitives, lists of them."""
+    """The closest type OmegaConf can check: primitives, Optional ones, lists of them."""
     if annotation in PRIMITIVES:
         return annotation
     origin = typing.get_origin(annotation)
@@ -101,8 +95,7 @@ def source_of(module: str) -> Path:
 
 
 def constructor_fields(module: str, name: str) -> list[tuple[str, Any, Any]]:
-    """(name, OmegaConf type, default or MISSING) of each argument of `name.__init__` in
-    `module`'s source; a default that names a constant of the module is that constant."""
+    """(name, OmegaConf type, default or MISSING) of each argument of `module.name.__init__`."""
     tree = ast.parse(source_of(module).read_text())
     constants = {}
     for node in tree.body:
@@ -130,10 +123,9 @@ def constructor_fields(module: str, name: str) -> list[tuple[str, Any, Any]]:
     return fields
 
 
-def source_schema(module: str, name: str, target: str, exclude: set[str] = frozenset()) -> type:
-    """A dataclass with `_target_` plus one typed field per constructor argument of the class
-    `module.name`, read from its source (see the module's docstring)."""
-    fields = [("_target_", str, dataclasses.field(default=target))]
+def source_schema(module: str, name: str, exclude: set[str] = frozenset()) -> type:
+    """schema_for a class's constructor, read from its source."""
+    fields = [("_target_", str, dataclasses.field(default=f"{module}.{name}"))]
     for arg, kind, default in constructor_fields(module, name):
         if arg not in exclude:
             fields.append((arg, kind, dataclasses.field(default=default)))
@@ -141,14 +133,12 @@ def source_schema(module: str, name: str, target: str, exclude: set[str] = froze
 
 
 def register_configs() -> None:
-    """Make the schemas, resolvers and gptlab's Optuna sweeper known to Hydra; safe to call more
-    than once."""
+    """The schemas, resolvers and gptlab's Optuna sweeper made known to Hydra; safe to repeat."""
     register_optuna_sweeper()  # an editable install hides it from Hydra's plugin scan
     cs = ConfigStore.instance()
     cs.store(name="train_schema", node=TrainSchema)
-    cs.store(name="data_schema", node=source_schema(*DATA_MODULE, ".".join(DATA_MODULE)))
+    cs.store(name="data_schema", node=source_schema(*DATA_MODULE))
     cs.store(name="model_schema", node=schema_for(GPTConfig))
     cs.store(name="optim_schema", node=schema_for(OptimConfig))
-    trainer = source_schema(*TRAINER, "lightning.pytorch.trainer.trainer.Trainer", TRAINER_EXCLUDED)
-    cs.store(name="trainer_schema", node=trainer)
+    cs.store(name="trainer_schema", node=source_schema(*TRAINER, TRAINER_EXCLUDED))
     r.register()

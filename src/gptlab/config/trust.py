@@ -1,8 +1,5 @@
-"""What a config may build. A `_target_` is code that runs, so only the kinds of class gptlab needs
-are built. The check runs on the config as `instantiate` will see it (every interpolation resolved
-once: `oc.decode` can build a `_target_` that no override spells), and `build` builds from that
-same checked copy. Hydra builds `hydra.callbacks` (and a sweep's launcher and sweeper) itself,
-before a task runs: `check_hydra_node` checks them first (see cli/app.py)."""
+"""What a config may build: only the kinds of class gptlab needs, checked on the config
+resolved once and built from that same copy; what Hydra builds itself, checked first."""
 
 from typing import Any
 
@@ -26,20 +23,9 @@ from gptlab.training.optim_config import OptimConfig
 
 # What a `_target_` may name: a class from these packages that is one of these kinds.
 TRUSTED_PACKAGES = ("gptlab", "lightning", "torch")
-BUILDABLE = (
-    L.Trainer,
-    L.Callback,
-    Logger,
-    Profiler,
-    Strategy,
-    Accelerator,
-    Precision,
-    CheckpointIO,
-    ClusterEnvironment,
-    GPTDataModule,
-    GPTConfig,
-    OptimConfig,
-)
+LIGHTNING = (L.Trainer, L.Callback, Logger, Profiler, Strategy, Accelerator)
+PLUGINS = (Precision, CheckpointIO, ClusterEnvironment)
+BUILDABLE = (*LIGHTNING, *PLUGINS, GPTDataModule, GPTConfig, OptimConfig)  # gptlab's own last
 TASK_KINDS = (
     "the Trainer, Lightning callbacks, loggers, profilers, strategies, accelerators and plugins, "
     "and gptlab's own classes"
@@ -51,8 +37,7 @@ PLUGIN_PART_PACKAGES = ("optuna",)
 
 
 def check_class(target: Any, where: str, packages: tuple, kinds: tuple, what: str) -> None:
-    """Refuse a `_target_` that is not a class of `kinds` defined in `packages` (a function such as
-    torch.load is refused). The package is checked by name before anything is imported."""
+    """A class of `kinds` from `packages` (the package checked by name before any import)."""
     refusal = (
         f"{where}._target_={target!r}: gptlab only builds {what} here, from the packages "
         f"{', '.join(packages)}. Use one of those"
@@ -77,10 +62,8 @@ def check_target(target: Any, where: str) -> None:
 def check_targets(
     node: Any, where: str = "", rule=check_target, built: bool = False, factories: bool = False
 ) -> None:
-    """`rule` on every `_target_` in a plain (resolved) container: nested nodes and `_args_`
-    included. `_partial_` is refused (a task needs the object, not a factory) unless `factories`:
-    the Optuna sweeper takes its sampler as one. `built`: inside a node that is built, where
-    instantiate would resolve a `${` a second time."""
+    """`rule` on every `_target_` of a resolved container; `_partial_` only for `factories`.
+    `built`: inside a built node, where instantiate would resolve a `${` a second time."""
     if isinstance(node, dict):
         here = where or "<root>"
         if "_target_" in node:
@@ -105,7 +88,6 @@ def check_targets(
 
 
 def resolve(node: DictConfig | ListConfig, where: str) -> Any:
-    """`node` as a plain container with every interpolation resolved, or a ConfigError."""
     try:
         return OmegaConf.to_container(node, resolve=True)
     except OmegaConfBaseException as e:
@@ -117,7 +99,7 @@ def resolve(node: DictConfig | ListConfig, where: str) -> Any:
 
 
 def escape(node: Any) -> Any:
-    """A resolved string may hold `${`: escape it, so that nothing resolves it a second time."""
+    """Every `${` a resolved string holds, escaped: nothing resolves it a second time."""
     if isinstance(node, dict):
         return {key: escape(value) for key, value in node.items()}
     if isinstance(node, list):
@@ -128,8 +110,7 @@ def escape(node: Any) -> Any:
 
 
 def checked(cfg: DictConfig) -> DictConfig:
-    """The task config resolved once, every `_target_` checked: build from this, not from `cfg`,
-    so that what was checked is what is built."""
+    """The task config resolved once, every `_target_` checked: what is built."""
     plain = resolve(cfg, "config")
     check_targets(plain)
     resolved = OmegaConf.create(escape(plain))
@@ -138,8 +119,7 @@ def checked(cfg: DictConfig) -> DictConfig:
 
 
 def check_hydra_callback(plain: Any, where: str) -> None:
-    """A Hydra callback is built by Hydra from the config as it is: literal values only (nothing
-    may resolve into a target), a Hydra callback class, nested targets by the task's rule."""
+    """Hydra builds its callbacks unresolved: literal values and a Hydra callback class only."""
     text = str(plain) if isinstance(plain, dict | list) else repr(plain)
     if "${" in text or not isinstance(plain, dict):
         raise ConfigError(
@@ -156,9 +136,7 @@ def check_plugin_part(target: Any, where: str) -> None:
 
 
 def check_hydra_node(cfg: DictConfig, multirun: bool) -> None:
-    """What Hydra itself builds before any task runs: hydra.callbacks, and in a multirun the nested
-    `_target_`s of the launcher and sweeper (resolved first; their own `_target_` is a Hydra
-    plugin, which Hydra checks itself)."""
+    """What Hydra builds before a task: hydra.callbacks; with -m, launcher's and sweeper's parts."""
     callbacks = OmegaConf.to_container(cfg.hydra, resolve=False).get("callbacks") or {}
     if not isinstance(callbacks, dict):
         check_hydra_callback(callbacks, "hydra.callbacks")
@@ -171,9 +149,8 @@ def check_hydra_node(cfg: DictConfig, multirun: bool) -> None:
 
 
 def build(node: DictConfig, where: str, **kwargs) -> Any:
-    """Instantiate a node of the config `checked` returned. Any error while building is bad input
-    (e.g. trainer.precision=17): a ConfigError from the class as it is, else one naming the
-    group."""
+    """Instantiate a node of `checked`'s config; any error is bad input (trainer.precision=17):
+    a ConfigError from the class as it is, else one naming the group."""
     try:
         return instantiate(node, _convert_="all", **kwargs)
     except InstantiationException as e:

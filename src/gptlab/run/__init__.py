@@ -1,1 +1,1 @@
-"""The run directory: its layout, continuing it, its checkpoints and its report."""
+"""The run directory."""

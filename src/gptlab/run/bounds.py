@@ -1,8 +1,5 @@
 """What a file another person could have written may ask of this machine, bounded before
-anything is allocated for it: a checkpoint's archive (its members' declared sizes against the
-file's), its plain part (how many values, how deep), and the model its settings describe (the
-weights it carries, the tables its settings alone size, this machine's memory). A model from the
-command line is checked against the memory too. (gptlab.run.checkpoints asks.)"""
+anything is allocated for it (the bounds: docs/security.md)."""
 
 import os
 import zipfile
@@ -24,9 +21,7 @@ def not_a_checkpoint(path: str | Path, why: str) -> ConfigError:
 
 
 def check_archive(path: str | Path) -> None:
-    """A checkpoint is torch's zip archive of members stored as they are: a regular file (not a
-    FIFO or device) whose members declare no more bytes than it holds (no deflated bomb), checked
-    before torch reads a byte of it."""
+    """Before torch reads a byte: a regular file, a zip of stored members within its size."""
     try:
         with files.open_regular(path, follow=True) as f:
             size = os.fstat(f.fileno()).st_size
@@ -44,8 +39,7 @@ def check_archive(path: str | Path) -> None:
 
 
 def check_plain_size(value: Any, path: str | Path) -> None:
-    """The plain part of a checkpoint (everything but the tensors' data) is bounded: at most
-    MAX_NODES values, MAX_DEPTH deep (a value shared many times counts each time)."""
+    """Besides the tensors' data: at most MAX_NODES values (each use counted), MAX_DEPTH deep."""
     import torch
 
     todo, count = [(value, 0)], 0
@@ -69,9 +63,7 @@ def available_memory() -> int | None:
 
 
 def memory_needed(model, batch_size: int = 1) -> int:
-    """Bytes a GPT (built on torch's meta device: no memory yet) takes for its weights and tables
-    and one forward pass of `batch_size` full windows (logits, activations, manual attention's
-    scores): an estimate, to refuse what cannot fit before anything is allocated."""
+    """An estimate of a GPT's bytes (on the meta device): weights, tables, one forward pass."""
     c = model.config
     tensors = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
     activations = batch_size * c.context_length * (c.vocab_size + 16 * c.d_model * c.num_blocks)
@@ -81,7 +73,6 @@ def memory_needed(model, batch_size: int = 1) -> int:
 
 
 def check_memory(model, batch_size: int, where: str) -> None:
-    """What `memory_needed` says must fit in the memory this machine has available."""
     needed, available = memory_needed(model, batch_size), available_memory()
     if available is not None and needed > available:
         c = model.config

@@ -1,10 +1,5 @@
-"""Finding and loading gptlab checkpoints, for every tool that starts from one.
-
-A checkpoint may come from anyone, so it is loaded with `weights_only=True` (tensors and plain
-values; nothing is unpickled) and what gptlab builds from it is checked first: the model settings
-against GPTConfig's fields and types, the tokenizer against tiktoken's encodings, the weights'
-names and shapes against the model they load into. Light to import: torch and Lightning come in
-with the functions that need them, so a tool checks its arguments in a fraction of a second."""
+"""Finding and loading gptlab checkpoints: anyone's, so loaded with `weights_only=True` and
+what gptlab builds from them checked first. Light to import: torch comes in when needed."""
 
 import dataclasses
 import pickle
@@ -21,10 +16,8 @@ BUFFER_SLACK = 256 << 20  # bytes of tables a model may hold beyond the weights 
 MAX_STEP = 2**53  # a step counter beyond any run
 
 
-# Model keys that decide the weights' shapes; dropout, attention kernel and compile may change.
 def find_checkpoint(path: str | Path | None, prefer: str = directory.BEST) -> Path:
-    """A checkpoint file as given, or a run directory's checkpoint: `prefer` (best, for the tools
-    that read weights; last, to train on), else the other."""
+    """A checkpoint file as given, or a run directory's: `prefer` (best or last), else the other."""
     if path is None or str(path).strip() == "":
         raise ConfigError(
             "ckpt_path is not set. Give a checkpoint file or a run directory, "
@@ -56,8 +49,7 @@ def first_line(error: Exception) -> str:
 
 
 def load_checkpoint(path: str | Path) -> dict:
-    """torch.load on the CPU with weights_only=True (gptlab checkpoints hold plain types), once
-    the archive is checked (check_archive); its plain part bounded (check_plain_size)."""
+    """torch.load on the CPU with weights_only=True, between the bounds of gptlab.run.bounds."""
     import torch
 
     check_archive(path)
@@ -88,8 +80,7 @@ def not_gptlab(path: str | Path, what: str) -> ConfigError:
 
 
 def checked_model(model: Any, path: str | Path) -> dict:
-    """The model settings of a checkpoint, each a field of GPTConfig, checked by GPTConfig: its
-    type, size and choice."""
+    """A checkpoint's model settings, each a field of GPTConfig, checked by GPTConfig."""
     if not isinstance(model, dict):
         raise not_gptlab(path, "no model settings")
     unknown = set(model) - {f.name for f in dataclasses.fields(GPTConfig)}
@@ -114,27 +105,23 @@ def checked_tokenizer(tokenizer: Any, path: str | Path) -> dict:
         raise not_gptlab(path, f"an unknown tiktoken encoding {encoding!r}")
     size = load_encoding(encoding, offline=True).n_vocab  # nothing a checkpoint names is fetched
     if vocab is not None:
-        ids = vocab if isinstance(vocab, list) else None
-        ordered = ids is not None and all(type(i) is int for i in ids)
-        ordered = ordered and all(0 <= a < b for a, b in zip(ids, ids[1:], strict=False))
-        if not ordered or not ids or ids[-1] >= size:
+        ordered = isinstance(vocab, list) and all(type(i) is int for i in vocab)
+        ordered = ordered and all(0 <= a < b for a, b in zip(vocab, vocab[1:], strict=False))
+        if not ordered or not vocab or vocab[-1] >= size:
             raise not_gptlab(path, "a compact vocabulary that is not a sorted list of token ids")
     return {"encoding": encoding, "vocab": vocab}
 
 
 def model_settings(checkpoint: dict, path: str | Path) -> tuple[dict, dict]:
-    """(model, tokenizer) settings of a checkpoint, checked: what gptlab builds a model from."""
     hparams = checkpoint.get("hyper_parameters")
     if not isinstance(hparams, dict):
         raise not_gptlab(path, "no hyperparameters")
-    return checked_model(hparams.get("model"), path), checked_tokenizer(
-        hparams.get("tokenizer"), path
-    )
+    model = checked_model(hparams.get("model"), path)
+    return model, checked_tokenizer(hparams.get("tokenizer"), path)
 
 
 def weights(checkpoint: dict, path: str | Path) -> dict:
-    """The checkpoint's weights: tensors by name (a torch.compile'd model's `_orig_mod.` prefix
-    dropped)."""
+    """The checkpoint's tensors by name, finite (torch.compile's `_orig_mod.` dropped)."""
     import torch
 
     state = checkpoint.get("state_dict")
@@ -152,8 +139,9 @@ def weights(checkpoint: dict, path: str | Path) -> dict:
     return {k.replace("_orig_mod.", ""): v for k, v in state.items()}
 
 
-def check_shapes(expected: dict[str, tuple], state: dict, path: str | Path) -> None:
-    """The weights must be the model's own: the same names and shapes."""
+def check_weights(gpt, state: dict, path: str | Path) -> None:
+    """The weights must be the GPT's own (under `model.`): the same names and shapes."""
+    expected = {f"model.{k}": tuple(v.shape) for k, v in gpt.state_dict().items()}
     if set(expected) != set(state):
         differ = sorted(set(expected) ^ set(state))[:3]
         raise not_gptlab(path, f"its weights are named otherwise: {', '.join(differ)} ...")
@@ -163,15 +151,9 @@ def check_shapes(expected: dict[str, tuple], state: dict, path: str | Path) -> N
             raise not_gptlab(path, f"{name} is {shapes}")
 
 
-def check_weights(module, state: dict, path: str | Path) -> None:
-    check_shapes({k: tuple(v.shape) for k, v in module.state_dict().items()}, state, path)
-
-
-def bounded_model(model: dict, state: dict, path: str | Path):
-    """The GPT a checkpoint's settings ask for, built on torch's meta device (no memory): it must
-    be the model its weights carry (its blocks counted first: a setting alone cannot make it
-    build for long), its tables (the positional one, manual attention's mask: sized by settings
-    alone) no larger than the weights beside a margin, the whole within this machine's memory."""
+def bounded_model(model: dict, state: dict, path: str | Path) -> None:
+    """The GPT a checkpoint's settings ask for, on the meta device: the model its weights carry
+    (blocks counted first), its tables within BUFFER_SLACK of them, the whole within memory."""
     import torch
 
     from gptlab.model.gpt import GPT
@@ -182,7 +164,7 @@ def bounded_model(model: dict, state: dict, path: str | Path):
         raise not_gptlab(path, found)
     with torch.device("meta"):
         gpt = GPT(GPTConfig(**{**model, "compile": False}))
-    check_shapes({f"model.{k}": tuple(v.shape) for k, v in gpt.state_dict().items()}, state, path)
+    check_weights(gpt, state, path)
     carried = sum(t.numel() * t.element_size() for t in state.values())
     tables = sum(b.numel() * b.element_size() for b in gpt.buffers())
     if tables > carried + BUFFER_SLACK:
@@ -192,12 +174,10 @@ def bounded_model(model: dict, state: dict, path: str | Path):
             f"of tables beside {carried / 2**20:,.0f} MiB of weights",
         )
     check_memory(gpt, 1, "ckpt_path")
-    return gpt
 
 
 class Trained(NamedTuple):
-    """A checkpoint read for what a tool needs: its checked model and tokenizer settings, its
-    weights (their model within bounds) and its step."""
+    """A checkpoint read for a tool: checked settings, weights (their model bounded), step."""
 
     model: dict
     tokenizer: dict
@@ -214,9 +194,8 @@ def read_trained(path: str | Path) -> Trained:
 
 
 def load_model(path: str | Path, map_location="cpu"):
-    """(the GPT in eval mode, its Tokenizer, its step) of a checkpoint, built from its checked
-    settings and its weights only, never Lightning's load_from_checkpoint (which builds from
-    whatever the file says); no Lightning at all: what generate and inspect look inside."""
+    """(the GPT in eval mode, its Tokenizer, its step), from checked settings and weights only:
+    never Lightning's load_from_checkpoint (which builds whatever the file says)."""
     from gptlab.data.tokenizer import Tokenizer
     from gptlab.model.gpt import GPT
 

@@ -1,19 +1,5 @@
-"""The run directory: its layout, whether a start continues the run in it, and fresh runs kept
-off other runs.
-
-The one place that knows a run's file names (nanochat's checkpoint_manager is the shape): every
-other module asks here. Whether a directory may be continued at all (own or foreign) is
-gptlab.run.ownership's.
-
-  <run dir>/
-    manifest.json      what gptlab wrote here for this user, signed (gptlab.run.ownership)
-    .hydra/            config.yaml, overrides.yaml, hydra.yaml; .hydra/resume-<time>-<random>/
-                       for each later start
-    checkpoints/       best.ckpt (lowest val/loss), last.ckpt (everything a resume needs)
-    tensorboard/       the curves: one TensorBoard run (a sweep's job: tensorboard/<its settings>/)
-    metrics.json       the results (written at the end of fit)
-    train.log, config_tree.log, eval.json
-"""
+"""The one place that knows a run directory's file names (its layout: docs/training.md), whether
+a start continues the run in it, and fresh runs kept off other runs."""
 
 import os
 import secrets
@@ -56,15 +42,12 @@ def best_checkpoint(run_dir: str | Path) -> Path:
 
 
 def tensorboard_run(run_dir: str | Path) -> Path:
-    """The folder of the run's TensorBoard run: tensorboard/, or the one in it that a sweep's job
-    is named by (gptlab.sweep.jobs.tensorboard_version)."""
+    """tensorboard/, or the folder in it a sweep's job is named by (tensorboard_version)."""
     folder = Path(run_dir) / TENSORBOARD
-    named = (
-        [p for p in folder.iterdir() if p.is_dir() and not p.is_symlink()]
-        if folder.is_dir()
-        else []
-    )
-    return sorted(named)[0] if named else folder
+    if not folder.is_dir():
+        return folder
+    named = sorted(p for p in folder.iterdir() if p.is_dir() and not p.is_symlink())
+    return named[0] if named else folder
 
 
 def metrics_file(run_dir: str | Path) -> Path:
@@ -80,9 +63,7 @@ def saved_overrides(run_dir: str | Path, start: str = HYDRA) -> Path:
 
 
 def later_start_subdir() -> str:
-    """Where a later start of a run (a resume, a requeue, a sweep's resume) saves its config,
-    beside the first start's: a new folder whose name cannot be guessed (no link planted under it
-    waits there)."""
+    """A later start's config folder, a name that cannot be guessed (no link waits there)."""
     return f"{HYDRA}/resume-{time.strftime('%Y-%m-%d_%H-%M-%S')}-{secrets.token_hex(4)}"
 
 
@@ -92,22 +73,17 @@ def requeued() -> bool:
 
 
 def continues(run_dir: str | Path, resume) -> bool:
-    """Does this start continue the run in `run_dir`: resume= (of the run, or of its sweep) or a
-    SLURM requeue, and a last.ckpt to continue from."""
+    """resume= (of the run or its sweep) or a SLURM requeue, and a last.ckpt to continue from."""
     return bool(resume or requeued()) and last_checkpoint(run_dir).is_file()
 
 
 def holds_run(run_dir: str | Path) -> bool:
-    """A run has trained here: a checkpoint or its results."""
-    return (
-        any(p.is_file() for p in (last_checkpoint(run_dir), best_checkpoint(run_dir)))
-        or metrics_file(run_dir).is_file()
-    )
+    results = (last_checkpoint(run_dir), best_checkpoint(run_dir), metrics_file(run_dir))
+    return any(p.is_file() for p in results)
 
 
 def enclosing_run(path: str | Path) -> Path | None:
-    """The run or sweep directory `path` lies in (itself included), where it resolves: its
-    nearest existing folder and every one above it; None when it lies in none."""
+    """The run or sweep directory `path` lies in (itself included) where it resolves, or None."""
     place = Path(os.path.realpath(path))
     for folder in (place, *place.parents):
         if any(os.path.lexists(folder / mark) for mark in MARKS):
@@ -123,8 +99,7 @@ def is_new_or_empty(place: Path) -> bool:
 
 
 def refuse_fresh_run_over(run_dir: str | Path) -> None:
-    """A fresh start into a directory that holds a run would replace its checkpoints and
-    results: refuse it, naming the two ways on."""
+    """A fresh start would replace a run's checkpoints and results: refused, with the ways on."""
     if holds_run(run_dir):
         raise ConfigError(
             f"The directory '{run_dir}' already holds a run (its checkpoints or metrics.json); "
@@ -135,12 +110,11 @@ def refuse_fresh_run_over(run_dir: str | Path) -> None:
 
 
 def is_stub(run_dir: Path) -> bool:
-    """Nothing but what a start writes before its first step: its saved config (.hydra/), its
-    log and its manifest, none of them a link."""
+    """Nothing but what a start writes before its first step (configs, logs, manifest; no link)."""
     if not run_dir.is_dir() or run_dir.is_symlink():
         return False
     hydra = run_dir / HYDRA
-    saved = [p for p in hydra.iterdir()] if hydra.is_dir() and not hydra.is_symlink() else []
+    saved = list(hydra.iterdir()) if hydra.is_dir() and not hydra.is_symlink() else []
     others = [p for p in run_dir.iterdir() if p.name not in (HYDRA, MANIFEST)]
     logs = all(p.suffix == ".log" and p.is_file() and not p.is_symlink() for p in others)
     return logs and {p.name for p in saved} <= set(HYDRA_FILES) and not hydra.is_symlink()

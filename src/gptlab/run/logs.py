@@ -1,6 +1,5 @@
-"""Where a run's messages go: Lightning's loggers through Hydra's handlers (so they reach the
-run's train.log too), warnings only from other DDP ranks, Lightning's known noise left out
-(gptlab.noise); and a log of their own for DDP ranks Lightning spawns."""
+"""Where a run's messages go: Lightning's through Hydra's handlers (into train.log), only
+warnings from other ranks, known noise left out; a log of their own for spawned DDP ranks."""
 
 import logging
 import re

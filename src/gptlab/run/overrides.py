@@ -1,10 +1,5 @@
-"""Hydra's override grammar, as gptlab writes and reads it: the one place that knows how a key, a
-literal value and a quoted string look on a command line (`key=value`, `+key=value`, `~key`).
-
-gptlab re-emits values it has read as data (a run's recorded overrides, a study's parameters) so
-that Hydra reads each back as exactly that literal: a number, true/false/null, a plain string, or
-a quoted string with its quotes, backslashes and `${` escaped (Hydra resolves interpolations
-inside quoted strings too)."""
+"""Hydra's override grammar as gptlab writes and reads it: a value read as data is re-emitted
+so that Hydra reads back exactly that literal (`${` escaped, in quotes too)."""
 
 import re
 from typing import Any
@@ -27,14 +22,12 @@ def split_override(override: str) -> tuple[str, str]:
 
 
 def escape_interpolation(text: str) -> str:
-    """`text` with each `${` escaped (and the backslashes before it doubled), so that neither
-    OmegaConf nor Hydra's grammar resolves it: it reads back as itself."""
+    """`text` with each `${` escaped (backslashes before it doubled): it reads back as itself."""
     return re.sub(r"(\\*)\$\{", lambda m: m.group(1) * 2 + "\\${", str(text))
 
 
 def quote(text: str) -> str:
-    """`text` as a single-quoted string Hydra reads back as `text`: a quote, and the backslashes
-    before one or at the end, are escaped; so is `${`."""
+    """`text` single-quoted so Hydra reads back `text` (quotes, backslashes, `${` escaped)."""
     text = escape_interpolation(text)
     text = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", text)
     text = re.sub(r"(\\+)$", lambda m: m.group(1) * 2, text)
@@ -49,8 +42,7 @@ def as_override(key: str, value: Any) -> str:
 
 
 def literal(raw: str) -> str | None:
-    """A recorded value re-emitted so that Hydra's grammar reads it as that literal, or None when
-    it is not a number, true/false/null or a plain string (lists, dicts, `${...}`, functions)."""
+    """A recorded value re-emitted as the literal Hydra reads back, or None when it is not one."""
     raw = raw.strip()
     if len(raw) >= 2 and raw[0] == raw[-1] and raw[0] in "'\"":
         text = raw[1:-1]
@@ -72,9 +64,8 @@ def sweep_literal(raw: str) -> str | None:
 
 
 def short_label(overrides: list[str], sep: str = ",") -> str:
-    """Overrides as a person tells runs apart by: `key=value` with the key's last part, `num_`
-    dropped (`model.num_heads=2 model.d_model=64` -> `heads=2,d_model=64`); the whole key where
-    two would read alike."""
+    """Overrides as a person tells runs apart: `model.num_heads=2 model.d_model=64` ->
+    `heads=2,d_model=64`; the whole key where two would read alike."""
     pairs = [split_override(o) for o in overrides]
     short = [key.rsplit(".", 1)[-1].removeprefix("num_") for key, _ in pairs]
     return sep.join(

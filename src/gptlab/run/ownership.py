@@ -1,9 +1,5 @@
-"""Own or foreign: whether gptlab may continue a run or sweep directory in place.
-
-A directory is *own* when gptlab made it, here, for this user, and nothing gptlab relies on in it
-has changed since: its `manifest.json`, signed with the user's key (gptlab.run.signing), holds its
-absolute path, its kind and the sha256 of each file gptlab relies on. Anything else is foreign,
-read for its checkpoint's tensors alone. The rules and their cost: docs/security.md."""
+"""Own or foreign: whether gptlab may continue a run or sweep directory in place. Own: its
+`manifest.json`, signed with the user's key, records it and its files (docs/security.md)."""
 
 import hmac
 import os
@@ -15,14 +11,13 @@ from typing import IO, Any
 from gptlab import files
 from gptlab.errors import ConfigError
 from gptlab.run import directory
+from gptlab.run.directory import HYDRA_FILES, MANIFEST
 from gptlab.run.signing import signature
 
-MANIFEST = directory.MANIFEST
 FORMAT = 1
 RUN = "run"
 SWEEP = "sweep"
 STUDY = "optuna.db"
-HYDRA_FILES = directory.HYDRA_FILES
 TRACKER_FOLDER = "wandb"  # W&B keeps links of its own there (latest-run, debug logs)
 TEMPORARY = "temporary"  # the manifest's list of temporary files being written
 
@@ -36,7 +31,7 @@ def canonical(root: str | Path) -> Path:
 
 
 class Manifest:
-    """The signed record of an own directory (see the module's docstring)."""
+    """The signed record of an own directory."""
 
     def __init__(self, root: Path, data: dict):
         self.root = root
@@ -82,7 +77,7 @@ class Manifest:
         self.settle(rel, files.sha256_of(self.root / rel))
 
     def set_open(self, rel: str, is_open: bool) -> None:
-        """A file others write while it is open (a sweep's study during a batch of trials)."""
+        """A file others write while it is open (a sweep's study during a batch)."""
         rest = [name for name in self.data["open"] if name != rel]
         self.data["open"] = [*rest, rel] if is_open else rest
 
@@ -92,8 +87,7 @@ class Manifest:
         return list(self.data["starts"])
 
     def verify(self, present: list[str]) -> None:
-        """Every file gptlab relies on must be one it recorded, unchanged (a recorded file that is
-        gone plants nothing). An open file (a sweep's study during a batch) others write."""
+        """Every relied-on file there must be recorded and unchanged (but an open one)."""
         for rel in sorted(set(present) | set(self.data["files"])):
             path = self.root / rel
             if rel in self.data["open"] or not path.is_file():
@@ -105,7 +99,6 @@ class Manifest:
 
 
 def own_manifest(root: str | Path) -> Manifest | None:
-    """The directory's manifest when it is signed for it by this user, else None."""
     try:
         return Manifest.load(root)
     except ForeignDirectory:
@@ -113,8 +106,8 @@ def own_manifest(root: str | Path) -> Manifest | None:
 
 
 def write_recorded(root: str | Path, rel: str, write: Callable[[IO], Any], mode: str = "w"):
-    """Write root/rel whole (gptlab.files.atomic); in an own directory its temporary file and its
-    digest are recorded so that the manifest accepts it before, during and after the rename."""
+    """Write root/rel whole; in an own directory its temporary file and digest are recorded, so
+    that the manifest accepts it before, during and after the rename."""
     manifest = own_manifest(root)
     written = []
 
@@ -139,9 +132,8 @@ def write_recorded(root: str | Path, rel: str, write: Callable[[IO], Any], mode:
 
 
 def claim(root: str | Path, subdir: str | None) -> None:
-    """This process starts a run in `root` (rank 0): its manifest (made here for a sweep's new
-    job), the recorded temporary files of a killed start removed, the configs Hydra saved in
-    `subdir` recorded. Anyone else's manifest, or a link, is refused, never replaced."""
+    """A start (rank 0) in `root`: its manifest (new for a sweep's new job), a killed start's
+    temporary files removed, Hydra's configs in `subdir` recorded; anyone else's refused."""
     root = Path(root)
     try:
         check_plain(root)
@@ -168,9 +160,7 @@ def claim(root: str | Path, subdir: str | None) -> None:
 
 
 def unsafe_entries(root: Path) -> list[str]:
-    """What could lead gptlab elsewhere or make it hang, anywhere inside `root`: a symlink, a
-    file with more than one hard link, a FIFO, socket or device; but W&B's own links in the
-    run's top-level wandb/ folder (trackers_link)."""
+    """Links, hard links and special files anywhere inside `root`, but W&B's own in its wandb/."""
     root = canonical(root)
     tracker = root / TRACKER_FOLDER
     found = []
@@ -190,8 +180,7 @@ def unsafe_entries(root: Path) -> list[str]:
 
 
 def trackers_link(link: Path, root: Path) -> bool:
-    """A link W&B keeps in the run's wandb/ folder: to a place inside the run, or (its core's
-    debug log) to that log in W&B's own cache folder."""
+    """W&B's link: into the run, or its core's debug log in W&B's own cache folder."""
     target = Path(os.path.realpath(link))
     env = os.environ
     cache = env.get("WANDB_CACHE_DIR") or env.get("XDG_CACHE_HOME") or Path.home() / ".cache"
@@ -210,8 +199,7 @@ def check_plain(root: Path) -> None:
 
 
 def relied_files(root: Path) -> list[str]:
-    """A run's files whose content decides what a continued run does: its checkpoints and
-    metrics.json (its saved configs are read only where recorded)."""
+    """A run's files whose content decides what a continued run does."""
     folder = directory.checkpoint_dir(root)
     found = [directory.METRICS] if directory.metrics_file(root).exists() else []
     if folder.is_dir():
@@ -221,8 +209,7 @@ def relied_files(root: Path) -> list[str]:
 
 
 def check_run(root: str | Path) -> Manifest:
-    """The manifest of an own run directory, everything it relies on checked; ForeignDirectory
-    (saying why) for anything else."""
+    """An own run directory's manifest, all it relies on checked; else ForeignDirectory."""
     root = Path(root)
     check_plain(root)
     manifest = Manifest.load(root, RUN)
@@ -231,8 +218,7 @@ def check_run(root: str | Path) -> Manifest:
 
 
 def job_dirs(root: str | Path) -> list[Path]:
-    """The folders of a sweep's jobs: where a run has started (its .hydra/, checkpoints, ...);
-    a job's own folders (a tracker's copies of its files) are not jobs."""
+    """The folders of a sweep's jobs: where a run has started (not the folders inside one)."""
     marks = (directory.HYDRA, directory.CHECKPOINTS, directory.METRICS, MANIFEST)
     found = []
     for folder, dirnames, _ in os.walk(root):
@@ -245,8 +231,7 @@ def job_dirs(root: str | Path) -> list[Path]:
 
 
 def check_sweep(root: str | Path) -> Manifest:
-    """The manifest of an own sweep directory, its study and every job checked (a job that never
-    got as far as a checkpoint or a result needs no manifest); ForeignDirectory otherwise."""
+    """An own sweep directory's manifest, its study and jobs checked; else ForeignDirectory."""
     root = Path(root)
     check_plain(root)
     manifest = Manifest.load(root, SWEEP)
@@ -277,8 +262,7 @@ def record_sweep(root: str | Path, **settings: Any) -> None:
 
 
 def record_study(root: str | Path, is_open: bool) -> None:
-    """The sweep's study before a batch of trials (open: its jobs write to it) and after (its
-    digest recorded)."""
+    """The sweep's study open during a batch of trials; its digest recorded after."""
     manifest = own_manifest(root)
     if manifest is None:
         return

@@ -1,15 +1,5 @@
-"""Where a start writes, decided once, before Hydra writes a byte: the output directory as Hydra
-composed and resolved it (hydra.run.dir, or hydra.sweep.dir with -m), whatever its spelling on
-the command line (`++`, `${oc.env:...}`, quotes, spaces).
-
-- A fresh start writes into a directory this process creates (or one that is empty, and so
-  holds nothing of anyone's), never inside another run or sweep directory: anything else ends
-  here in one paragraph and exit code 2, nothing written.
-- A start that continues (resume=, a SLURM requeue) writes into a directory that is the user's
-  own (gptlab.run.ownership), checked here or by resume=.
-- The directory then reaches Hydra through an environment variable, never the override grammar.
-- A failed start removes what it created here, and only that (gptlab.files).
-Later, in a job, it tells whether this process runs a job of a sweep, and which."""
+"""Where a start writes, decided once before Hydra writes a byte, on the output directory as
+Hydra resolved it; the rules: docs/security.md. In a job: whether it is a sweep's, and which."""
 
 import os
 import time
@@ -29,15 +19,13 @@ RANK_ZERO_WAIT = 600  # seconds another rank waits for rank 0's run directory
 
 
 def claim(run_dir: Path) -> None:
-    """Before a run or a job writes anything (rank 0): this start, and the folder Hydra saved its
-    config in (hydra.output_subdir), recorded in its directory's manifest."""
+    """Before a run writes anything (rank 0): this start and its hydra.output_subdir recorded."""
     if rank() == 0:
         saved_in = HydraConfig.get().output_subdir if HydraConfig.initialized() else None
         ownership.claim(run_dir, saved_in)
 
 
 def in_multirun() -> bool:
-    """This process runs a job of a sweep (-m)."""
     return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
@@ -58,19 +46,17 @@ def refuse_inside_run(place: Path, key: str) -> None:
 
 
 def check_data_places(data_dir: str | Path, cache_dir: str | Path) -> None:
-    """The corpus and token caches go where the config says, never into a run or sweep
-    directory (a tool run from inside one would otherwise write its data/ there)."""
+    """Data and caches never go into a run or sweep directory (a tool run from inside one)."""
     for folder, key in ((data_dir, "data.data_dir"), (cache_dir, "data.cache_dir")):
         refuse_inside_run(Path(os.path.abspath(folder)), key)
 
 
 def refuse_used(place: Path, key: str) -> None:
     """A fresh start into a directory that already holds files: refused, with the way on."""
+    way = f"Continue it with `gptlab-train resume={place}`, or give a new directory"
     if (place / directory.MULTIRUN).is_file() or (place / ownership.MANIFEST).is_file():
-        way = f"Continue it with `gptlab-train resume={place}`, or give a new directory"
         what = "a sweep or a run"
     elif directory.holds_run(place):
-        way = f"Continue it with `gptlab-train resume={place}`, or give a new directory"
         what = "a run (its checkpoints or metrics.json)"
     else:
         way = "Give a new or empty directory"
@@ -83,9 +69,8 @@ def refuse_used(place: Path, key: str) -> None:
 
 
 def fresh(place: Path, key: str, kind: str | None) -> None:
-    """Make `place` this start's own: created here, or an empty folder adopted; a manifest of
-    `kind` (run, sweep) signed into it."""
-    if os.path.lexists(place) and not directory.is_new_or_empty(place):
+    """`place` made this start's own (created, or an empty one adopted), its manifest signed."""
+    if not directory.is_new_or_empty(place):
         refuse_used(place, key)
     refuse_inside_run(place, key)
     if os.path.lexists(place):
@@ -113,11 +98,12 @@ def continued(place: Path, key: str, sweep: bool) -> None:
 
 
 def prepare(place: Path, key: str, kind: str | None) -> str:
-    """Decide and make the output directory `place` (hydra.run.dir or hydra.sweep.dir as
-    composed and resolved, `key`); returns the override that hands it to Hydra. `kind`: the
-    manifest a fresh one gets (None: a tool's output folder, not a run)."""
+    """Decide and make the output directory `place` (at `key`); the override that hands it to
+    Hydra. `kind`: a fresh one's manifest (None: a tool's output folder, not a run)."""
     place = Path(os.path.abspath(place))
-    if kind is not None and directory.requeued() and os.path.lexists(place):
+    if rank() > 0:
+        follow(place, key, kind)
+    elif kind is not None and directory.requeued() and os.path.lexists(place):
         continued(place, key, sweep=kind == ownership.SWEEP)
     else:
         fresh(place, key, kind)
@@ -125,11 +111,8 @@ def prepare(place: Path, key: str, kind: str | None) -> str:
     return f"{key}={FROM_ENV}"
 
 
-def follow(place: Path, key: str, kind: str | None) -> str:
-    """Another rank of a job whose ranks each run the command line (srun, torchrun): it writes
-    into the directory rank 0 makes, once rank 0 has made it (its manifest), and makes nothing.
-    Returns the override that hands it to Hydra."""
-    place = Path(os.path.abspath(place))
+def follow(place: Path, key: str, kind: str | None) -> None:
+    """Another rank of an srun or torchrun job: rank 0's directory, once made; nothing made."""
     deadline = time.monotonic() + RANK_ZERO_WAIT
     while kind is not None and not os.path.lexists(place / ownership.MANIFEST):
         if time.monotonic() > deadline:
@@ -138,12 +121,9 @@ def follow(place: Path, key: str, kind: str | None) -> str:
                 f"{RANK_ZERO_WAIT} s; see rank 0's output for why."
             )
         time.sleep(0.1)
-    os.environ[OUTPUT_DIR] = str(place)
-    return f"{key}={FROM_ENV}"
 
 
 def undo(place: str | Path) -> None:
-    """After a failed start: what this start created, removed when it holds no more than a
-    start writes before any work (its saved config, its log, its manifest)."""
+    """After a failed start: what it created, removed when it holds no more than a stub."""
     if directory.is_stub(Path(place)):
         files.remove_created(place)

@@ -1,18 +1,5 @@
-"""What a starting run takes from the checkpoint it continues.
-
-- Its own last checkpoint, continued in place (resume=, a requeue, a sweep's resume, once the
-  directory is found own): everything Lightning saved, but the paths Lightning's ModelCheckpoint
-  remembers. Lightning later deletes "old" best checkpoints by those paths, through fsspec,
-  recursively and for any protocol, so a crafted checkpoint would delete or fetch whatever it
-  names: each must be a plain file in the run's own checkpoints/, or it is forgotten, with a
-  warning.
-- Any other checkpoint (ckpt_path=, a file or a directory of anyone's): its tensors only, the
-  weights and the optimizer's state, and its step counter as a whole number. Lightning's loop
-  progress at that step is built from a fresh Trainer's own (fit_loop_at, never read from the
-  file); the callbacks', the learning-rate scheduler's (the schedule follows the step) and the
-  precision plugin's saved states are left out.
-- A checkpoint of the run's own read for its weights (best.ckpt, for the test split): its weights.
-"""
+"""What a starting run takes from the checkpoint it continues: its own last.ckpt whole (but
+remembered paths outside its checkpoints/), anyone else's tensors only (docs/security.md)."""
 
 import copy
 import logging
@@ -31,7 +18,7 @@ PLAIN = (str, int, float, bool, type(None))
 
 
 def in_checkpoint_dir(path: Any, run_dir: str | Path) -> bool:
-    """A plain local file directly inside the run's own checkpoints/ (no link, no protocol)."""
+    """A plain local file directly inside the run's own checkpoints/."""
     if not isinstance(path, str) or "://" in path or not os.path.isabs(path):
         return False
     candidate = Path(os.path.normpath(path))
@@ -59,18 +46,16 @@ def own_state(checkpoint: dict, run_dir: str | Path) -> dict:
         forgotten += [p for p in best if not in_checkpoint_dir(p, run_dir)]
         state["best_k_models"] = {p: v for p, v in best.items() if in_checkpoint_dir(p, run_dir)}
         if forgotten:
+            shown = ", ".join(repr(str(p))[:80] for p in forgotten[:3])
             log.warning(
-                "The checkpoint's %s remembered paths outside this run's checkpoints/ (%s); "
-                "they are forgotten, never deleted or read.",
-                name.split("{")[0],
-                ", ".join(repr(str(p))[:80] for p in forgotten[:3]),
+                f"The checkpoint's {name.split('{')[0]} remembered paths outside this run's "
+                f"checkpoints/ ({shown}); they are forgotten, never deleted or read."
             )
     return checkpoint
 
 
 def plain_state(value: Any, where: str) -> Any:
-    """`value` when it holds only tensors and plain values (an optimizer's state), else an
-    error naming where."""
+    """`value` when it holds only tensors and plain values, else an error naming where."""
     import torch
 
     if isinstance(value, dict):
@@ -83,15 +68,13 @@ def plain_state(value: Any, where: str) -> Any:
 
 
 def set_progress(progress: dict, count: int) -> None:
-    """Every counter of a Lightning progress record (total and current) set to `count`."""
     for part in ("total", "current"):
         for key in progress.get(part, {}):
             progress[part][key] = count
 
 
 def fit_loop_at(template: dict, step: int) -> dict:
-    """Lightning's fit-loop progress of a run `step` batches into its one epoch, one optimizer
-    step a batch, built from a fresh Trainer's own state (`template`)."""
+    """Lightning's fit-loop progress `step` batches into its one epoch, from a fresh Trainer's."""
     state = copy.deepcopy(template)
     state["epoch_loop.state_dict"]["_batches_that_stepped"] = step
     set_progress(state["epoch_loop.batch_progress"], step)
@@ -105,37 +88,23 @@ def fit_loop_at(template: dict, step: int) -> dict:
 
 
 def tensors_only(checkpoint: dict, path: str | Path, optimizer: str) -> dict:
-    """What a new run takes from someone's checkpoint: weights, optimizer state, step (the
-    module builds the loops' state at that step from a fresh Trainer's, fit_loop_at). The
-    optimizer state is dropped (a fresh optimizer, said in a warning) when it is another
-    optimizer's than `optimizer` (adamw or muon) or the file holds none."""
-    import lightning
-
-    step = step_of(checkpoint)
+    """What a new run takes from someone's checkpoint: weights_only's, and the optimizer state
+    when it is `optimizer`'s (else a fresh optimizer, said in a warning)."""
     states = checkpoint.get("optimizer_states")
     states = plain_state(states, "optimizer_states") if isinstance(states, list) else []
     muon = [isinstance(s, dict) and set(s) == {"muon", "adamw"} for s in states]
     if len(states) != 1 or muon[0] != (optimizer == "muon"):
         log.warning(
-            "ckpt_path: '%s' holds no %s optimizer state; training goes on from its weights "
-            "with a fresh optimizer.",
-            path,
-            optimizer,
+            f"ckpt_path: '{path}' holds no {optimizer} optimizer state; training goes on from its "
+            "weights with a fresh optimizer."
         )
         states = []
-    return {
-        "state_dict": weights(checkpoint, path),
-        "optimizer_states": states,
-        "lr_schedulers": [],
-        "callbacks": {},
-        "global_step": step,
-        "epoch": 0,
-        "pytorch-lightning_version": lightning.__version__,
-    }
+    only = weights_only(checkpoint, path)
+    return {**only, "optimizer_states": states, "lr_schedulers": [], "callbacks": {}}
 
 
 def weights_only(checkpoint: dict, path: str | Path) -> dict:
-    """A checkpoint of the run's own read for its weights (the test split's best.ckpt)."""
+    """A checkpoint of the run's own read for its weights (best.ckpt, for the test split)."""
     import lightning
 
     return {
@@ -146,8 +115,7 @@ def weights_only(checkpoint: dict, path: str | Path) -> dict:
     }
 
 
-# Lightning's spawned DDP hands rank 0's weights to the main process in this file, in a fresh
-# folder of the system's temporary directory (lightning.pytorch.strategies.launchers).
+# spawned DDP hands rank 0's weights back in this file, in a fresh folder of the temp directory
 HAND_OVER = ".temp.ckpt"
 
 
@@ -155,8 +123,3 @@ def is_weights_hand_over(path: Path) -> bool:
     """The file in which Lightning hands spawned rank 0's weights back."""
     folder = Path(os.path.realpath(path.parent))
     return path.name == HAND_OVER and folder.parent == Path(os.path.realpath(tempfile.gettempdir()))
-
-
-def handed_over(state: dict, path: str | Path) -> dict:
-    """The weights Lightning handed over: tensors by name, nothing else."""
-    return weights({"state_dict": state}, path)

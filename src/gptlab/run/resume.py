@@ -1,12 +1,5 @@
-"""Continuing a run or a sweep where it stopped.
-
-`resume=<run dir>` re-applies the run's newest recorded settings, then the new command line's
-(later wins), into the same directory, which continues from its last checkpoint; so does a
-requeued SLURM job. `resume=<sweep dir>` re-launches the sweep into its directory. Both continue
-own directories only (gptlab.run.ownership): anything else is refused before Hydra writes a byte,
-with the way on (`ckpt_path=`, which reads its checkpoint's tensors only, in a new directory).
-The directory reaches Hydra through an environment variable, never through the override
-grammar."""
+"""Continuing a run or a sweep where it stopped (resume=, a SLURM requeue), own directories
+only, and where a start starts from."""
 
 import logging
 import os
@@ -26,8 +19,12 @@ from gptlab.run.settings import replayable
 log = logging.getLogger(__name__)
 
 
-def refused(run_dir: Path, reason: ownership.ForeignDirectory, sweep: bool) -> ConfigError:
-    """Why a directory cannot be continued in place, and the way on."""
+def own(run_dir: Path, sweep: bool) -> ownership.Manifest:
+    """The manifest of the own run or sweep directory to continue, or why it is not continued."""
+    try:
+        return (ownership.check_sweep if sweep else ownership.check_run)(run_dir)
+    except ownership.ForeignDirectory as e:
+        why = f"is not a {'sweep' if sweep else 'run'} directory gptlab made here for you ({e})"
     if sweep:
         way = (
             "A foreign sweep cannot be resumed; continue one of its jobs in a new run directory "
@@ -38,15 +35,11 @@ def refused(run_dir: Path, reason: ownership.ForeignDirectory, sweep: bool) -> C
             "`gptlab-train ckpt_path=<that dir>` continues its training (weights, optimizer "
             "state, step) in a new run directory of yours."
         )
-    kind = "sweep" if sweep else "run"
-    return ConfigError(
-        f"resume: '{run_dir}' is not a {kind} directory gptlab made here for you ({reason}), so it "
-        f"is read, never continued in place. {way}"
-    )
+    raise ConfigError(f"resume: '{run_dir}' {why}, so it is read, never continued in place. {way}")
 
 
 def newest_overrides(manifest: ownership.Manifest) -> list:
-    """The overrides of the run's latest recorded start (checked against the manifest)."""
+    """The overrides of the run's latest recorded start."""
     for start in reversed(manifest.starts):
         path = directory.saved_overrides(manifest.root, start)
         if f"{start}/{directory.SAVED_OVERRIDES}" in manifest.data["files"] and path.is_file():
@@ -71,15 +64,11 @@ def own_run(run_dir: Path, argv: list[str]) -> ownership.Manifest:
             "before its first checkpoint (callbacks.last_checkpoint.every_n_train_steps), or it "
             "is not a run directory. Start it again instead."
         )
-    try:
-        return ownership.check_run(run_dir)
-    except ownership.ForeignDirectory as e:
-        raise refused(run_dir, e, sweep=False) from None
+    return own(run_dir, sweep=False)
 
 
 def resume_argv(argv: list[str]) -> list[str]:
-    """Rewrite `gptlab-train resume=<dir> [overrides]` into the run or sweep that continues
-    <dir>."""
+    """`gptlab-train resume=<dir> [overrides]` rewritten into the run or sweep continuing it."""
     requests = [a.split("=", 1)[1] for a in argv[1:] if a.startswith("resume=")]
     if not requests:
         return argv
@@ -99,10 +88,7 @@ def resume_argv(argv: list[str]) -> list[str]:
     flags = [a for a in argv[1:] if a.startswith("-") and a not in ("-m", "--multirun")]
     new = [a for a in argv[1:] if not a.startswith("-") and not a.startswith("resume=")]
     if is_sweep(run_dir):
-        try:
-            manifest = ownership.check_sweep(run_dir)
-        except ownership.ForeignDirectory as e:
-            raise refused(run_dir, e, sweep=True) from None
+        manifest = own(run_dir, sweep=True)
         recorded = manifest.data["settings"].get("overrides", [])
         saved = replayable(recorded, run_dir / ownership.MANIFEST, sweep=True)
         where = ["-m", f"hydra.sweep.dir={place.FROM_ENV}"]
@@ -116,8 +102,7 @@ def resume_argv(argv: list[str]) -> list[str]:
 
 
 class Start(NamedTuple):
-    """Where a run starts from: nothing (a fresh start), or a checkpoint continued whole (its
-    own last.ckpt) or read for its tensors (ckpt_path=), loaded and bounded."""
+    """Where a run starts from: nothing, or a checkpoint continued whole or read for its tensors."""
 
     ckpt_path: str | None = None
     whole: bool = False
@@ -129,8 +114,8 @@ class Start(NamedTuple):
 
 
 def starting_point(cfg: DictConfig, run_dir: Path) -> Start:
-    """This start claimed in its run directory, its data's places checked, the checkpoint it
-    continues found and loaded: everything a start's files can get wrong, before any data."""
+    """Everything a start's files can get wrong, before any data: the start claimed, its data's
+    places checked, the checkpoint it continues found and loaded."""
     place.check_data_places(cfg.data.data_dir, cfg.data.cache_dir)
     place.claim(run_dir)
     ckpt_path, whole = checkpoint_to_continue(cfg, run_dir)
@@ -138,18 +123,12 @@ def starting_point(cfg: DictConfig, run_dir: Path) -> Start:
 
 
 def checkpoint_to_continue(cfg: DictConfig, output_dir: Path) -> tuple[str | None, bool]:
-    """(the checkpoint this start continues from, whether it continues it whole). `ckpt_path`
-    (a file or a run directory, anyone's) is read for its tensors only, in this new directory;
-    the run directory's own last checkpoint is continued whole when this start continues the run
-    in place (resume=, a sweep's resume=, a SLURM requeue), after checking it is own; else
-    (None, False): a fresh start, refused when the directory already holds a run."""
+    """(the checkpoint this start continues, whether whole): ckpt_path= for its tensors; the
+    run's own last.ckpt whole when it continues in place; else a fresh start, not over a run."""
     if cfg.ckpt_path:
         return str(find_checkpoint(cfg.ckpt_path, prefer=directory.LAST)), False
     if directory.continues(output_dir, cfg.resume):
-        try:
-            ownership.check_run(output_dir)
-        except ownership.ForeignDirectory as e:
-            raise refused(output_dir, e, sweep=False) from None
+        own(output_dir, sweep=False)
         last = directory.last_checkpoint(output_dir)
         log.info("Continuing from %s (%s)", last, "resume=" if cfg.resume else "SLURM requeue")
         return str(last), True

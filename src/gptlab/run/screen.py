@@ -1,5 +1,4 @@
-"""A run's first screen: the composed config as a tree (as lightning-hydra-template prints it,
-saved as config_tree.log), the model in one line and the run directory."""
+"""A run's first screen: the config tree (saved as config_tree.log), the model, its directory."""
 
 import io
 import logging
@@ -18,8 +17,7 @@ GROUPS = ("data", "model", "optim", "trainer", "callbacks", "logger", "paths")
 
 
 def config_tree(cfg: DictConfig) -> Tree:
-    """The composed config, a branch per group, as lightning-hydra-template prints it (unset keys
-    hidden)."""
+    """The composed config, a branch per group, unset keys hidden."""
     tree = Tree("config", guide_style="dim")
     rest = {k: v for k, v in cfg.items() if k not in GROUPS}
     for name, node in [*((g, cfg[g]) for g in GROUPS if g in cfg), ("(top level)", rest)]:
@@ -33,8 +31,7 @@ def config_tree(cfg: DictConfig) -> Tree:
 
 
 def data_lines(cfg: DictConfig, datamodule) -> list[str]:
-    """The corpus in tokens, how much of val a validation covers, and a sample prompt the
-    corpus's vocabulary cannot encode (its samples are skipped)."""
+    """The corpus, how much of val a validation covers, and a sample prompt it cannot encode."""
     if datamodule is None:
         return []
     train, val, test = (len(datamodule.splits[split]) for split in ("train", "val", "test"))
@@ -55,8 +52,7 @@ def data_lines(cfg: DictConfig, datamodule) -> list[str]:
 
 
 def print_first_screen(cfg: DictConfig, model: GPT, output_dir: Path, datamodule=None) -> None:
-    """The config tree (not printed by a sweep's jobs; saved in the run dir), model, data and
-    run dir."""
+    """The config tree (saved; not printed in a sweep's jobs), the data, model and run dir."""
     c, tree = model.config, config_tree(cfg)
     if output_dir.is_dir():
         console = Console(file=io.StringIO(), width=110, color_system=None)
@@ -67,13 +63,7 @@ def print_first_screen(cfg: DictConfig, model: GPT, output_dir: Path, datamodule
     for line in data_lines(cfg, datamodule):
         log.info(line)
     log.info(
-        "GPT: %s parameters (d_model %d, %d heads, %d blocks, context %d, vocab %d)\n"
-        "Run directory: %s",
-        f"{model.num_params()['total']:,}",
-        c.d_model,
-        c.num_heads,
-        c.num_blocks,
-        c.context_length,
-        c.vocab_size,
-        output_dir,
+        f"GPT: {model.num_params()['total']:,} parameters (d_model {c.d_model}, {c.num_heads} "
+        f"heads, {c.num_blocks} blocks, context {c.context_length}, vocab {c.vocab_size})\n"
+        f"Run directory: {output_dir}"
     )

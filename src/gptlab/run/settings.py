@@ -1,12 +1,5 @@
-"""A run's recorded settings, read as data: what resume= re-applies and what gptlab-eval reads.
-
-Only an own directory's settings are read at all (gptlab.run.ownership); even so each recorded
-setting is checked and re-emitted (defence in depth): a group choice must name an installed
-option; a value must be a literal (a number, true/false, null or a plain string, no `${`); a key
-must be a plain dotted name (no `_target_` or other `_` keys, no `+` new keys, nothing under
-`hydra`); a key that says where the run writes or logs (`paths.*`, `logger.*`, output and cache
-folders, tracking servers) is not taken from the directory. What is dropped is named in one line
-on stderr."""
+"""A run's recorded settings, read as data (what resume= re-applies and gptlab-eval reads):
+only installed options and literals of plain keys, never where it writes (docs/security.md)."""
 
 import importlib.resources
 import sys
@@ -31,17 +24,16 @@ def installed_options(group: str) -> set[str]:
 
 
 def replay_override(override, sweep: bool = False) -> tuple[str | None, str | None]:
-    """(the override re-emitted, None) when it may be re-applied; (None, it) when it is dropped;
-    (None, None) for what says how the run was started (resume, ckpt_path)."""
+    """(the override re-emitted, None) when it may be re-applied; (None, it) when dropped;
+    (None, None) for how the run was started (resume, ckpt_path)."""
     if not isinstance(override, str) or "=" not in override:
         return None, str(override)
     key, raw = override.split("=", 1)  # the key as written: `+key` and `~key` are refused
     if key in NOT_REPLAYED:
         return None, None
     parts = key.split(".")
-    if not KEY.fullmatch(key) or parts[-1] in WHERE_KEYS:
-        return None, override
-    if len(parts) > 1 and parts[0] in NOT_REPLAYED_GROUPS or key in ("paths", "hydra"):
+    grouped = len(parts) > 1 and parts[0] in NOT_REPLAYED_GROUPS or key in ("paths", "hydra")
+    if not KEY.fullmatch(key) or parts[-1] in WHERE_KEYS or grouped:
         return None, override
     if len(parts) == 1 and installed_options(key):  # a group: installed options, e.g. `[a,b]`
         choices = raw[1:-1].split(",") if raw.startswith("[") and raw.endswith("]") else [raw]
@@ -52,8 +44,7 @@ def replay_override(override, sweep: bool = False) -> tuple[str | None, str | No
 
 
 def replayable(overrides, source, sweep: bool = False) -> list[str]:
-    """The recorded overrides that pass `replay_override`, re-emitted; the dropped ones named on
-    stderr."""
+    """The recorded overrides that pass `replay_override`; the dropped ones named on stderr."""
     kept, dropped = [], []
     for override in overrides if isinstance(overrides, list) else []:
         good, bad = replay_override(override, sweep)
@@ -73,8 +64,7 @@ def replayable(overrides, source, sweep: bool = False) -> list[str]:
 
 
 def literal_node(node, where: str) -> tuple[dict, list[str]]:
-    """The literal settings of a saved config node (a dict from yaml.safe_load): (kept, dropped).
-    An interpolation, a nested node or a `_` key is dropped: it is never resolved."""
+    """(kept, dropped) settings of a saved config node: literals kept, nothing resolved."""
     kept, dropped = {}, []
     for key, value in (node if isinstance(node, dict) else {}).items():
         plain = value is None or isinstance(value, (bool, int, float))
@@ -91,6 +81,6 @@ def saved_value(cfg: Any, key: str, default: Any = None) -> Any:
     value = cfg
     for part in key.split("."):
         value = value.get(part) if isinstance(value, dict) else None
-    plain = isinstance(value, (int, float, bool)) and value is not None
+    plain = isinstance(value, (int, float, bool))
     text = isinstance(value, str) and "${" not in value
     return value if plain or text else default

@@ -1,11 +1,5 @@
-"""The user's signing key and the signature of a manifest (gptlab.run.ownership).
-
-The key lives outside every run directory (~/.config/gptlab/key, or the absolute path
-GPTLAB_KEY_FILE names), is made on first use and is checked as OpenSSH checks a private key: a
-regular file (not a link), owned by the user, neither readable nor writable by group or others,
-and not inside a run or sweep directory (every copy of that directory would carry the means to
-sign itself). Whoever lacks it cannot make a directory look like one of the user's own, the way
-Jupyter signs notebooks."""
+"""The user's signing key, checked as OpenSSH checks a private key (docs/security.md), and a
+manifest's signature: whoever lacks the key cannot make a directory look like the user's own."""
 
 import hashlib
 import hmac
@@ -53,7 +47,7 @@ def check_key_place(path: Path) -> None:
 
 
 def check_key(path: Path) -> None:
-    """OpenSSH's rules for a private key (see the module's docstring)."""
+    """OpenSSH's rules for a private key: a regular file of the user's, for the user alone."""
     info = os.lstat(path)
     if stat.S_ISLNK(info.st_mode):
         raise refused(path, "it is a symlink", f"Point {KEY_FILE} at the file itself.")

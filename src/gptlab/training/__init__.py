@@ -1,1 +1,1 @@
-"""Training: the LightningModule (loss, optimizer, schedule) and the callbacks Lightning lacks."""
+"""Training: what Lightning trains."""

@@ -1,6 +1,5 @@
-"""A run's length and its tokens: how many tokens an optimizer step takes over every rank, and
-the steps a FLOP budget (`flops_budget`) buys, flops_per_token x the tokens of every rank; both
-known before the Trainer is built, so it is built once with its max_steps."""
+"""A run's length and its tokens per optimizer step over every rank: known before the Trainer
+is built, so it is built once with its max_steps."""
 
 import logging
 from typing import NamedTuple
@@ -13,8 +12,7 @@ log = logging.getLogger("gptlab.train")
 
 
 def world_size(trainer: DictConfig) -> int:
-    """The processes a Trainer of these settings trains on: its devices per node (`auto` and -1
-    resolved as Lightning resolves them) times its nodes."""
+    """The processes a Trainer of these settings trains on, counted as Lightning counts them."""
     from lightning.pytorch.accelerators import AcceleratorRegistry, CUDAAccelerator, MPSAccelerator
 
     name = str(trainer.get("accelerator") or "auto")
@@ -31,15 +29,11 @@ def world_size(trainer: DictConfig) -> int:
 
 
 def tokens_per_step(cfg: DictConfig, ranks: int) -> int:
-    """The tokens of one optimizer step over `ranks` processes: batch x context x accumulated
-    batches x ranks."""
     accumulated = int(cfg.trainer.get("accumulate_grad_batches") or 1)
     return cfg.data.batch_size * cfg.data.context_length * accumulated * ranks
 
 
 def steps_for_budget(budget: float, flops: int, tokens: int) -> int:
-    """round(budget / (flops per token x tokens per step)); a budget too small for one step, or
-    not positive, is bad input."""
     steps = round(budget / (flops * tokens)) if budget > 0 else 0
     if steps < 1:
         raise ConfigError(
@@ -59,8 +53,7 @@ class Length(NamedTuple):
 
 
 def run_length(cfg: DictConfig, flops_per_token: int) -> Length:
-    """trainer.max_steps, or the steps flops_budget buys (said when they differ from
-    trainer.max_steps)."""
+    """trainer.max_steps, or the steps flops_budget buys (said when they differ)."""
     ranks = world_size(cfg.trainer)
     tokens = tokens_per_step(cfg, ranks)
     if cfg.flops_budget is None:
@@ -68,9 +61,7 @@ def run_length(cfg: DictConfig, flops_per_token: int) -> Length:
     steps = steps_for_budget(cfg.flops_budget, flops_per_token, tokens)
     if cfg.trainer.max_steps not in (-1, steps):
         log.info(
-            "flops_budget=%g decides the run's length: %d steps (not trainer.max_steps=%d)",
-            cfg.flops_budget,
-            steps,
-            cfg.trainer.max_steps,
+            f"flops_budget={cfg.flops_budget:g} decides the run's length: {steps} steps (not "
+            f"trainer.max_steps={cfg.trainer.max_steps})"
         )
     return Length(steps, tokens, ranks)

@@ -1,5 +1,5 @@
-"""Lightning callbacks (and a checkpoint plugin) around the training loop: checkpoints that
-survive a kill, stops at a step boundary, exact resumes, divergence, throughput, samples."""
+"""Lightning callbacks around the training loop: checkpoints that survive a kill, stops at a
+step boundary, exact resumes, divergence, samples."""
 
 import logging
 import os
@@ -20,8 +20,7 @@ log = logging.getLogger(__name__)
 
 class LastCheckpoint(ModelCheckpoint):
     """The run's last checkpoint every `every_n_train_steps` steps, after the final validation and
-    on a stop; never after an error (a crashed or diverged step's weights must not replace the
-    last good ones). Where it goes is the run directory's, not a setting: resume looks there."""
+    on a stop; never after an error (a crashed or diverged step must not replace the last good)."""
 
     def __init__(self, every_n_train_steps: int = 100, dirpath: str | None = None):
         super().__init__(  # every_n_train_steps=0: only at the end and on a stop
@@ -32,8 +31,7 @@ class LastCheckpoint(ModelCheckpoint):
         )
 
     def on_train_batch_end(self, trainer, pl_module, *args, **kwargs) -> None:
-        """No periodic save at the final step: the final one follows its validation, so a
-        checkpoint at max_steps always holds the run's final val loss."""
+        """No periodic save at the final step: the final one follows its validation."""
         if trainer.max_steps > 0 and trainer.global_step >= trainer.max_steps:
             return
         super().on_train_batch_end(trainer, pl_module, *args, **kwargs)
@@ -60,17 +58,14 @@ class FinalValidation(L.Callback):
 
 
 class ValidationStep(L.Callback):
-    """Validation's values at the step they belong to in every logger, as in metrics.json and the
-    text samples: Lightning logs them one step early (before it counts the step that ran before
-    them), unless the logged values hold a `step` (Lightning's way to set the x axis)."""
+    """Validation's values at their own step (Lightning logs them one step early without `step`)."""
 
     def on_validation_epoch_end(self, trainer, pl_module) -> None:
         pl_module.log("step", float(trainer.global_step), sync_dist=True)
 
 
 class GracefulStop(L.Callback):
-    """A first Ctrl-C becomes a SIGTERM (finish the step, save the last checkpoint, stop); a
-    second aborts."""
+    """A first Ctrl-C becomes a SIGTERM (finish the step, save, stop); a second aborts."""
 
     signal_name = "SIGTERM"
     _previous = None
@@ -87,9 +82,7 @@ class GracefulStop(L.Callback):
     def on_fit_end(self, trainer, pl_module) -> None:
         self.on_exception(trainer, pl_module, None)
 
-    def on_exception(
-        self, trainer, pl_module, exception
-    ) -> None:  # Lightning calls no teardown then
+    def on_exception(self, trainer, pl_module, exception) -> None:  # no teardown follows
         if self._previous is not None:
             signal.signal(signal.SIGINT, self._previous)
             self._previous = None
@@ -112,7 +105,7 @@ class RngState(L.Callback):
 
 class DivergenceGuard(L.Callback):
     """Stop at the first NaN or infinite training loss, before it reaches a checkpoint: every step
-    on CPU, every `log_every_n_steps` on GPUs (a check waits for the device), and before a save."""
+    on CPU, every `log_every_n_steps` on GPUs (a check waits for the device), before a save."""
 
     _loss: torch.Tensor | None = None
 

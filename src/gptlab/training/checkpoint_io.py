@@ -1,17 +1,5 @@
-"""Every checkpoint the Trainer saves, loads or removes passes through this Lightning plugin, so
-the run directory's rules hold by construction, not by checking what a file says:
-
-- a save is written whole under a temporary name, recorded in the run's manifest, then renamed
-  (a kill at any moment leaves the previous file, and the run, its own);
-- a load reads only the checkpoint gptlab chose for this start (gptlab.run.restore): the run's own
-  last checkpoint whole, the ckpt_path= checkpoint for its tensors, the run's own files for their
-  weights, and Lightning's hand-over of rank 0's weights after spawned DDP (a file of tensors by
-  name, in a fresh temporary folder). Any other (a planted hpc_ckpt, a path a checkpoint
-  remembers) is refused;
-- a removal (Lightning replacing its best checkpoint) deletes only a checkpoint this process
-  saved, a plain file in the run's own checkpoints/, never a folder, a link or anything else;
-  and the hand-over file of spawned DDP once this process has read it, with its temporary
-  folder."""
+"""Every checkpoint the Trainer saves, loads or removes passes through this Lightning plugin,
+so the run directory's rules (docs/security.md) hold by construction."""
 
 import contextlib
 import logging
@@ -23,24 +11,20 @@ from lightning.fabric.plugins import TorchCheckpointIO
 from gptlab import files
 from gptlab.errors import ConfigError
 from gptlab.run import directory, ownership, restore
-from gptlab.run.checkpoints import load_checkpoint
+from gptlab.run.checkpoints import load_checkpoint, weights
+from gptlab.run.resume import Start
 
 log = logging.getLogger(__name__)
+FRESH = Start()  # nothing continued
 
 
 class RunCheckpointIO(TorchCheckpointIO):
-    """Saves, loads and removes the checkpoints of one run directory (see above)."""
-
-    def __init__(
-        self,
-        run_dir: str | Path,
-        continued: Path | None = None,  # own last.ckpt, continued whole
-        started_from: Path | None = None,  # ckpt_path=: its tensors only
-        optimizer: str = "adamw",  # the run's optimizer (optim.name): whose state it can take
-    ):
+    def __init__(self, run_dir: str | Path, start: Start = FRESH, optimizer: str = "adamw"):
+        """`start`: what this start continues; `optimizer`: whose state it can take."""
         self.run_dir = Path(run_dir)
-        self.continued = continued
-        self.started_from = started_from
+        given = Path(start.ckpt_path) if start.ckpt_path else None
+        self.continued = given if start.whole else None  # own last.ckpt, continued whole
+        self.started_from = None if start.whole else given  # ckpt_path=: its tensors only
         self.optimizer = optimizer
         self.hand_over: Path | None = None  # spawned DDP's weights file, once read
         self.saved: set[Path] = set()  # the checkpoints this process wrote: all it may remove
@@ -65,7 +49,7 @@ class RunCheckpointIO(TorchCheckpointIO):
             return restore.weights_only(load_checkpoint(path), path)
         if restore.is_weights_hand_over(path):
             self.hand_over = path
-            return restore.handed_over(load_checkpoint(path), path)
+            return weights({"state_dict": load_checkpoint(path)}, path)  # tensors, nothing else
         raise ConfigError(
             f"Lightning was about to load '{path}', a checkpoint gptlab did not choose for this "
             "run (gptlab loads the run's own checkpoints and the one ckpt_path= names). Remove "
@@ -73,11 +57,10 @@ class RunCheckpointIO(TorchCheckpointIO):
         )
 
     def remove_checkpoint(self, path) -> None:
-        if Path(path).absolute() in self.saved and restore.in_checkpoint_dir(
-            str(Path(path).absolute()), self.run_dir
-        ):
-            Path(path).unlink()
-            self.saved.discard(Path(path).absolute())
+        absolute = Path(path).absolute()
+        if absolute in self.saved and restore.in_checkpoint_dir(str(absolute), self.run_dir):
+            absolute.unlink()
+            self.saved.discard(absolute)
         elif self.hand_over is not None and Path(path) == self.hand_over:
             self.hand_over.unlink(missing_ok=True)  # read: nothing of it stays in the temp folder
             with contextlib.suppress(OSError):  # Lightning's mkdtemp() folder, empty now

@@ -1,8 +1,5 @@
-"""LightningModule: the GPT, its cross-entropy loss (exact over the val and test splits), AdamW
-(or Muon with AdamW) and the learning-rate schedule.
-
-Its hyperparameters are plain dicts (model config, optimiser config, tokenizer state), so a
-checkpoint alone rebuilds the model and its tokenizer and loads with `weights_only=True`."""
+"""LightningModule: the GPT, its exact cross-entropy, AdamW (or Muon) and the schedule. Its
+hyperparameters are plain dicts: a checkpoint alone rebuilds it, loaded with `weights_only=True`."""
 
 import math
 from dataclasses import asdict, replace
@@ -32,8 +29,7 @@ class GPTModule(L.LightningModule):
         self.optim = OptimConfig(**optim)
         self.tokenizer_state = tokenizer
         self.model = GPT(self.config)
-        # torch.compile's wrapper stays outside the module tree: checkpoints keep the plain
-        # `model.` keys (no `_orig_mod.`), so they load into uncompiled models and generation.
+        # torch.compile's wrapper stays outside the module tree: checkpoints keep `model.` keys
         compiled = torch.compile(self.model) if self.config.compile else self.model
         object.__setattr__(self, "_train_model", compiled)
         self._token_bytes: torch.Tensor | None = None  # [vocab_size]: UTF-8 bytes of each token
@@ -79,12 +75,9 @@ class GPTModule(L.LightningModule):
         # for the run's metrics, also where the module is a copy (ddp_spawn): not for the loggers
         self.log("val/best_loss", self.best_val_loss, logger=False)
 
-    def on_test_epoch_start(self) -> None:
-        self.start_sums()
-
-    def test_step(self, batch, batch_idx: int) -> None:
-        """The held-out test split, scored exactly as validation scores the val split."""
-        self.add_to_sums(batch)
+    # the held-out test split, scored exactly as validation scores the val split
+    on_test_epoch_start = on_validation_epoch_start
+    test_step = validation_step
 
     def on_test_epoch_end(self) -> None:
         test_loss, test_bpb = self.exact_means()
@@ -97,9 +90,7 @@ class GPTModule(L.LightningModule):
             self._token_bytes = torch.as_tensor(self.tokenizer.token_bytes())
         self._token_bytes = self._token_bytes.to(self.device)
         zero = torch.zeros((), device=self.device, dtype=torch.float64)
-        self._sum = zero.clone()
-        self._count = zero.clone()
-        self._bytes = zero.clone()
+        self._sum, self._count, self._bytes = (zero.clone() for _ in range(3))
 
     def add_to_sums(self, batch: tuple[torch.Tensor, torch.Tensor]) -> None:
         targets = batch[1]  # [batch, context_length]
@@ -108,8 +99,7 @@ class GPTModule(L.LightningModule):
         self._bytes += self._token_bytes[targets].sum()
 
     def exact_means(self, across_ranks: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
-        """Exact means over every token of the split, summed across ranks before dividing: the loss
-        in nats per token, and in bits per UTF-8 byte of the text (comparable across tokenizers)."""
+        """Exact means, summed across ranks first: nats per token, bits per UTF-8 byte."""
         sums = (self._sum, self._count, self._bytes)
         if across_ranks:
             sums = [self.trainer.strategy.reduce(t, reduce_op="sum") for t in sums]
@@ -120,8 +110,7 @@ class GPTModule(L.LightningModule):
 
     @torch.no_grad()
     def score(self, batches) -> tuple[float, float]:
-        """The exact loss and bpb over `batches`, in eval mode, in this process alone (a run's
-        test split at its end, on rank 0)."""
+        """The exact loss and bpb over `batches`, in eval mode, in this process alone."""
         self.eval()
         self.start_sums()
         for x, y in batches:
@@ -133,18 +122,16 @@ class GPTModule(L.LightningModule):
         checkpoint["best_val_loss"] = self.best_val_loss
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
-        """A checkpoint read for its tensors (ckpt_path=: gptlab.run.restore) holds no loop
-        state: the run goes on from its step, in Lightning's own fresh loop state at that step."""
+        """A checkpoint read for its tensors has no loops: Lightning's fresh ones at its step."""
         self.best_val_loss = checkpoint.get("best_val_loss", math.inf)
         if "loops" not in checkpoint and self.trainer.state.fn == "fit":
             fresh = self.trainer.fit_loop.state_dict()
             checkpoint["loops"] = {"fit_loop": fit_loop_at(fresh, checkpoint["global_step"])}
 
     def build_optimizer(self, mixed_precision: bool = False) -> torch.optim.Optimizer:
-        """AdamW with weight decay on matrices only, fused (one pass over all parameters: about 4x
-        faster a step on CPU at 13M parameters) but not under mixed precision, where it would
-        unscale fp16 gradients after clipping, so Lightning's MixedPrecision plugin refuses to clip
-        for it (bf16 too). optim=muon: the blocks' matrices go to Muon instead."""
+        """AdamW, weight decay on matrices only, fused (about 4x faster a step on CPU at 13M
+        parameters) but not under mixed precision, where Lightning refuses to clip for it (it would
+        unscale after clipping). optim=muon: the blocks' matrices go to Muon."""
         muon_params = block_matrices(self.model) if self.optim.name == "muon" else []
         in_muon = {id(p) for p in muon_params}
         rest = [p for p in self.parameters() if p.requires_grad and id(p) not in in_muon]
@@ -154,10 +141,7 @@ class GPTModule(L.LightningModule):
             {"params": decay, "weight_decay": self.optim.weight_decay, "name": "matrices"},
             {"params": no_decay, "weight_decay": 0.0, "name": "vectors"},  # biases, norms
         ]
-        device = self.device.type
-        fused = device == "cuda" or (
-            device == "cpu" and torch.__version__ >= "2.4"
-        )  # TorchVersion compare
+        fused = self.device.type in ("cuda", "cpu")  # torch>=2.4 fuses AdamW on CPU too
         kwargs = {"fused": True} if fused and not mixed_precision else {}
         betas = tuple(self.optim.betas)
         adamw = torch.optim.AdamW(groups, lr=self.optim.lr, betas=betas, **kwargs)
@@ -175,8 +159,7 @@ class GPTModule(L.LightningModule):
     def configure_optimizers(self):
         optimizer = self.build_optimizer(isinstance(self.trainer.precision_plugin, MixedPrecision))
         total_steps = int(self.trainer.estimated_stepping_batches)
-        # the factor follows the run's step, not the scheduler's own count: a run started from a
-        # checkpoint's tensors (ckpt_path=) keeps its schedule without any scheduler state
+        # the factor follows the run's step: a run from a checkpoint's tensors keeps its schedule
         scheduler = torch.optim.lr_scheduler.LambdaLR(
             optimizer, lambda _: lr_factor(self.trainer.global_step, self.optim, total_steps)
         )
@@ -189,11 +172,10 @@ class GPTModule(L.LightningModule):
         max_new_tokens: int = 50,
         temperature: float = 0.8,
         top_k: int | None = 50,
-        seed: int = 0,
     ) -> str:
-        """Text continuing `prompt`, for the progress report and TensorBoard's Text tab."""
+        """Text continuing `prompt` (seeded), for the report and TensorBoard's Text tab."""
         ids = torch.tensor([self.tokenizer.encode(prompt)], device=self.device)
-        generator = torch.Generator(device=self.device).manual_seed(seed)
+        generator = torch.Generator(device=self.device).manual_seed(0)
         was_training = self.training
         self.eval()
         try:
@@ -208,10 +190,8 @@ class GPTModule(L.LightningModule):
 
 
 def build_module(model, optim, tokenizer: Tokenizer, batch_size: int, start) -> GPTModule:
-    """The GPTModule of these settings (GPTConfig, OptimConfig) for the data's tokenizer, once its
-    memory is known to fit (shapes on torch's meta device: no memory yet); a checkpoint it starts
-    from (gptlab.run.resume.Start) must hold this architecture, and read for its tensors, weights
-    of its shapes."""
+    """The GPTModule for the data's tokenizer once its memory is known to fit (meta device); a
+    checkpoint it starts from must hold this architecture (and, for its tensors, their shapes)."""
     model = replace(model, vocab_size=tokenizer.vocab_size)  # its settings final
     with torch.device("meta"):
         check_memory(GPT(replace(model, compile=False)), batch_size, "model")
@@ -220,5 +200,5 @@ def build_module(model, optim, tokenizer: Tokenizer, batch_size: int, start) -> 
         check_architecture(start.ckpt_path, start.checkpoint, hparams)
     module = GPTModule(**hparams)
     if start.checkpoint and not start.whole:
-        check_weights(module, weights(start.checkpoint, start.ckpt_path), start.ckpt_path)
+        check_weights(module.model, weights(start.checkpoint, start.ckpt_path), start.ckpt_path)
     return module

@@ -1,5 +1,5 @@
-"""The optimizer's settings and its learning-rate schedule: plain Python (no torch), so a tool
-checks a command line before its heavy imports; gptlab.training.module builds the optimizer."""
+"""The optimizer's settings and its schedule: plain Python, so a tool checks a command line
+before its heavy imports."""
 
 import math
 from dataclasses import dataclass, field
@@ -9,14 +9,8 @@ from gptlab.errors import ConfigError
 
 @dataclass
 class OptimConfig:
-    """AdamW and its schedule, with gptlab's defaults (conf/optim/ only overrides them): `cosine`
-    warms up linearly then decays to min_lr; weight decay applies to matrices only.
-
-    name=muon: torch.optim.Muon for the blocks' matrices, at its own peak muon_lr (Muon's
-    orthogonalised step has another scale than AdamW's: Keller Jordan's 0.02 with his shape
-    adjustment, muon_adjust_lr=original), on the same schedule (each group's lr times one factor).
-    Its weight decay is chosen so that a matrix shrinks by the same factor a step as under AdamW
-    (weight_decay * lr / muon_lr): optim.weight_decay means the same for both."""
+    """AdamW and its schedule (conf/optim/ only overrides these defaults); name=muon: Muon for
+    the blocks' matrices at its own peak muon_lr, on the same schedule (docs/model.md)."""
 
     lr: float = 3e-3
     weight_decay: float = 0.1

@@ -1,19 +1,12 @@
 """`optim=muon`: torch's Muon for the blocks' matrices and AdamW for everything else, held as one
-optimizer so that Lightning trains it like AdamW alone.
-
-Why one optimizer: Lightning 2 takes two optimizers only under manual optimization, and there
-each optimizer's step counts in `trainer.global_step` (Lightning issue #17958), so max_steps, the
-data stream's batch index and resumes would all run at twice the pace. Held as one, Lightning's
-automatic optimization stays: one gradient clip over every parameter (trainer.gradient_clip_val),
-mixed precision, DDP, and one LambdaLR over all the param groups, Muon's and AdamW's (the same
-warmup + cosine factor times each group's own peak lr); the checkpoint holds both states."""
+optimizer so that Lightning trains it like AdamW alone (two would each count in global_step,
+Lightning issue #17958: docs/model.md)."""
 
 import torch
 
 
 class MuonWithAdamW(torch.optim.Optimizer):
-    """Steps a torch.optim.Muon and a torch.optim.AdamW together. Its param_groups are theirs (the
-    same dicts), so a scheduler or a clip that reads or sets a group's lr reaches the real one."""
+    """Muon and AdamW stepped as one; its param_groups are theirs, so the schedule reaches both."""
 
     def __init__(self, muon: torch.optim.Muon, adamw: torch.optim.AdamW):
         self.muon = muon
@@ -22,7 +15,7 @@ class MuonWithAdamW(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure=None):
-        """Lightning's closure computes the loss and the gradients; then both optimizers step."""
+        """Lightning's closure computes the loss and the gradients; then both step."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -42,6 +35,5 @@ class MuonWithAdamW(torch.optim.Optimizer):
 
 
 def block_matrices(model: torch.nn.Module) -> list[torch.nn.Parameter]:
-    """The 2-D weights inside the blocks (attention's Wq/Wk/Wv and Wo, the FFN's): Muon's share.
-    The embeddings and the head are matrices too, but Muon is meant for hidden layers only."""
+    """The 2-D weights inside the blocks: Muon's share (it is meant for hidden layers only)."""
     return [p for p in model.blocks.parameters() if p.requires_grad and p.dim() == 2]

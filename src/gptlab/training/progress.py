@@ -4,9 +4,7 @@ from lightning.pytorch.callbacks import TQDMProgressBar
 
 
 class StepProgressBar(TQDMProgressBar):
-    """Lightning's TQDM bar, its training bar counting the run's steps up to `max_steps`: a
-    resumed run starts it at its checkpoint's step and keeps its total and ETA (Lightning's counts
-    the epoch's batches, which a resume leaves unknown: `100/?`)."""
+    """Lightning's TQDM bar counting steps up to max_steps: a resume keeps its total and ETA."""
 
     def on_train_start(self, trainer, *args) -> None:
         super().on_train_start(trainer, *args)

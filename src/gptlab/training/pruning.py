@@ -1,10 +1,5 @@
-"""Pruning a trial of an Optuna search from inside its training run.
-
-The sweeper (hydra_plugins/gptlab_optuna_sweeper) passes each job its study and trial through
-GPTLAB_OPTUNA_STORAGE, GPTLAB_OPTUNA_STUDY and GPTLAB_OPTUNA_TRIAL. At each validation rank 0
-reports val/loss to the trial, keyed on global_step, and asks the study's pruner whether to stop;
-every rank follows its answer. A pruned run ends as a stopped run does: checkpoints kept,
-metrics.json written with "status": "pruned"; the sweeper then marks the trial PRUNED."""
+"""Pruning an Optuna trial from inside its training run: val/loss reported at each validation,
+rank 0's pruner decides for every rank (docs/sweeps.md)."""
 
 import logging
 import math
@@ -20,22 +15,17 @@ ENV = ("GPTLAB_OPTUNA_STORAGE", "GPTLAB_OPTUNA_STUDY", "GPTLAB_OPTUNA_TRIAL")
 
 
 def make_pruner(spec: dict[str, Any]) -> Any:
-    """An Optuna pruner from {"name": none|median|hyperband, its settings}: the sweeper stores the
-    spec in the study, so every job builds the same pruner."""
+    """An Optuna pruner from {"name": none|median|hyperband, its settings}, stored in the study."""
     import optuna
 
-    kinds = {
-        "none": optuna.pruners.NopPruner,
-        "median": optuna.pruners.MedianPruner,
-        "hyperband": optuna.pruners.HyperbandPruner,
-    }
+    kinds = {"none": "NopPruner", "median": "MedianPruner", "hyperband": "HyperbandPruner"}
     settings = {k: v for k, v in spec.items() if k != "name"}
     if spec.get("name") not in kinds:
         raise ConfigError(
             f"hydra.sweeper.pruner={spec.get('name')!r}: choose none, median or hyperband."
         )
     try:
-        return kinds[spec["name"]](**settings)
+        return getattr(optuna.pruners, kinds[spec["name"]])(**settings)
     except (TypeError, ValueError) as e:
         raise ConfigError(
             f"hydra.sweeper.pruners.{spec['name']}: {e}. Give the settings its Optuna pruner takes."
@@ -58,8 +48,7 @@ def job_trial() -> Any:
 
 
 class OptunaPruning(L.Callback):
-    """Report `monitor` at each validation to the job's trial; stop the run when it is pruned.
-    Outside an Optuna search (no trial in the environment) it does nothing."""
+    """Report `monitor` at each validation to the job's trial (if any); stop when pruned."""
 
     def __init__(self, monitor: str = "val/loss"):
         self.monitor = monitor
@@ -94,7 +83,6 @@ class OptunaPruning(L.Callback):
 
 
 def pruning_result(trainer) -> dict[str, Any]:
-    """What metrics.json gets from the pruning callback: "status": "pruned" when it stopped the
-    run (the val curve comes from RunStats, like every run's)."""
+    """What metrics.json gets from the pruning callback: "status": "pruned" when it stopped."""
     pruned = any(isinstance(c, OptunaPruning) and c.pruned for c in trainer.callbacks)
     return {"status": "pruned"} if pruned else {}

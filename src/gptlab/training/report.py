@@ -1,6 +1,5 @@
-"""The end of a run, told once, in the process that trains rank 0 whatever the launch path (a
-spawned DDP rank has the run's stats and the trackers' runs): the best checkpoint on the test
-split, metrics.json, the trackers' results and the report."""
+"""The end of a run, told once, in the process that trains rank 0 whatever the launch path:
+the test split, metrics.json, the trackers' results and the report."""
 
 import json
 import logging
@@ -25,15 +24,14 @@ log = logging.getLogger("gptlab.train")
 
 
 def best_val_loss(trainer: L.Trainer, module) -> float:
-    """The run's best val loss: the module's, which a spawned DDP rank hands back as val/best_loss
-    (none when resumed after the last step: the module's, from its checkpoint)."""
+    """The module's best val loss, which a spawned DDP rank hands back as val/best_loss (none
+    when resumed after the last step: then the module's own, from its checkpoint)."""
     best = trainer.callback_metrics.get("val/best_loss")
     return float(module.best_val_loss if best is None else best)
 
 
 class RunReport(L.Callback):
-    """At the end of fit, on rank 0: the test split, metrics.json, results to every logger, a
-    report."""
+    """At the end of fit, on rank 0: the test split, metrics.json, the loggers, the report."""
 
     def __init__(self, cfg: dict, run_dir: str, stats: RunStats, overrides: list[str]):
         self.cfg = cfg
@@ -52,8 +50,7 @@ class RunReport(L.Callback):
         log.info("\n".join([*self.report(trainer, metrics), sample]))
 
     def metrics(self, trainer, pl_module) -> dict:
-        """The run's results. A run resumed after its last step validates no more: its final
-        values are the ones its checkpoint kept (RunStats)."""
+        """The run's results; a run resumed after its last step has its checkpoint's (RunStats)."""
         last = self.stats.last_validation
         final_loss = float(trainer.callback_metrics.get("val/loss", last.get("val/loss", math.nan)))
         final_bpb = float(trainer.callback_metrics.get("val/bpb", last.get("val/bpb", math.nan)))
@@ -86,8 +83,7 @@ class RunReport(L.Callback):
             "overrides": self.overrides,  # what a continued sweep recognises its finished jobs by
             "status": "ok",
             "val_curve": self.stats.val_curve,  # [step, wall seconds, val loss] per validation
-            # what a scaling-law fit reads: the budget (None without one), training FLOPs, the
-            # parameters whose FLOPs grow with tokens, the passes over the train split
+            # what a scaling-law fit reads (docs/scaling.md)
             "flops_budget": self.cfg.get("flops_budget"),
             "train_flops": self.stats.flops_per_token * tokens,
             "scaling_params": pl_module.model.scaling_params(),
@@ -96,8 +92,7 @@ class RunReport(L.Callback):
         }
 
     def test(self, trainer, pl_module) -> dict:
-        """With data.test_fraction > 0: best.ckpt (the final weights where there is none) scored
-        exactly on all of the held-out test split, here on rank 0 alone."""
+        """best.ckpt (else the final weights) on the whole test split, on rank 0 alone."""
         datamodule = trainer.datamodule
         if datamodule is None or datamodule.test_fraction == 0 or trainer.global_step == 0:
             return {}

@@ -13,10 +13,8 @@ log = logging.getLogger(__name__)
 
 
 class RunStats(L.Callback):
-    """Seconds of training (validation left out) and in all, over the run's whole life (resumes
-    included); logs tokens/s and model FLOPs utilisation (where Lightning knows the device's peak);
-    keeps the val curve, [step, wall seconds, val loss] at each validation: quality per second.
-    `tokens_per_step` and `flops_per_token` are the run's (gptlab.training.budget, the model)."""
+    """Seconds of training and in all over the run's whole life (resumes included), tokens/s,
+    MFU (where the device's peak is known), the val curve: [step, wall seconds, val loss]."""
 
     def __init__(self, tokens_per_step: int, flops_per_token: int):
         self.tokens_per_step = tokens_per_step
@@ -29,10 +27,8 @@ class RunStats(L.Callback):
         self._wall_before = 0.0  # of the runs this one continues
         self._clock: float | None = None  # when the stretch of training being timed began
         self._rate_since = (0, 0.0)  # (step, train seconds) of the last logged rate
-        # val/loss and val/bpb of the latest validation, its step
-        self.last_validation: dict = {}
-        # since the previous validation: the summed train loss (on its device), batches, (step,
-        # train seconds)
+        self.last_validation: dict = {}  # val/loss, val/bpb and step of the latest validation
+        # since the previous validation: summed train loss (on its device), batches, (step, secs)
         self._loss_sum: torch.Tensor | None = None
         self._batches = 0
         self._line_since = (0, 0.0)
@@ -68,16 +64,13 @@ class RunStats(L.Callback):
         self.pause()
 
     def on_validation_end(self, trainer, pl_module) -> None:
-        """Kept in checkpoints: the val curve, and the final values a run resumed after its last
-        step reports."""
+        """Kept in checkpoints: the val curve, the last values a resume after the end reports."""
         metrics = trainer.callback_metrics
         if trainer.sanity_checking or "val/loss" not in metrics:
             return
-        self.last_validation = {
-            k: float(metrics[k]) for k in ("val/loss", "val/bpb") if k in metrics
-        }
         step = trainer.global_step
-        self.last_validation["step"] = step
+        latest = {k: float(metrics[k]) for k in ("val/loss", "val/bpb") if k in metrics}
+        self.last_validation = {**latest, "step": step}
         wall = self._wall_before + time.perf_counter() - self._fit_start
         # a resume may validate a step again that the checkpoint's curve already holds
         self.val_curve = [point for point in self.val_curve if point[0] < step]
@@ -87,8 +80,7 @@ class RunStats(L.Callback):
             log.info("%s", line)
 
     def validation_line(self, trainer, wall: float) -> str:
-        """nanoGPT's line per validation: the step, the mean train loss since the previous
-        validation, val loss and bpb, tokens/s of training since then, the run's time so far."""
+        """nanoGPT's line per validation: train loss and tokens/s since the last, val loss, bpb."""
         batches = self._batches
         train = f"{float(self._loss_sum) / batches:.4f}" if batches else "-"
         rate = self.rate(trainer.global_step, self._line_since)

@@ -1,7 +1,5 @@
-"""Publishing a run's results to its experiment trackers at the end of fit: the hyperparameters
-next to the real results, so each tracker compares runs (TensorBoard's HPARAMS tab, MLflow's
-compare view, W&B's runs table); MLflow and W&B also keep the run's config and metrics.json.
-Also the run's TensorBoard logger: one TensorBoard run per training run."""
+"""A run's results published to its experiment trackers at the end of fit, and the run's
+TensorBoard logger (one TensorBoard run per training run)."""
 
 import math
 import os
@@ -23,11 +21,8 @@ RESULTS = "val_results"
 
 
 class RunTensorBoardLogger(TensorBoardLogger):
-    """Lightning's TensorBoard logger, one TensorBoard run per training run. No `epoch` scalar
-    (Lightning adds it to every dict it logs; a run is one epoch). The hyperparameters and their
-    results (the HPARAMS tab) go to an event file of their own in the run's folder, replaced (by
-    a rename) at each start's end: TensorBoard keeps the first hyperparameters it reads in a run,
-    so a resumed run shows its latest start's only if the earlier ones are gone."""
+    """Lightning's TensorBoard logger without `epoch` (a run is one epoch); the HPARAMS tab in an
+    event file replaced at each start's end (TensorBoard keeps the first hparams it reads)."""
 
     @rank_zero_only
     def log_metrics(self, metrics: dict, step: int | None = None) -> None:
@@ -71,17 +66,14 @@ def hparams_of(cfg: DictConfig, metrics: dict, model: dict) -> dict:
 
 
 def run_files(output_dir: Path) -> list[Path]:
-    """What a tracker keeps of the run directory: `.hydra/` (configs, overrides) and
-    metrics.json."""
+    """What a tracker keeps of the run directory: `.hydra/` and metrics.json."""
     saved = (output_dir / directory.HYDRA).rglob("*")
     hydra_files = sorted(p for p in saved if p.is_file() and not p.is_symlink())
     return [*hydra_files, directory.metrics_file(output_dir)]
 
 
 def log_results(trainer: L.Trainer, cfg: DictConfig, metrics: dict, output_dir: Path) -> None:
-    """Hyperparameters next to the real results, so each logger compares runs: TensorBoard's
-    HPARAMS tab, MLflow's compare view, W&B's runs table; MLflow and W&B also keep the run's
-    config and metrics.json."""
+    """Hyperparameters beside the results: each tracker compares runs (MLflow, W&B keep files)."""
     params = hparams_of(cfg, metrics, trainer.lightning_module.hparams["model"])
     numbers = {
         k: float(v)
@@ -100,11 +92,8 @@ def log_results(trainer: L.Trainer, cfg: DictConfig, metrics: dict, output_dir: 
             logger.log_metrics(numbers, step=trainer.global_step)
             client.set_tag(run, "gptlab.status", metrics["status"])
             for path in run_files(output_dir):
-                folder = (
-                    path.parent.relative_to(output_dir)
-                    .as_posix()
-                    .replace(directory.HYDRA, "hydra", 1)
-                )
+                folder = path.parent.relative_to(output_dir).as_posix()
+                folder = folder.replace(directory.HYDRA, "hydra", 1)
                 client.log_artifact(run, str(path), None if folder == "." else folder)
         elif isinstance(logger, WandbLogger):
             run = logger.experiment
