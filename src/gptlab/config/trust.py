@@ -1,31 +1,20 @@
 """What a config may build: only the kinds of class gptlab needs, checked on the config
 resolved once and built from that same copy; what Hydra builds itself, checked first."""
 
+import functools
 from typing import Any
 
-import lightning as L
 from hydra.errors import InstantiationException
 from hydra.experimental.callback import Callback as HydraCallback
 from hydra.utils import get_object, instantiate
-from lightning.pytorch.accelerators import Accelerator
-from lightning.pytorch.loggers import Logger
-from lightning.pytorch.plugins import CheckpointIO, ClusterEnvironment, Precision
-from lightning.pytorch.profilers import Profiler
-from lightning.pytorch.strategies import Strategy
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from gptlab.data.datamodule import GPTDataModule
 from gptlab.errors import ConfigError
-from gptlab.model.gpt import GPTConfig
 from gptlab.run.overrides import escape_interpolation
-from gptlab.training.optim_config import OptimConfig
 
 # What a `_target_` may name: a class from these packages that is one of these kinds.
 TRUSTED_PACKAGES = ("gptlab", "lightning", "torch")
-LIGHTNING = (L.Trainer, L.Callback, Logger, Profiler, Strategy, Accelerator)
-PLUGINS = (Precision, CheckpointIO, ClusterEnvironment)
-BUILDABLE = (*LIGHTNING, *PLUGINS, GPTDataModule, GPTConfig, OptimConfig)  # gptlab's own last
 TASK_KINDS = (
     "the Trainer, Lightning callbacks, loggers, profilers, strategies, accelerators and plugins, "
     "and gptlab's own classes"
@@ -54,9 +43,29 @@ def check_class(target: Any, where: str, packages: tuple, kinds: tuple, what: st
         raise ConfigError(f"{refusal}; {target} is a {cls.__module__} class of another kind.")
 
 
+@functools.cache
+def buildable() -> tuple[type, ...]:
+    """The kinds a task may build: Lightning's and gptlab's own (imported only when a task's
+    `_target_` is checked: gptlab-generate and -inspect never load Lightning)."""
+    import lightning as L
+    from lightning.pytorch.accelerators import Accelerator
+    from lightning.pytorch.loggers import Logger
+    from lightning.pytorch.plugins import CheckpointIO, ClusterEnvironment, Precision
+    from lightning.pytorch.profilers import Profiler
+    from lightning.pytorch.strategies import Strategy
+
+    from gptlab.data.datamodule import GPTDataModule
+    from gptlab.model.config import GPTConfig
+    from gptlab.training.optim_config import OptimConfig
+
+    lightning = (L.Trainer, L.Callback, Logger, Profiler, Strategy, Accelerator)
+    plugins = (Precision, CheckpointIO, ClusterEnvironment)
+    return (*lightning, *plugins, GPTDataModule, GPTConfig, OptimConfig)  # gptlab's own last
+
+
 def check_target(target: Any, where: str) -> None:
-    """The rule for what a task builds: TRUSTED_PACKAGES, BUILDABLE kinds."""
-    check_class(target, where, TRUSTED_PACKAGES, BUILDABLE, TASK_KINDS)
+    """The rule for what a task builds: TRUSTED_PACKAGES, buildable() kinds."""
+    check_class(target, where, TRUSTED_PACKAGES, buildable(), TASK_KINDS)
 
 
 def check_targets(
