@@ -3,32 +3,30 @@ budget, its vertex the budget's optimum; N_opt ∝ C^a and D_opt ∝ C^b fitted 
 The method: docs/scaling.md."""
 
 import math
-import statistics
 
 import numpy as np
 
 from gptlab.sweep.stats import bootstrap, percentile_interval
 
-TOLERANCE = 0.1  # jobs whose C lie within 10% of each other share a budget
+TOLERANCE = 0.1  # a new budget starts where C jumps by more than 10% (docs/scaling.md)
 MIN_SIZES = 3  # a parabola needs three model sizes
 MIN_BUDGETS = 2  # a line through the optima needs two budgets
 
 
 def assign_budgets(points: list[dict]) -> list[float]:
-    """Give each point its `budget`: the geometric mean of the C within TOLERANCE of the smallest
-    C not yet taken. Returns the budgets, smallest first."""
-    groups = []
-    for point in sorted(points, key=lambda p: p["C"]):
-        if groups and point["C"] <= groups[-1][0]["C"] * (1 + TOLERANCE):
-            groups[-1].append(point)
-        else:
-            groups.append([point])
+    """Give each point its `budget`: clusters of log C split where C jumps by more than TOLERANCE
+    from one job to the next larger (a job a rounding moves off its budget stays in it), each at
+    its geometric mean. Returns the budgets, smallest first."""
+    if not points:
+        return []
+    ordered = sorted(points, key=lambda p: p["C"])
+    logs = np.log([p["C"] for p in ordered])
+    jumps = np.flatnonzero(np.diff(logs) > math.log1p(TOLERANCE)) + 1
     budgets = []
-    for group in groups:
-        budget = math.exp(statistics.fmean(math.log(p["C"]) for p in group))
-        for point in group:
-            point["budget"] = budget
-        budgets.append(budget)
+    for group in np.split(np.arange(len(ordered)), jumps):
+        budgets.append(math.exp(logs[group].mean()))
+        for i in group:
+            ordered[i]["budget"] = budgets[-1]
     return budgets
 
 

@@ -21,6 +21,7 @@ DRAW_STARTS = 2  # of which L-BFGS runs from the best two on the draw's own poin
 # off towards E = 0 or exponents without end
 BOUNDS = [(-20.0, 60.0), (-20.0, 60.0), (-10.0, 10.0), (0.0, 5.0), (0.0, 5.0)]
 NAMES = ("E", "A", "alpha", "B", "beta")
+THETA = ("A", "B", "E", "alpha", "beta")  # theta's order, and BOUNDS'
 
 
 def start_grid() -> np.ndarray:
@@ -115,6 +116,12 @@ def theta_of(law: dict) -> np.ndarray:
     return np.array(
         [math.log(law["A"]), math.log(law["B"]), math.log(law["E"]), law["alpha"], law["beta"]]
     )
+
+
+def at_bounds(law: dict) -> list[str]:
+    """The parameters L-BFGS-B left at an end of BOUNDS: the data did not pin them down."""
+    ends = zip(THETA, theta_of(law), BOUNDS, strict=True)
+    return [name for name, value, (lo, hi) in ends if min(value - lo, hi - value) < 1e-6]
 
 
 def law_loss(law: dict, n: float, d: float) -> float:

@@ -183,7 +183,8 @@ def write_summary(
     configs = aggregate(rows, knobs) if "seed" in knobs else None
     leading = leading_sections(rows, configs, out, target_val_loss, baseline)
     head = headline(rows, configs, out)
-    fit, missing = scaling_section(rows, knobs, sweep_dir, out, scaling, metric, baseline)
+    smoke = [smoke_test_note(rows)] if smoke_test_note(rows) else []
+    fit, missing = scaling_section(rows, knobs, sweep_dir, out, scaling, metric, baseline, smoke)
     head += [fit] if fit else []
     lines = [f"# Sweep {sweep_dir}", "", *(f"- {line}" for line in head), "", *leading]
     if configs is not None:
