@@ -3,6 +3,7 @@ Hydra callback that writes it at a multirun's end."""
 
 import itertools
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -155,12 +156,14 @@ def headline(rows: list[dict], configs: list[dict] | None, sweep_dir: Path) -> l
             f"{ok[0]['best_val_loss']:.4f}, {ok[0].get('num_params')} parameters."
         )
     if configs and configs[0]["vs_best"] == "best":
-        best = configs[0]
-        ties = sum(c["vs_best"] == "not distinguishable" for c in configs)
+        best, others = configs[0], Counter(c["vs_best"] for c in configs[1:])
+        verdicts = ", ".join(f"{n} {kind}" for kind, n in others.items())
+        if len(configs) == 2:
+            verdicts = f"the other configuration: {configs[1]['vs_best']}"
         head.append(
             f"Best configuration: {best['config']}: val loss {best['val_loss ± ci95']} over "
-            f"{best['n_seeds']} seeds; {ties} of the other {len(configs) - 1} not distinguishable "
-            f"from it by Welch's t-test. See {sweep_dir / 'summary_configs.csv'}."
+            f"{best['n_seeds']} seeds. Against it by Welch's t-test, "
+            f"{verdicts or 'no other configuration'}. See {sweep_dir / 'summary_configs.csv'}."
         )
     return head
 
