@@ -35,7 +35,6 @@ LAW = {"E": 1.8, "A": 400.0, "alpha": 0.34, "B": 410.0, "beta": 0.28}
 BUDGETS = (1e15, 3e15, 1e16, 3e16, 1e17)
 SPREAD = np.linspace(-1.2, 1.2, 7)  # log N around each budget's optimum: 0.3x to 3.3x
 NOISE = 0.003  # multiplicative, on the loss
-PANELS = (scaling_plot.isoflop_panel, scaling_plot.n_opt_panel, scaling_plot.loss_panel)
 
 
 def write_job(sweep: Path, job: int, overrides: list[str], metrics: dict) -> None:
@@ -164,7 +163,7 @@ def test_a_fit_not_identified_is_drawn_without_extrapolation_one_identified_with
         fit["approach2"]["identified"] = fit["approach3"]["identified"] = identified
         fig = Figure()
         axes = fig.subplots(1, 3)
-        for ax, panel in zip(axes, PANELS, strict=True):
+        for ax, panel in zip(axes, scaling_plot.PANELS, strict=True):
             panel(ax, fit)
         for ax in axes[1:]:
             drawn = max(max(line.get_xdata()) for line in ax.lines)

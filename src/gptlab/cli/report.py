@@ -1,11 +1,5 @@
-"""gptlab-report: the summary of a finished (or interrupted) sweep directory, written again.
-
-    gptlab-report outputs/multirun/2026-11-29/12-00-00 [--scaling]
-
-The files a multirun writes at its end (docs/sweeps.md); prints their headline and where they are.
---scaling also fits scaling laws (docs/scaling.md), as a sweep whose jobs set flops_budget does by
-itself; with too few budgets or sizes to fit, exit 2 once the rest of the summary is written.
-"""
+"""gptlab-report <sweep dir>... [--scaling]: a sweep's summary written again from its jobs (as a
+multirun's end writes it: docs/sweeps.md, docs/scaling.md), its headline and paths printed."""
 
 import argparse
 import sys
@@ -41,24 +35,21 @@ def report(sweep_dir: Path, args: argparse.Namespace) -> int:
         print(f"{sweep_dir}: no sweep jobs here (no */.hydra/config.yaml)", file=sys.stderr)
         return 1
     out = report_dir(sweep_dir)
+    head, status = [], 0
     try:
         _, head = write_summary(
             sweep_dir, args.target_val_loss, out=out, scaling=args.scaling, metric=args.metric
         )
-    except TooFewPoints as e:
+    except TooFewPoints as e:  # with --scaling: exit 2 once the rest is written
         print(f"{sweep_dir}: no scaling fit: {e}", file=sys.stderr)
-        head, status = [], BAD_INPUT
-    else:
-        status = 0
+        status = BAD_INPUT
     print(*head, f"Summary: {out / 'summary.md'} (also .csv, .png)", sep="\n")
     return status
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="gptlab-report", description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "sweep_dir", nargs="+", type=Path, help="a multirun directory (0/, 1/, ...)"
-    )
+    parser = argparse.ArgumentParser(prog="gptlab-report", description=__doc__)
+    parser.add_argument("sweep_dir", nargs="+", type=Path, help="a multirun directory")
     parser.add_argument("--target-val-loss", type=float, help="seconds to reach this val loss")
     parser.add_argument("--scaling", action="store_true", help="fit scaling laws (docs/scaling.md)")
     parser.add_argument("--metric", choices=METRICS, default=METRICS[0], help="the loss fitted")

@@ -14,9 +14,8 @@ MIN_BUDGETS = 2  # a line through the optima needs two budgets
 
 
 def assign_budgets(points: list[dict]) -> list[float]:
-    """Give each point its `budget`: clusters of log C split where C jumps by more than TOLERANCE
-    from one job to the next larger (a job a rounding moves off its budget stays in it), each at
-    its geometric mean. Returns the budgets, smallest first."""
+    """Give each point its `budget`: log C split where C jumps by over TOLERANCE to the next job (a
+    rounding keeps a job in its budget), each at its geometric mean; the budgets, smallest first."""
     if not points:
         return []
     ordered = sorted(points, key=lambda p: p["C"])
@@ -91,8 +90,7 @@ def fit_approach2(points: list[dict]) -> dict | None:
 
 
 def approach2(points: list[dict]) -> dict | None:
-    """fit_approach2 with bootstrap intervals of a, b and each L_opt (jobs resampled within each
-    budget); `_draws` keeps the draws' fits (not written)."""
+    """fit_approach2 with bootstrap intervals (within each budget); `_draws`: the draws' fits."""
     fit = fit_approach2(points)
     if fit is None:
         return None

@@ -31,8 +31,7 @@ def start_grid() -> np.ndarray:
 
 
 def predicted_log_loss(theta: np.ndarray, log_n: np.ndarray, log_d: np.ndarray) -> np.ndarray:
-    """log L(N, D) for each row of theta and each point, [starts, n]: a log-sum-exp, stable for
-    any exponent."""
+    """log L(N, D) for each row of theta and each point, [starts, n]: a log-sum-exp (stable)."""
     theta = np.atleast_2d(theta)
     terms = np.stack(
         [
@@ -69,8 +68,7 @@ def objective(theta: np.ndarray, log_n, log_d, log_loss) -> tuple[float, np.ndar
 def fit_law(
     points: list[dict], starts: np.ndarray | None = None, count: int = STARTS
 ) -> dict | None:
-    """The law by L-BFGS from the `count` best `starts` (the grid's by default); None below 5
-    distinct points."""
+    """The law by L-BFGS from the `count` best `starts` (the grid's); None below 5 points."""
     from scipy.optimize import minimize
 
     if len({(p["N"], p["D"]) for p in points}) < len(NAMES):
@@ -141,8 +139,7 @@ def frontier(law: dict, compute: float) -> dict | None:
 
 
 def approach3(points: list[dict]) -> dict | None:
-    """The law with bootstrap intervals of each parameter and of `a`; `_draws` keeps the draws'
-    laws (not written)."""
+    """The law with bootstrap intervals of each parameter and of `a`; `_draws`: the draws' laws."""
     law = fit_law(points)
     if law is None:
         return None

@@ -7,8 +7,7 @@ CATEGORIES = 10  # a knob of at most this many values is drawn by value, one pos
 
 
 def summary_figure(rows: list[dict], knobs: list[str], configs: list[dict] | None, title: str):
-    """Best val loss against each panel's key: ok jobs, configurations' means with their 95% CIs,
-    in one colour a configuration (listed beside the panels up to CATEGORIES)."""
+    """Best val loss against each panel's key: ok jobs, means ± 95% CI, a colour a configuration."""
     from matplotlib.figure import Figure
 
     ok = [r for r in rows if r["status"] == "ok"]
@@ -22,11 +21,9 @@ def summary_figure(rows: list[dict], knobs: list[str], configs: list[dict] | Non
     widths = [max(4.0, 0.45 * len(names[panel])) for panel in panels]
     fig = Figure(figsize=(sum(widths) + 3, 3.8), layout="constrained")
     axes = fig.subplots(1, len(panels), squeeze=False, width_ratios=widths)[0]
-    configurations = [
-        (label(groups[name][0], knobs), groups[name], means.get(name)) for name in order
-    ]
+    drawn = [(label(groups[name][0], knobs), groups[name], means.get(name)) for name in order]
     for ax, panel in zip(axes, panels, strict=True):
-        draw_panel(ax, panel, names[panel], configurations)
+        draw_panel(ax, panel, names[panel], drawn)
         if not names[panel]:
             numeric_axis(ax, [number(r.get(panel)) for r in ok], panel == "num_params")
     if 1 < len(order) <= CATEGORIES:
@@ -37,8 +34,7 @@ def summary_figure(rows: list[dict], knobs: list[str], configs: list[dict] | Non
 
 
 def draw_panel(ax, panel: str, names: list[str], configurations: list[tuple]) -> None:
-    """Each configuration's jobs (faint beside a mean) and mean against `panel`: by position
-    among `names`, else by value."""
+    """Each configuration's jobs and mean against `panel`: by position among `names`, else value."""
     position = {name: i for i, name in enumerate(names)}
     ax.ticklabel_format(useOffset=False)  # 6.8812, not 1e-5+6.881
     for i, (name, jobs, mean) in enumerate(configurations):

@@ -40,8 +40,7 @@ def configurations(rows: list[dict], knobs: list[str], first: str | None) -> dic
 
 
 def usable_points(name: str, points: list[dict], metric: str) -> list[str]:
-    """Notes on the budgets approach 2 leaves out (approach 3 takes every point); TooFewPoints
-    below MIN_BUDGETS budgets of MIN_SIZES sizes."""
+    """Notes on the budgets approach 2 leaves out; TooFewPoints below MIN_BUDGETS of MIN_SIZES."""
     groups = isoflop.by_budget(points)
     kept = {b: g for b, g in groups.items() if isoflop.sizes(g) >= isoflop.MIN_SIZES}
     found = "; ".join(f"{b:.3g} FLOPs: {isoflop.sizes(g)} sizes" for b, g in groups.items())
@@ -62,8 +61,7 @@ def usable_points(name: str, points: list[dict], metric: str) -> list[str]:
 
 
 def interval_faults(fit: dict, keys: tuple) -> list[str]:
-    """Too few bootstrap draws, or intervals among `keys` of zero width, reaching 0 or spanning
-    more than a decade: the fit pins nothing down there."""
+    """Too few draws, or intervals among `keys` pinning nothing: of zero width or over a decade."""
     draws, least = fit["draws_used"], stats.MIN_DRAWS
     faults = [f"{draws} of {stats.DRAWS} bootstrap draws fitted (needs {least})"] * (draws < least)
     for key in keys:
@@ -81,14 +79,13 @@ def budgets_where(optima: list[dict], what: str) -> list[str]:
     return [f"{what} at C = " + ", ".join(f"{o['C']:.2g}" for o in optima)] if optima else []
 
 
-def approach2_faults(fit: dict) -> list[str]:
+def approach2_faults(fit: dict, points: list[dict]) -> list[str]:
     """Why approach 2 is not identified (docs/scaling.md); [] when it is."""
     need = POINTS_PER_PARAMETER * 3  # a parabola's parameters
     few = [o for o in fit["optima"] if o["sizes"] < need]
     faults = budgets_where(few, f"fewer than {need} sizes for a parabola's 3 parameters")
-    faults += budgets_where(
-        [o for o in fit["optima"] if o["edge"]], "the optimum at an edge of the sizes"
-    )
+    edges = [o for o in fit["optima"] if o["edge"]]
+    faults += budgets_where(edges, "the optimum at an edge of the sizes")
     return faults + interval_faults(fit, ("a", "b"))
 
 
@@ -105,14 +102,6 @@ def approach3_faults(law: dict, points: list[dict]) -> list[str]:
             outside.append({"C": budget})
     faults += budgets_where(outside, "the frontier's N_opt outside the sizes tried")
     return faults + interval_faults(law, ("alpha", "beta", "a"))
-
-
-def judged(fit: dict | None, faults) -> dict | None:
-    """`fit` with its verdict: `identified`, else `why_not`."""
-    if fit is not None:
-        fit["why_not"] = faults(fit)
-        fit["identified"] = not fit["why_not"]
-    return fit
 
 
 def holdout(points: list[dict]) -> dict | None:
@@ -134,31 +123,25 @@ def holdout(points: list[dict]) -> dict | None:
     refit = isoflop.fit_approach2(rest)
     measured = isoflop.budget_optimum(largest, groups[largest])
     if refit is not None and measured is not None:
-        guess = isoflop.n_opt(refit, largest)
-        result["approach2"] = {
-            "predicted_N_opt": guess,
-            "measured_N_opt": measured["N_opt"],
-            "relative_error": (guess - measured["N_opt"]) / measured["N_opt"],
-        }
+        guess, n_opt = isoflop.n_opt(refit, largest), measured["N_opt"]
+        two = {"predicted_N_opt": guess, "measured_N_opt": n_opt}
+        result["approach2"] = {**two, "relative_error": (guess - n_opt) / n_opt}
     return result
 
 
 def fit_configuration(name: str, points: list[dict], metric: str) -> dict:
-    """One configuration's judged fits, held-out budget and repeated-data count (or TooFewPoints).
-    Approach 2 takes the budgets of MIN_SIZES sizes, approach 3 every point."""
+    """One configuration's judged fits (approach 3 on every point; past usable_points both always
+    fit: 6 distinct points at least), held-out budget and repeated-data count, or TooFewPoints."""
     notes = usable_points(name, points, metric)
+    fit = {"approach2": isoflop.approach2(points), "approach3": parametric.approach3(points)}
+    for key, faults in (("approach2", approach2_faults), ("approach3", approach3_faults)):
+        fit[key]["why_not"] = faults(fit[key], points)
+        fit[key]["identified"] = not fit[key]["why_not"]
     for point in points:
         point["repeated"] = (point["epochs"] or 0) > REPEATED_EPOCHS
-    return {
-        "approach2": judged(isoflop.approach2(points), approach2_faults),
-        "approach3": judged(
-            parametric.approach3(points), lambda law: approach3_faults(law, points)
-        ),
-        "holdout": holdout(points),
-        "points": points,
-        "repeated_data_points": sum(p["repeated"] for p in points),
-        "notes": notes,
-    }
+    fit.update(holdout=holdout(points), points=points, notes=notes)
+    fit["repeated_data_points"] = sum(p["repeated"] for p in points)
+    return fit
 
 
 def frontier_gap(first: dict, other: dict) -> list[dict]:
@@ -207,10 +190,9 @@ def fit_sweep(rows: list[dict], knobs: list[str], metric: str, first: str | None
     if not fits:
         raise TooFewPoints(" ".join(errors.values()))
     result = {"metric": metric, "configurations": fits, "errors": errors}
-    usable = [fit for fit in fits.values() if fit["approach2"] is not None]
-    if len(usable) > 1:
-        for fit in usable:
-            fit["vs_first"] = frontier_gap(usable[0], fit)
+    if len(fits) > 1:
+        for fit in fits.values():
+            fit["vs_first"] = frontier_gap(next(iter(fits.values())), fit)
     return result
 
 

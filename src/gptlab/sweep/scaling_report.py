@@ -20,20 +20,13 @@ def verdict_line(fit: dict) -> str:
     return f"**Not identified:** {'; '.join(fit['why_not'])}. Not extrapolated in the plot."
 
 
-def approach2_lines(fit: dict | None) -> list[str]:
-    if fit is None:
-        return ["Approach 2: no budget with a loss minimum to fit.", ""]
-    rows = [
-        [
-            f"{o['C']:.3g}",
-            o["sizes"],
-            f"{o['N_opt']:,.0f}",
-            f"{o['D_opt']:,.0f}",
-            format_estimate(o["L_opt"], o.get("L_opt_ci95")),
-            "edge: the best job (no minimum among these sizes)" if o["edge"] else "",
-        ]
-        for o in fit["optima"]
-    ]
+def approach2_lines(fit: dict) -> list[str]:
+    rows = []
+    for o in fit["optima"]:
+        edge = "edge: the best job (no minimum among these sizes)" if o["edge"] else ""
+        ci = format_estimate(o["L_opt"], o.get("L_opt_ci95"))
+        cells = [f"{o['C']:.3g}", o["sizes"], f"{o['N_opt']:,.0f}", f"{o['D_opt']:,.0f}"]
+        rows.append([*cells, ci, edge])
     return [
         "### Approach 2: a parabola per IsoFLOP budget",
         "",
@@ -50,9 +43,7 @@ def approach2_lines(fit: dict | None) -> list[str]:
     ]
 
 
-def approach3_lines(law: dict | None) -> list[str]:
-    if law is None:
-        return ["Approach 3: fewer than 5 distinct (N, D) points to fit.", ""]
+def approach3_lines(law: dict) -> list[str]:
     rows = [
         [name, format_estimate(law[name], law["ci95"][name], ".4g")]
         for name in ("E", "A", "alpha", "B", "beta", "a")
@@ -152,12 +143,11 @@ def report_lines(result: dict, sweep_dir: Path, head: list[str]) -> list[str]:
         "",
         *(f"- {line}" for line in head),
         "",
-        f"L = {result['metric']}, N = scaling_params (the blocks' matrices and the head), D = "
-        "tokens_seen, C = flops_per_token x tokens_seen; a budget's jobs lie within 10% in C of "
-        f"the next. A fit is identified with {least} points per parameter ({least * 3} sizes a "
-        f"budget for approach 2's parabolas, {least * 5} jobs for approach 3), no optimum at an "
-        f"edge of the sizes, no parameter at its bound, and {MIN_DRAWS} of {DRAWS} bootstrap "
-        "draws giving intervals neither of zero width nor over a decade (docs/scaling.md).",
+        f"L = {result['metric']}, N = scaling_params, D = tokens_seen, C = flops_per_token x "
+        "tokens_seen; a budget's jobs within 10% in C of the next. Identified: a fit with "
+        f"{least} points per parameter ({least * 3} sizes a budget, {least * 5} jobs), "
+        f"{MIN_DRAWS} of {DRAWS} bootstrap draws, and no optimum at an edge, parameter at a bound "
+        "or interval of zero width or over a decade (docs/scaling.md).",
         "",
         "![IsoFLOP curves, N_opt and the loss against compute](scaling.png)",
         "",
@@ -176,9 +166,9 @@ def headline(result: dict) -> str:
     for name, fit in result["configurations"].items():
         parts = []
         for label, one in (("approach 2", fit["approach2"]), ("approach 3", fit["approach3"])):
-            if one is not None and one["identified"]:
+            if one["identified"]:
                 parts.append(f"a = {round(one['a'], 2) + 0.0:.2f} ({label})")  # + 0.0: no -0.00
-            elif one is not None:
+            else:
                 parts.append(f"{label} not identified ({'; '.join(one['why_not'])})")
         heads.append(f"{name}: N_opt ∝ C^a, " + ", ".join(parts))
     return "Scaling laws (scaling.md, scaling.json, scaling.png): " + "; ".join(heads) + "."
@@ -187,9 +177,8 @@ def headline(result: dict) -> str:
 def write_scaling(
     rows: list[dict], knobs: list[str], where: tuple[Path, Path], metric: str, first, smoke: list
 ) -> str:
-    """scaling.json, .md, .png in `out`, `smoke` (the summary's warning of a smoke test) under
-    their headline; the headline's line. TooFewPoints, once scaling.md holds its message alone,
-    when nothing can be fitted."""
+    """scaling.json, .md (`smoke`, the summary's warning, under its headline), .png in `out`; the
+    headline. TooFewPoints, once scaling.md holds its message alone, when nothing can be fitted."""
     sweep_dir, out = where
     try:
         result = fit_sweep(rows, knobs, metric, first=first)
@@ -205,14 +194,7 @@ def write_scaling(
 
 
 def scaling_section(
-    rows: list[dict],
-    knobs: list[str],
-    sweep_dir: Path,
-    out: Path,
-    requested: bool,
-    metric: str,
-    first: str | None,
-    smoke: list[str],
+    rows: list[dict], knobs: list[str], where: tuple, requested: bool, metric: str, first, smoke
 ) -> tuple[str | None, str | None]:
     """scaling.* when `requested` or a job set flops_budget: the headline's line and, when
     requested and there were too few points, what is missing (raised once summary.md is written)."""
@@ -220,7 +202,7 @@ def scaling_section(
     if not requested and not budgeted:
         return None, None
     try:
-        return write_scaling(rows, knobs, (sweep_dir, out), metric, first, smoke), None
+        return write_scaling(rows, knobs, where, metric, first, smoke), None
     except TooFewPoints as e:
         log.warning("No scaling fit: %s", e)
         return f"No scaling fit: {e}", str(e) if requested else None
