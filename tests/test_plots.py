@@ -101,6 +101,19 @@ def test_numeric_knobs_of_few_values_are_categories_a_colour_a_configuration_no_
     assert len(summary_figure(same, knobs, None, "sweep").axes) == 2
 
 
+def test_twelve_configurations_each_have_their_own_colour_and_marker_in_the_legend():
+    rows = [job(i, 5.0 + i / 100, num_params=1000, **{"optim.lr": i / 1000}) for i in range(12)]
+    fig = summary_figure(rows, ["optim.lr"], None, "sweep")
+    drawn(fig)
+    [legend] = fig.legends
+    assert len(legend.get_texts()) == 12
+    looks = {
+        (tuple(c.get_facecolor()[0]), len(c.get_paths()[0].vertices))
+        for c in fig.axes[0].collections
+    }
+    assert len(looks) == 12
+
+
 def test_the_best_configuration_s_verdicts_read_plainly(tmp_path):
     def configs(*verdicts):
         best = {"config": "a=1", "vs_best": "best", "val_loss ± ci95": "4.0 ± 0.1", "n_seeds": 3}

@@ -22,6 +22,8 @@ DRAW_STARTS = 2  # of which L-BFGS runs from the best two on the draw's own poin
 BOUNDS = [(-20.0, 60.0), (-20.0, 60.0), (-10.0, 10.0), (0.0, 5.0), (0.0, 5.0)]
 NAMES = ("E", "A", "alpha", "B", "beta")
 THETA = ("A", "B", "E", "alpha", "beta")  # theta's order, and BOUNDS'
+OPTIONS = {"maxiter": 1000, "ftol": 1e-12, "gtol": 1e-10}
+LBFGS = {"jac": True, "method": "L-BFGS-B", "bounds": BOUNDS, "options": OPTIONS}  # minimize's
 
 
 def start_grid() -> np.ndarray:
@@ -77,15 +79,7 @@ def fit_law(
     starts = start_grid() if starts is None else starts
     best = None
     for start in best_starts(starts, points, count):
-        result = minimize(
-            objective,
-            start,
-            args=(log_n, log_d, log_loss),
-            jac=True,
-            method="L-BFGS-B",
-            bounds=BOUNDS,
-            options={"maxiter": 1000, "ftol": 1e-12, "gtol": 1e-10},
-        )
+        result = minimize(objective, start, args=(log_n, log_d, log_loss), **LBFGS)
         if best is None or result.fun < best.fun:
             best = result
     return law_of(best.x)

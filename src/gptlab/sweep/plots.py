@@ -4,6 +4,7 @@ each swept knob, a colour per configuration."""
 from gptlab.sweep.stats import group_configurations, number, sort_key
 
 CATEGORIES = 10  # a knob of at most this many values is drawn by value, one position each
+LEGEND = 20  # configurations named in the legend, at most (10 colours, then other markers)
 
 
 def summary_figure(rows: list[dict], knobs: list[str], configs: list[dict] | None, title: str):
@@ -26,7 +27,7 @@ def summary_figure(rows: list[dict], knobs: list[str], configs: list[dict] | Non
         draw_panel(ax, panel, names[panel], drawn)
         if not names[panel]:
             numeric_axis(ax, [number(r.get(panel)) for r in ok], panel == "num_params")
-    if 1 < len(order) <= CATEGORIES:
+    if 1 < len(order) <= LEGEND:
         handles, labels = axes[0].get_legend_handles_labels()
         fig.legend(handles, labels, loc="outside right upper", fontsize=8, frameon=False)
     fig.suptitle(f"{title}: {len(ok)} ok jobs" + (", means ± 95% CI" if means else ""))
@@ -38,14 +39,15 @@ def draw_panel(ax, panel: str, names: list[str], configurations: list[tuple]) ->
     position = {name: i for i, name in enumerate(names)}
     ax.ticklabel_format(useOffset=False)  # 6.8812, not 1e-5+6.881
     for i, (name, jobs, mean) in enumerate(configurations):
-        color = f"C{i % 10}"
+        color, marker = f"C{i % 10}", "osD^v"[i // 10 % 5]
         xs = [position.get(shown(r.get(panel)), r.get(panel)) for r in jobs]
         losses = [r["best_val_loss"] for r in jobs]
-        ax.scatter(xs, losses, s=12, color=color, alpha=0.4 if mean else 1.0, label=name)
+        faint = 0.4 if mean else 1.0
+        ax.scatter(xs, losses, s=12, color=color, marker=marker, alpha=faint, label=name)
         if mean:
             x = position.get(shown(mean.get(panel)), mean.get(panel))
             error = mean["val_loss_ci95"] or 0
-            ax.errorbar(x, mean["val_loss_mean"], yerr=error, fmt="o", capsize=3, color=color)
+            ax.errorbar(x, mean["val_loss_mean"], yerr=error, fmt=marker, capsize=3, color=color)
     ax.set(xlabel=panel, ylabel="best val loss")
     if names:
         long = len(names) > 3 or max(map(len, names)) > 8

@@ -144,10 +144,10 @@ def report_lines(result: dict, sweep_dir: Path, head: list[str]) -> list[str]:
         *(f"- {line}" for line in head),
         "",
         f"L = {result['metric']}, N = scaling_params, D = tokens_seen, C = flops_per_token x "
-        "tokens_seen; a budget's jobs within 10% in C of the next. Identified: a fit with "
-        f"{least} points per parameter ({least * 3} sizes a budget, {least * 5} jobs), "
-        f"{MIN_DRAWS} of {DRAWS} bootstrap draws, and no optimum at an edge, parameter at a bound "
-        "or interval of zero width or over a decade (docs/scaling.md).",
+        "tokens_seen; a budget: jobs clustered in log C (a jump over 10% starts the next). A fit "
+        f"is identified with {least} points per parameter ({least * 3} sizes a budget, {least * 5} "
+        f"jobs), {MIN_DRAWS} of {DRAWS} bootstrap draws, and no optimum at an edge, parameter at a "
+        "bound or interval of zero width or over a decade (docs/scaling.md).",
         "",
         "![IsoFLOP curves, N_opt and the loss against compute](scaling.png)",
         "",
