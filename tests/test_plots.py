@@ -59,9 +59,76 @@ def test_a_knob_of_names_is_drawn_by_name_in_the_order_of_the_means():
     ]
     fig = summary_figure(rows, ["ablation", "seed"], configs, "ablation")
     renderer = drawn(fig)
-    panel = fig.axes[1]
+    [panel] = fig.axes  # every job has 254,048 parameters: no panel against that
     assert [t.get_text() for t in panel.get_xticklabels()] == NAMES
     assert overlapping(panel.get_xticklabels(), renderer) == []
+
+
+def test_numeric_knobs_of_few_values_are_categories_a_colour_a_configuration_no_offset():
+    """num_heads 2 and 4 are two positions (no 2.5), each configuration its colour in a legend,
+    and losses 6.88101 to 6.88106 read as such, not as an offset ("1e-5+6.881")."""
+    grid = [(h, b) for h in (2, 4) for b in (1, 2)]
+    rows = [
+        job(
+            i,
+            6.88101 + i / 1e5,
+            num_params=1000 * b,
+            **{"model.num_heads": h, "model.num_blocks": b},
+        )
+        for i, (h, b) in enumerate(grid)
+    ]
+    knobs = ["model.num_heads", "model.num_blocks"]
+    fig = summary_figure(rows, knobs, None, "sweep")
+    renderer = drawn(fig)
+    params, heads, blocks = fig.axes
+    assert [t.get_text() for t in heads.get_xticklabels()] == ["2", "4"]
+    assert [t.get_text() for t in blocks.get_xticklabels()] == ["1", "2"]
+    [legend] = fig.legends
+    assert [t.get_text() for t in legend.get_texts()] == [
+        f"num_heads={h} num_blocks={b}" for h, b in grid
+    ]
+    colors = {tuple(c.get_facecolor()[0]) for c in heads.collections}
+    assert len(colors) == 4
+    for ax in fig.axes:
+        assert (
+            ax.yaxis.get_offset_text().get_text() == ""
+            and ax.xaxis.get_offset_text().get_text() == ""
+        )
+        labels = [*ax.get_xticklabels(), *ax.get_xticklabels(minor=True)]
+        assert overlapping(labels, renderer) == []
+    assert "6.881020" in [t.get_text() for t in heads.get_yticklabels()]
+    same = [{**row, "num_params": 1000} for row in rows]  # a panel against one value: none
+    assert len(summary_figure(same, knobs, None, "sweep").axes) == 2
+
+
+def test_twelve_configurations_each_have_their_own_colour_and_marker_in_the_legend():
+    rows = [job(i, 5.0 + i / 100, num_params=1000, **{"optim.lr": i / 1000}) for i in range(12)]
+    fig = summary_figure(rows, ["optim.lr"], None, "sweep")
+    drawn(fig)
+    [legend] = fig.legends
+    assert len(legend.get_texts()) == 12
+    looks = {
+        (tuple(c.get_facecolor()[0]), len(c.get_paths()[0].vertices))
+        for c in fig.axes[0].collections
+    }
+    assert len(looks) == 12
+
+
+def test_the_best_configuration_s_verdicts_read_plainly(tmp_path):
+    def configs(*verdicts):
+        best = {"config": "a=1", "vs_best": "best", "val_loss ± ci95": "4.0 ± 0.1", "n_seeds": 3}
+        return [best, *({"config": f"a={i}", "vs_best": v} for i, v in enumerate(verdicts, 2))]
+
+    rows = [job(0, 4.0, overrides="", num_params=1)]
+    [line] = [
+        line
+        for line in headline(rows, configs("not distinguishable"), tmp_path)
+        if "Best con" in line
+    ]
+    assert "Against it by Welch's t-test, the other configuration: not distinguishable." in line
+    verdicts = ("not distinguishable", "worse", "not distinguishable")
+    [line] = [line for line in headline(rows, configs(*verdicts), tmp_path) if "Best con" in line]
+    assert "Against it by Welch's t-test, 2 not distinguishable, 1 worse." in line
 
 
 def test_curves_are_named_by_their_settings():

@@ -95,6 +95,19 @@ def test_the_best_trial_is_printed_and_saved(search):
     assert f"Best parameters: {best['best_params']}" in result.stdout + result.stderr
 
 
+def test_the_trial_lines_are_rounded_and_hold_no_internal_override(search):
+    """Each trial logged with its parameters and objective to 4 digits; the study and trial each
+    job reads (hydra.job.env_set) never in a logged line."""
+    sweep, result = search
+    logged = result.stdout + result.stderr
+    assert "GPTLAB_OPTUNA" not in logged and "env_set" not in logged
+    for trial in study_of(sweep).trials:
+        lr = re.escape(f"optim.lr={trial.params['optim.lr']:.4g}")
+        assert re.search(rf"Trial {trial.number}: .*\b{lr}( |$)", logged, re.M), trial.number
+        if trial.state == TrialState.COMPLETE:
+            assert f"Trial {trial.number}: COMPLETE best_val_loss={trial.value:.4g}" in logged
+
+
 def test_the_summary_counts_pruned_trials_and_draws_the_study(search):
     import matplotlib.image
 

@@ -136,7 +136,8 @@ def test_sweep_report_script_regenerates_the_summary(grid):
     assert result.returncode == 0, result.stderr
     assert (sweep / "summary.csv").read_text() == before
     assert (sweep / "summary.md").is_file() and (sweep / "summary.png").is_file()
-    assert "Sweep done: 4 jobs" in result.stdout
+    assert "Sweep done: 4 jobs" in result.stdout  # the headline and paths, not summary.md
+    assert f"Summary: {sweep / 'summary.md'}" in result.stdout and "| job |" not in result.stdout
 
 
 def test_sweep_report_on_a_directory_without_jobs_fails_clearly(tmp_path, capsys):

@@ -3,32 +3,29 @@ budget, its vertex the budget's optimum; N_opt ∝ C^a and D_opt ∝ C^b fitted 
 The method: docs/scaling.md."""
 
 import math
-import statistics
 
 import numpy as np
 
 from gptlab.sweep.stats import bootstrap, percentile_interval
 
-TOLERANCE = 0.1  # jobs whose C lie within 10% of each other share a budget
+TOLERANCE = 0.1  # a new budget starts where C jumps by more than 10% (docs/scaling.md)
 MIN_SIZES = 3  # a parabola needs three model sizes
 MIN_BUDGETS = 2  # a line through the optima needs two budgets
 
 
 def assign_budgets(points: list[dict]) -> list[float]:
-    """Give each point its `budget`: the geometric mean of the C within TOLERANCE of the smallest
-    C not yet taken. Returns the budgets, smallest first."""
-    groups = []
-    for point in sorted(points, key=lambda p: p["C"]):
-        if groups and point["C"] <= groups[-1][0]["C"] * (1 + TOLERANCE):
-            groups[-1].append(point)
-        else:
-            groups.append([point])
+    """Give each point its `budget`: log C split where C jumps by over TOLERANCE to the next job (a
+    rounding keeps a job in its budget), each at its geometric mean; the budgets, smallest first."""
+    if not points:
+        return []
+    ordered = sorted(points, key=lambda p: p["C"])
+    logs = np.log([p["C"] for p in ordered])
+    jumps = np.flatnonzero(np.diff(logs) > math.log1p(TOLERANCE)) + 1
     budgets = []
-    for group in groups:
-        budget = math.exp(statistics.fmean(math.log(p["C"]) for p in group))
-        for point in group:
-            point["budget"] = budget
-        budgets.append(budget)
+    for group in np.split(np.arange(len(ordered)), jumps):
+        budgets.append(math.exp(logs[group].mean()))
+        for i in group:
+            ordered[i]["budget"] = budgets[-1]
     return budgets
 
 
@@ -93,8 +90,7 @@ def fit_approach2(points: list[dict]) -> dict | None:
 
 
 def approach2(points: list[dict]) -> dict | None:
-    """fit_approach2 with bootstrap intervals of a, b and each L_opt (jobs resampled within each
-    budget); `_draws` keeps the draws' fits (not written)."""
+    """fit_approach2 with bootstrap intervals (within each budget); `_draws`: the draws' fits."""
     fit = fit_approach2(points)
     if fit is None:
         return None

@@ -21,6 +21,9 @@ DRAW_STARTS = 2  # of which L-BFGS runs from the best two on the draw's own poin
 # off towards E = 0 or exponents without end
 BOUNDS = [(-20.0, 60.0), (-20.0, 60.0), (-10.0, 10.0), (0.0, 5.0), (0.0, 5.0)]
 NAMES = ("E", "A", "alpha", "B", "beta")
+THETA = ("A", "B", "E", "alpha", "beta")  # theta's order, and BOUNDS'
+OPTIONS = {"maxiter": 1000, "ftol": 1e-12, "gtol": 1e-10}
+LBFGS = {"jac": True, "method": "L-BFGS-B", "bounds": BOUNDS, "options": OPTIONS}  # minimize's
 
 
 def start_grid() -> np.ndarray:
@@ -30,8 +33,7 @@ def start_grid() -> np.ndarray:
 
 
 def predicted_log_loss(theta: np.ndarray, log_n: np.ndarray, log_d: np.ndarray) -> np.ndarray:
-    """log L(N, D) for each row of theta and each point, [starts, n]: a log-sum-exp, stable for
-    any exponent."""
+    """log L(N, D) for each row of theta and each point, [starts, n]: a log-sum-exp (stable)."""
     theta = np.atleast_2d(theta)
     terms = np.stack(
         [
@@ -68,8 +70,7 @@ def objective(theta: np.ndarray, log_n, log_d, log_loss) -> tuple[float, np.ndar
 def fit_law(
     points: list[dict], starts: np.ndarray | None = None, count: int = STARTS
 ) -> dict | None:
-    """The law by L-BFGS from the `count` best `starts` (the grid's by default); None below 5
-    distinct points."""
+    """The law by L-BFGS from the `count` best `starts` (the grid's); None below 5 points."""
     from scipy.optimize import minimize
 
     if len({(p["N"], p["D"]) for p in points}) < len(NAMES):
@@ -78,15 +79,7 @@ def fit_law(
     starts = start_grid() if starts is None else starts
     best = None
     for start in best_starts(starts, points, count):
-        result = minimize(
-            objective,
-            start,
-            args=(log_n, log_d, log_loss),
-            jac=True,
-            method="L-BFGS-B",
-            bounds=BOUNDS,
-            options={"maxiter": 1000, "ftol": 1e-12, "gtol": 1e-10},
-        )
+        result = minimize(objective, start, args=(log_n, log_d, log_loss), **LBFGS)
         if best is None or result.fun < best.fun:
             best = result
     return law_of(best.x)
@@ -117,6 +110,12 @@ def theta_of(law: dict) -> np.ndarray:
     )
 
 
+def at_bounds(law: dict) -> list[str]:
+    """The parameters L-BFGS-B left at an end of BOUNDS: the data did not pin them down."""
+    ends = zip(THETA, theta_of(law), BOUNDS, strict=True)
+    return [name for name, value, (lo, hi) in ends if min(value - lo, hi - value) < 1e-6]
+
+
 def law_loss(law: dict, n: float, d: float) -> float:
     return law["E"] + law["A"] / n ** law["alpha"] + law["B"] / d ** law["beta"]
 
@@ -134,8 +133,7 @@ def frontier(law: dict, compute: float) -> dict | None:
 
 
 def approach3(points: list[dict]) -> dict | None:
-    """The law with bootstrap intervals of each parameter and of `a`; `_draws` keeps the draws'
-    laws (not written)."""
+    """The law with bootstrap intervals of each parameter and of `a`; `_draws`: the draws' laws."""
     law = fit_law(points)
     if law is None:
         return None

@@ -1,63 +1,89 @@
-"""summary.png: a sweep's best val loss against the parameter count and each swept knob."""
+"""summary.png: a sweep's best val loss against the parameter count (where jobs differ in it) and
+each swept knob, a colour per configuration."""
 
-from gptlab.sweep.stats import number
+from gptlab.sweep.stats import group_configurations, number, sort_key
+
+CATEGORIES = 10  # a knob of at most this many values is drawn by value, one position each
+LEGEND = 20  # configurations named in the legend, at most (10 colours, then other markers)
 
 
 def summary_figure(rows: list[dict], knobs: list[str], configs: list[dict] | None, title: str):
-    """Best val loss against the parameter count and each swept knob: ok jobs, configurations'
-    means with their 95% CIs. A knob of names (ablation=rope, ...) is drawn by name, in the order
-    of the configurations' means."""
+    """Best val loss against each panel's key: ok jobs, means ± 95% CI, a colour a configuration."""
     from matplotlib.figure import Figure
 
     ok = [r for r in rows if r["status"] == "ok"]
-    means = [c for c in configs or [] if c["n_seeds"]]
-    panels = ["num_params", *[k for k in knobs if k != "seed"]]
-    names = {panel: categories(panel, ok, means) for panel in panels}
+    groups = group_configurations(ok, knobs)
+    means = {c["config"]: c for c in configs or [] if c["n_seeds"]}
+    order = [*means, *(name for name in groups if name not in means)]  # best mean first
+    panels = [k for k in knobs if k != "seed"]
+    if len({r.get("num_params") for r in ok}) > 1 or not panels:
+        panels.insert(0, "num_params")
+    names = {panel: categories(panel, ok, list(means.values())) for panel in panels}
     widths = [max(4.0, 0.45 * len(names[panel])) for panel in panels]
-    fig = Figure(figsize=(sum(widths), 3.8), layout="constrained")
+    fig = Figure(figsize=(sum(widths) + 3, 3.8), layout="constrained")
     axes = fig.subplots(1, len(panels), squeeze=False, width_ratios=widths)[0]
+    drawn = [(label(groups[name][0], knobs), groups[name], means.get(name)) for name in order]
     for ax, panel in zip(axes, panels, strict=True):
-        xs = [item.get(panel) for item in ok + means]
-        if names[panel]:  # by name: a position each, labelled
-            position = {name: i for i, name in enumerate(names[panel])}
-            xs = [position[str(x)] for x in xs]
-            long = len(names[panel]) > 3 or max(map(len, names[panel])) > 8
-            ax.set_xticks(range(len(names[panel])), names[panel], rotation=90 if long else 0)
-        losses = [r["best_val_loss"] for r in ok]
-        ax.scatter(xs[: len(ok)], losses, s=12, alpha=0.4 if means else 1.0)
-        ax.errorbar(
-            xs[len(ok) :],
-            [c["val_loss_mean"] for c in means],
-            yerr=[c["val_loss_ci95"] or 0 for c in means],
-            fmt="o",
-            capsize=3,
-            color="C1",
-        )
-        ax.set(xlabel=panel, ylabel="best val loss")
-        if panel == "num_params":
-            parameter_axis(ax, [number(x) for x in xs])
+        draw_panel(ax, panel, names[panel], drawn)
+        if not names[panel]:
+            numeric_axis(ax, [number(r.get(panel)) for r in ok], panel == "num_params")
+    if 1 < len(order) <= LEGEND:
+        handles, labels = axes[0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="outside right upper", fontsize=8, frameon=False)
     fig.suptitle(f"{title}: {len(ok)} ok jobs" + (", means ± 95% CI" if means else ""))
     return fig
 
 
+def draw_panel(ax, panel: str, names: list[str], configurations: list[tuple]) -> None:
+    """Each configuration's jobs and mean against `panel`: by position among `names`, else value."""
+    position = {name: i for i, name in enumerate(names)}
+    ax.ticklabel_format(useOffset=False)  # 6.8812, not 1e-5+6.881
+    for i, (name, jobs, mean) in enumerate(configurations):
+        color, marker = f"C{i % 10}", "osD^v"[i // 10 % 5]
+        xs = [position.get(shown(r.get(panel)), r.get(panel)) for r in jobs]
+        losses = [r["best_val_loss"] for r in jobs]
+        faint = 0.4 if mean else 1.0
+        ax.scatter(xs, losses, s=12, color=color, marker=marker, alpha=faint, label=name)
+        if mean:
+            x = position.get(shown(mean.get(panel)), mean.get(panel))
+            error = mean["val_loss_ci95"] or 0
+            ax.errorbar(x, mean["val_loss_mean"], yerr=error, fmt=marker, capsize=3, color=color)
+    ax.set(xlabel=panel, ylabel="best val loss")
+    if names:
+        long = len(names) > 3 or max(map(len, names)) > 8
+        ax.set_xticks(range(len(names)), names, rotation=90 if long else 0)
+
+
 def categories(panel: str, ok: list[dict], means: list[dict]) -> list[str]:
-    """The values of a knob that is not a number, configurations' (best first) then the rest;
-    [] for a numeric knob."""
+    """A knob's values as categories: names in the order of the configurations' means (best
+    first), up to CATEGORIES numbers by value; [] for the parameter count or more numbers."""
     values = [item.get(panel) for item in means + ok]
-    if all(number(value) is not None for value in values):
+    numeric = all(number(value) is not None for value in values)
+    if panel == "num_params" or numeric and len(set(values)) > CATEGORIES:
         return []
-    return list(dict.fromkeys(str(value) for value in values))
+    return list(dict.fromkeys(map(shown, sorted(values, key=sort_key) if numeric else values)))
 
 
-def parameter_axis(ax, counts: list[float | None]) -> None:
-    """Parameter counts as 254k, 1.2M: a log scale over a decade or more, else a linear one
-    with a few ticks, so the labels never overlap."""
+def label(job: dict, knobs: list[str]) -> str:
+    """A configuration's name in the legend: heads=2 lr=0.003."""
+    return " ".join(f"{k.split('.')[-1]}={shown(job.get(k))}" for k in knobs if k != "seed")
+
+
+def shown(value) -> str:
+    """A category's label: 2e+10, not 20000000000.0."""
+    return str(value) if number(value) is None else f"{number(value):g}"
+
+
+def numeric_axis(ax, values: list[float | None], counts: bool) -> None:
+    """A log scale over a decade or more (major labels only, so they never overlap), else a
+    linear one with a few ticks; parameter counts as 254k, 1.2M."""
     from matplotlib.ticker import EngFormatter, MaxNLocator, NullFormatter
 
-    known = [c for c in counts if c]
-    if known and max(known) >= 10 * min(known):
+    known = [v for v in values if v]
+    if known and min(known) > 0 and max(known) >= 10 * min(known):
         ax.set_xscale("log")
         ax.xaxis.set_minor_formatter(NullFormatter())
     else:
         ax.xaxis.set_major_locator(MaxNLocator(4))
-    ax.xaxis.set_major_formatter(EngFormatter(sep=""))
+    if counts:
+        ax.xaxis.set_major_formatter(EngFormatter(sep=""))

@@ -5,7 +5,7 @@ The method: docs/scaling.md."""
 
 import math
 
-from gptlab.sweep import isoflop, parametric
+from gptlab.sweep import isoflop, parametric, stats
 from gptlab.sweep.stats import group_configurations, number, percentile_interval, sort_key
 
 # the knobs that vary a model's size, its budget or its seed: the rest of the swept knobs makes
@@ -14,6 +14,8 @@ SIZE_KEYS = ("model.d_model", "model.num_blocks", "model.num_heads", "model.ffn_
 NOT_CONFIGURATION = (*SIZE_KEYS, "flops_budget", "trainer.max_steps", "seed")
 METRICS = ("best_val_loss", "final_val_loss", "test_loss")
 REPEATED_EPOCHS = 4  # past it, repeated tokens are worth clearly less (Muennighoff et al. 2023)
+POINTS_PER_PARAMETER = 2  # an identified fit's least (docs/scaling.md)
+DECADE = 10.0  # a bootstrap interval whose ends lie further apart pins nothing down
 
 
 class TooFewPoints(Exception):
@@ -37,9 +39,8 @@ def configurations(rows: list[dict], knobs: list[str], first: str | None) -> dic
     return {name: groups[name] for name in sorted(groups, key=lambda name: name != first)}
 
 
-def usable_points(name: str, points: list[dict], metric: str) -> tuple[list[dict], list[str]]:
-    """The points of the budgets with MIN_SIZES sizes, and notes on the others; TooFewPoints below
-    MIN_BUDGETS such budgets."""
+def usable_points(name: str, points: list[dict], metric: str) -> list[str]:
+    """Notes on the budgets approach 2 leaves out; TooFewPoints below MIN_BUDGETS of MIN_SIZES."""
     groups = isoflop.by_budget(points)
     kept = {b: g for b, g in groups.items() if isoflop.sizes(g) >= isoflop.MIN_SIZES}
     found = "; ".join(f"{b:.3g} FLOPs: {isoflop.sizes(g)} sizes" for b, g in groups.items())
@@ -51,12 +52,56 @@ def usable_points(name: str, points: list[dict], metric: str) -> tuple[list[dict
             f"{isoflop.MIN_SIZES} sizes each. Sweep more budgets (flops_budget=1e12,3e12,...) "
             "or more sizes (model.d_model=32,64,128,...)."
         )
-    notes = [
-        f"budget {b:.3g} FLOPs left out: {isoflop.sizes(g)} size(s), fewer than {isoflop.MIN_SIZES}"
+    return [
+        f"budget {b:.3g} FLOPs: {isoflop.sizes(g)} size(s), fewer than {isoflop.MIN_SIZES}: "
+        "left out of approach 2, in approach 3"
         for b, g in groups.items()
         if b not in kept
     ]
-    return [p for g in kept.values() for p in g], notes
+
+
+def interval_faults(fit: dict, keys: tuple) -> list[str]:
+    """Too few draws, or intervals among `keys` pinning nothing: of zero width or over a decade."""
+    draws, least = fit["draws_used"], stats.MIN_DRAWS
+    faults = [f"{draws} of {stats.DRAWS} bootstrap draws fitted (needs {least})"] * (draws < least)
+    for key in keys:
+        ci = fit["ci95"][key]
+        if ci is None:
+            continue  # too few draws, said above
+        if math.isclose(*ci, rel_tol=1e-9, abs_tol=1e-12):
+            faults.append(f"{key}'s interval has zero width")
+        elif ci[0] <= 0 or ci[1] > DECADE * ci[0]:
+            faults.append(f"{key}'s interval [{ci[0]:.3g}, {ci[1]:.3g}] spans over a decade")
+    return faults
+
+
+def budgets_where(optima: list[dict], what: str) -> list[str]:
+    return [f"{what} at C = " + ", ".join(f"{o['C']:.2g}" for o in optima)] if optima else []
+
+
+def approach2_faults(fit: dict, points: list[dict]) -> list[str]:
+    """Why approach 2 is not identified (docs/scaling.md); [] when it is."""
+    need = POINTS_PER_PARAMETER * 3  # a parabola's parameters
+    few = [o for o in fit["optima"] if o["sizes"] < need]
+    faults = budgets_where(few, f"fewer than {need} sizes for a parabola's 3 parameters")
+    edges = [o for o in fit["optima"] if o["edge"]]
+    faults += budgets_where(edges, "the optimum at an edge of the sizes")
+    return faults + interval_faults(fit, ("a", "b"))
+
+
+def approach3_faults(law: dict, points: list[dict]) -> list[str]:
+    """Why approach 3 is not identified (docs/scaling.md); [] when it is."""
+    need = POINTS_PER_PARAMETER * len(parametric.NAMES)
+    faults = [f"{len(points)} points for 5 parameters (needs {need})"] if len(points) < need else []
+    faults += [f"{name} at its bound ({law[name]:.3g})" for name in parametric.at_bounds(law)]
+    outside = []
+    for budget, group in isoflop.by_budget(points).items():
+        best = parametric.frontier(law, budget)
+        sizes = sorted({p["N"] for p in group})
+        if best and len(sizes) >= isoflop.MIN_SIZES and not sizes[0] <= best["N"] <= sizes[-1]:
+            outside.append({"C": budget})
+    faults += budgets_where(outside, "the frontier's N_opt outside the sizes tried")
+    return faults + interval_faults(law, ("alpha", "beta", "a"))
 
 
 def holdout(points: list[dict]) -> dict | None:
@@ -78,28 +123,25 @@ def holdout(points: list[dict]) -> dict | None:
     refit = isoflop.fit_approach2(rest)
     measured = isoflop.budget_optimum(largest, groups[largest])
     if refit is not None and measured is not None:
-        guess = isoflop.n_opt(refit, largest)
-        result["approach2"] = {
-            "predicted_N_opt": guess,
-            "measured_N_opt": measured["N_opt"],
-            "relative_error": (guess - measured["N_opt"]) / measured["N_opt"],
-        }
+        guess, n_opt = isoflop.n_opt(refit, largest), measured["N_opt"]
+        two = {"predicted_N_opt": guess, "measured_N_opt": n_opt}
+        result["approach2"] = {**two, "relative_error": (guess - n_opt) / n_opt}
     return result
 
 
 def fit_configuration(name: str, points: list[dict], metric: str) -> dict:
-    """One configuration's fits, held-out budget and repeated-data count (or TooFewPoints)."""
-    kept, notes = usable_points(name, points, metric)
-    for point in kept:
+    """One configuration's judged fits (approach 3 on every point; past usable_points both always
+    fit: 6 distinct points at least), held-out budget and repeated-data count, or TooFewPoints."""
+    notes = usable_points(name, points, metric)
+    fit = {"approach2": isoflop.approach2(points), "approach3": parametric.approach3(points)}
+    for key, faults in (("approach2", approach2_faults), ("approach3", approach3_faults)):
+        fit[key]["why_not"] = faults(fit[key], points)
+        fit[key]["identified"] = not fit[key]["why_not"]
+    for point in points:
         point["repeated"] = (point["epochs"] or 0) > REPEATED_EPOCHS
-    return {
-        "approach2": isoflop.approach2(kept),
-        "approach3": parametric.approach3(kept),
-        "holdout": holdout(kept),
-        "points": kept,
-        "repeated_data_points": sum(p["repeated"] for p in kept),
-        "notes": notes,
-    }
+    fit.update(holdout=holdout(points), points=points, notes=notes)
+    fit["repeated_data_points"] = sum(p["repeated"] for p in points)
+    return fit
 
 
 def frontier_gap(first: dict, other: dict) -> list[dict]:
@@ -148,10 +190,9 @@ def fit_sweep(rows: list[dict], knobs: list[str], metric: str, first: str | None
     if not fits:
         raise TooFewPoints(" ".join(errors.values()))
     result = {"metric": metric, "configurations": fits, "errors": errors}
-    usable = [fit for fit in fits.values() if fit["approach2"] is not None]
-    if len(usable) > 1:
-        for fit in usable:
-            fit["vs_first"] = frontier_gap(usable[0], fit)
+    if len(fits) > 1:
+        for fit in fits.values():
+            fit["vs_first"] = frontier_gap(next(iter(fits.values())), fit)
     return result
 
 

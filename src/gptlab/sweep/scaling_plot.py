@@ -1,6 +1,5 @@
-"""scaling.png: for each configuration the IsoFLOP curves with their parabolas, N_opt against C,
-and the loss against C with the fitted law extrapolated one decade past the largest budget;
-with several configurations, a last row puts their frontiers side by side."""
+"""scaling.png: per configuration the IsoFLOP curves, N_opt and the loss against C (a fit identified
+extrapolated a decade); with several configurations, their frontiers side by side."""
 
 from pathlib import Path
 
@@ -21,15 +20,17 @@ def compute_range(fit: dict) -> tuple[np.ndarray, np.ndarray]:
     return inside, np.geomspace(budgets[-1], budgets[-1] * EXTRAPOLATE, 20)
 
 
-def on_frontier(law: dict | None, cs, key: str) -> list[float] | None:
-    """The law's compute-optimal `key` (N or L) at each C; None without a law or a minimum."""
-    if not law or parametric.frontier(law, cs[0]) is None:
+def reach(fit: dict, approach: str) -> np.ndarray:
+    """Where an approach's line is drawn: one decade past the largest budget when identified."""
+    inside, beyond = compute_range(fit)
+    return np.concatenate([inside, beyond]) if fit[approach]["identified"] else inside
+
+
+def on_frontier(law: dict, cs, key: str) -> list[float] | None:
+    """The law's compute-optimal `key` (N or L) at each C; None for a law without a minimum."""
+    if parametric.frontier(law, cs[0]) is None:
         return None
     return [parametric.frontier(law, c)[key] for c in cs]
-
-
-def optima(fit: dict) -> list[dict]:
-    return (fit["approach2"] or {}).get("optima", [])
 
 
 def jobs_scatter(ax, points: list[dict], x: str, color: str, fill=None, **style) -> None:
@@ -40,66 +41,73 @@ def jobs_scatter(ax, points: list[dict], x: str, color: str, fill=None, **style)
             xs, ys = [p[x] for p in part], [p["L"] for p in part]
             face = "none" if repeated else fill or color
             ax.scatter(xs, ys, facecolors=face, edgecolors=color, **style)
-            style.pop("label", None)  # one legend entry for both
 
 
 def isoflop_panel(ax, fit: dict) -> None:
-    """L against N, one colour a budget: its jobs, its parabola, its optimum (a star)."""
-    found = {o["C"]: o for o in optima(fit)}
-    for i, (budget, group) in enumerate(isoflop.by_budget(fit["points"]).items()):
-        color = f"C{i % 10}"
-        jobs_scatter(ax, group, "N", color, s=18, label=f"C = {budget:.2g}")
+    """L against N, coloured by budget on a log scale: jobs, parabolas, optima (stars)."""
+    from matplotlib import colormaps
+    from matplotlib.cm import ScalarMappable
+    from matplotlib.colors import ListedColormap, LogNorm
+
+    found = {o["C"]: o for o in fit["approach2"]["optima"]}
+    groups = isoflop.by_budget(fit["points"])
+    dark = ListedColormap(colormaps["viridis"](np.linspace(0, 0.85, 256)))  # no pale yellow
+    scale = ScalarMappable(LogNorm(min(groups), max(groups)), dark)
+    for budget, group in groups.items():
+        color = scale.to_rgba(budget)
+        jobs_scatter(ax, group, "N", color, s=18)
         optimum = found.get(budget)
         if optimum and optimum["parabola"]:
             xs = np.linspace(*np.log([min(p["N"] for p in group), max(p["N"] for p in group)]), 50)
             ax.plot(np.exp(xs), np.polyval(optimum["parabola"], xs), color=color, lw=1)
         if optimum:
             ax.scatter([optimum["N_opt"]], [optimum["L_opt"]], marker="*", s=90, color=color)
+    ax.figure.colorbar(scale, ax=ax, label="budget C (FLOPs)")
     if any(p["repeated"] for p in fit["points"]):
         past = f"past {REPEATED_EPOCHS} epochs"
         ax.scatter([], [], s=18, facecolors="none", edgecolors="grey", label=past)
+        ax.legend(**LEGEND)
     ax.set(xscale="log", xlabel="N (scaling_params)", ylabel="loss", title="IsoFLOP curves")
-    ax.legend(ncol=3, **LEGEND)
 
 
 def n_opt_panel(ax, fit: dict) -> None:
-    """The budgets' optima (x: at an edge of the sizes) and both approaches' N_opt(C)."""
+    """The budgets' optima (x: at an edge), both approaches' N_opt(C) (dashed: extrapolated)."""
     inside, beyond = compute_range(fit)
     two, law = fit["approach2"], fit["approach3"]
-    for optimum in optima(fit):
+    for optimum in two["optima"]:
         marker = "x" if optimum["edge"] else "o"
         ax.scatter([optimum["C"]], [optimum["N_opt"]], marker=marker, color="C0", zorder=3)
-    if two:
-        label = f"approach 2: a = {two['a']:.2f}"
-        ax.plot(inside, isoflop.n_opt(two, inside), color="C0", label=label)
+    ax.plot(inside, isoflop.n_opt(two, inside), color="C0", label=label(two, "approach 2"))
+    if two["identified"]:
         ax.plot(beyond, isoflop.n_opt(two, beyond), color="C0", ls="--")
-    cs = np.concatenate([inside, beyond])
+    cs = reach(fit, "approach3")
     if ns := on_frontier(law, cs, "N"):
-        ax.plot(cs, ns, color="C3", ls=":", label=f"approach 3: a = {law['a']:.2f}")
-    ax.axvline(inside[-1], color="grey", lw=0.6)
+        ax.plot(cs, ns, color="C3", ls=":", label=label(law, "approach 3"))
     ax.set(xscale="log", yscale="log", xlabel="C (FLOPs)", ylabel="N_opt", title="Optimal size")
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(ncol=2, **LEGEND)
+    ax.legend(ncol=2, **LEGEND)
+
+
+def label(fit: dict, approach: str) -> str:
+    return f"{approach}: a = {fit['a']:.2f}" if fit["identified"] else f"{approach}: not identified"
 
 
 def loss_panel(ax, fit: dict) -> None:
     """Every job's loss (grey), each budget's optimum with its interval, the law's frontier
-    (dashed beyond the largest budget) and the held-out prediction."""
+    (dashed beyond the largest budget when identified) and the held-out prediction."""
     inside, beyond = compute_range(fit)
     jobs_scatter(ax, fit["points"], "C", "grey", s=10, lw=0.6, fill="lightgrey")
-    for optimum in optima(fit):
+    for optimum in fit["approach2"]["optima"]:
         lo, hi = optimum.get("L_opt_ci95") or [optimum["L_opt"]] * 2
-        err = [[optimum["L_opt"] - lo], [hi - optimum["L_opt"]]]
+        err = [[max(optimum["L_opt"] - lo, 0)], [max(hi - optimum["L_opt"], 0)]]  # an interval
         ax.errorbar(optimum["C"], optimum["L_opt"], yerr=err, fmt="o", color="C3", ms=4, capsize=2)
-    lines = {"approach 3: frontier": (inside, "-"), "extrapolated": (beyond, "--")}
-    for label, (cs, dashes) in lines.items():
-        if losses := on_frontier(fit["approach3"], cs, "L"):
-            ax.plot(cs, losses, color="C3", ls=dashes, label=label)
-    held = fit["holdout"]
-    if held:
-        label = f"held out: predicted ({held['relative_error']:+.1%})"
-        ax.scatter(held["budget"], held["predicted"], marker="x", color="k", zorder=4, label=label)
-    ax.axvline(inside[-1], color="grey", lw=0.6)
+    law = fit["approach3"]
+    if losses := on_frontier(law, inside, "L"):
+        ax.plot(inside, losses, color="C3", label=label(law, "approach 3") + ", frontier")
+    if law["identified"] and (losses := on_frontier(law, beyond, "L")):
+        ax.plot(beyond, losses, color="C3", ls="--", label="extrapolated")
+    if held := fit["holdout"]:
+        text = f"held out: predicted ({held['relative_error']:+.1%})"
+        ax.scatter(held["budget"], held["predicted"], marker="x", color="k", zorder=4, label=text)
     ax.set(xscale="log", xlabel="C (FLOPs)", ylabel="loss", title="Loss against compute")
     if ax.get_legend_handles_labels()[0]:
         ax.legend(ncol=2, **LEGEND)
@@ -108,17 +116,18 @@ def loss_panel(ax, fit: dict) -> None:
 def comparison_panel(ax, fits: dict) -> None:
     """Each configuration's frontier: its budgets' optima and its approach-3 law."""
     for i, (name, fit) in enumerate(fits.items()):
-        color = f"C{i % 10}"
-        ax.scatter(
-            [o["C"] for o in optima(fit)], [o["L_opt"] for o in optima(fit)], color=color, s=16
-        )
-        cs = np.concatenate(compute_range(fit))
+        color, optima = f"C{i % 10}", fit["approach2"]["optima"]
+        ax.scatter([o["C"] for o in optima], [o["L_opt"] for o in optima], color=color, s=16)
+        cs = reach(fit, "approach3")
         if losses := on_frontier(fit["approach3"], cs, "L"):
             ax.plot(cs, losses, color=color, label=name.removeprefix("ablation="))
     title = "Configurations along the compute-optimal frontier"
     ax.set(xscale="log", xlabel="C (FLOPs)", ylabel="loss at the optimum", title=title)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8, frameon=False)
+
+
+PANELS = (isoflop_panel, n_opt_panel, loss_panel)  # a configuration's row
 
 
 def write_scaling_plot(result: dict, path: Path) -> None:
@@ -129,10 +138,8 @@ def write_scaling_plot(result: dict, path: Path) -> None:
     fig = Figure(figsize=(15, 4.6 * rows), layout="constrained")
     subfigs = np.atleast_1d(fig.subfigures(rows, 1))
     for subfig, (name, fit) in zip(subfigs, fits.items(), strict=False):
-        isoflop_ax, n_ax, loss_ax = subfig.subplots(1, 3)
-        isoflop_panel(isoflop_ax, fit)
-        n_opt_panel(n_ax, fit)
-        loss_panel(loss_ax, fit)
+        for ax, panel in zip(subfig.subplots(1, 3), PANELS, strict=True):
+            panel(ax, fit)
         subfig.suptitle(f"{name}: {len(fit['points'])} jobs, L = {result['metric']}", fontsize=11)
     if len(fits) > 1:
         comparison_panel(subfigs[-1].subplots(1, 1), fits)

@@ -5,34 +5,36 @@ import logging
 from pathlib import Path
 
 from gptlab import files
+from gptlab.sweep import scaling
 from gptlab.sweep.scaling import REPEATED_EPOCHS, TooFewPoints, as_json, fit_sweep
 from gptlab.sweep.scaling_plot import write_scaling_plot
-from gptlab.sweep.stats import number
+from gptlab.sweep.stats import DRAWS, MIN_DRAWS, number
 from gptlab.sweep.tables import format_estimate, markdown_table
 
 log = logging.getLogger(__name__)
 
 
-def approach2_lines(fit: dict | None) -> list[str]:
-    if fit is None:
-        return ["Approach 2: no budget with a loss minimum to fit.", ""]
-    rows = [
-        [
-            f"{o['C']:.3g}",
-            o["sizes"],
-            f"{o['N_opt']:,.0f}",
-            f"{o['D_opt']:,.0f}",
-            format_estimate(o["L_opt"], o.get("L_opt_ci95")),
-            "edge: the best job (no minimum among these sizes)" if o["edge"] else "",
-        ]
-        for o in fit["optima"]
-    ]
+def verdict_line(fit: dict) -> str:
+    if fit["identified"]:
+        return "**Identified.**"
+    return f"**Not identified:** {'; '.join(fit['why_not'])}. Not extrapolated in the plot."
+
+
+def approach2_lines(fit: dict) -> list[str]:
+    rows = []
+    for o in fit["optima"]:
+        edge = "edge: the best job (no minimum among these sizes)" if o["edge"] else ""
+        ci = format_estimate(o["L_opt"], o.get("L_opt_ci95"))
+        cells = [f"{o['C']:.3g}", o["sizes"], f"{o['N_opt']:,.0f}", f"{o['D_opt']:,.0f}"]
+        rows.append([*cells, ci, edge])
     return [
         "### Approach 2: a parabola per IsoFLOP budget",
         "",
         f"N_opt ∝ C^a with a = {format_estimate(fit['a'], fit['ci95']['a'], '.3g')}; "
         f"D_opt ∝ C^b with b = {format_estimate(fit['b'], fit['ci95']['b'], '.3g')} "
         f"(95% bootstrap over jobs within each budget, {fit['draws_used']} draws).",
+        "",
+        verdict_line(fit),
         "",
         *markdown_table(
             ["budget C (FLOPs)", "sizes", "N_opt", "D_opt", "L_opt (95% CI)", ""], rows
@@ -41,9 +43,7 @@ def approach2_lines(fit: dict | None) -> list[str]:
     ]
 
 
-def approach3_lines(law: dict | None) -> list[str]:
-    if law is None:
-        return ["Approach 3: fewer than 5 distinct (N, D) points to fit.", ""]
+def approach3_lines(law: dict) -> list[str]:
     rows = [
         [name, format_estimate(law[name], law["ci95"][name], ".4g")]
         for name in ("E", "A", "alpha", "B", "beta", "a")
@@ -55,6 +55,8 @@ def approach3_lines(law: dict | None) -> list[str]:
         "Huber loss (delta 1e-3) on log L, L-BFGS from a grid of starts (Besiroglu et al. "
         f"2024); 95% bootstrap intervals over jobs ({law['draws_used']} draws). "
         "a = beta / (alpha + beta): the allocation it implies, N_opt ∝ C^a.",
+        "",
+        verdict_line(law),
         "",
         *markdown_table(["parameter", "fit (95% CI)"], rows),
         "",
@@ -89,13 +91,9 @@ def repeated_lines(fit: dict) -> list[str]:
         return [f"No job trained past {REPEATED_EPOCHS} epochs of the train split.", ""]
     return [
         f"**Repeated data:** {repeated} of {total} jobs trained past {REPEATED_EPOCHS} epochs of "
-        f"the train split (the most: {most:.1f}). Repeated tokens are worth less than fresh "
-        "ones (Muennighoff et al. 2023: up to about 4 epochs nearly as good as new data, then "
-        "quickly less), so D here counts tokens that are not all new: the data term B / D^beta "
-        "and b describe this corpus's repeated regime (a data term that flattens fast, a large "
-        "beta, so a larger a than Chinchilla's 0.5: compute goes to size), and the law "
-        "extrapolated to more compute overstates what more "
-        "tokens of this corpus buy. These jobs are hollow markers in the plot.",
+        f"the train split (the most: {most:.1f}; hollow markers in the plot): D counts tokens "
+        "that are not all new, so the data term and b describe this corpus's repeated regime and "
+        "the law extrapolated overstates what more of its tokens buy (docs/scaling.md).",
         "",
     ]
 
@@ -138,13 +136,18 @@ def comparison_lines(fits: dict) -> list[str]:
     ]
 
 
-def report_lines(result: dict, sweep_dir: Path) -> list[str]:
-    fits = result["configurations"]
+def report_lines(result: dict, sweep_dir: Path, head: list[str]) -> list[str]:
+    fits, least = result["configurations"], scaling.POINTS_PER_PARAMETER
     lines = [
         f"# Scaling laws: {sweep_dir}",
         "",
-        f"L = {result['metric']}, N = scaling_params (the blocks' matrices and the head), D = "
-        "tokens_seen, C = flops_per_token x tokens_seen; jobs within 10% in C share a budget.",
+        *(f"- {line}" for line in head),
+        "",
+        f"L = {result['metric']}, N = scaling_params, D = tokens_seen, C = flops_per_token x "
+        "tokens_seen; a budget: jobs clustered in log C (a jump over 10% starts the next). A fit "
+        f"is identified with {least} points per parameter ({least * 3} sizes a budget, {least * 5} "
+        f"jobs), {MIN_DRAWS} of {DRAWS} bootstrap draws, and no optimum at an edge, parameter at a "
+        "bound or interval of zero width or over a decade (docs/scaling.md).",
         "",
         "![IsoFLOP curves, N_opt and the loss against compute](scaling.png)",
         "",
@@ -157,39 +160,41 @@ def report_lines(result: dict, sweep_dir: Path) -> list[str]:
     return lines
 
 
-def write_scaling(
-    rows: list[dict], knobs: list[str], sweep_dir: Path, out: Path, metric: str, first: str | None
-) -> str:
-    """scaling.json, .md, .png in `out`; the headline's line. TooFewPoints, once scaling.md
-    holds its message alone, when nothing can be fitted."""
-    try:
-        result = fit_sweep(rows, knobs, metric, first=first)
-    except TooFewPoints as e:
-        files.write_text(
-            out / "scaling.md", f"# Scaling laws: {sweep_dir}\n\nNo scaling fit: {e}\n"
-        )
-        raise
-    files.write_json(out / "scaling.json", as_json(result))
-    files.write_text(out / "scaling.md", "\n".join(report_lines(result, sweep_dir)) + "\n")
-    write_scaling_plot(result, out / "scaling.png")
+def headline(result: dict) -> str:
+    """Each configuration's allocation exponent a, or why its fit is not identified."""
     heads = []
     for name, fit in result["configurations"].items():
-        law, two = fit["approach3"], fit["approach2"]
-        parts = [] if two is None else [f"a = {round(two['a'], 2) + 0.0:.2f} (approach 2)"]
-        if law is not None and law["a"] is not None:
-            parts.append(f"{round(law['a'], 2) + 0.0:.2f} (approach 3)")  # + 0.0: no "-0.00"
+        parts = []
+        for label, one in (("approach 2", fit["approach2"]), ("approach 3", fit["approach3"])):
+            if one["identified"]:
+                parts.append(f"a = {round(one['a'], 2) + 0.0:.2f} ({label})")  # + 0.0: no -0.00
+            else:
+                parts.append(f"{label} not identified ({'; '.join(one['why_not'])})")
         heads.append(f"{name}: N_opt ∝ C^a, " + ", ".join(parts))
     return "Scaling laws (scaling.md, scaling.json, scaling.png): " + "; ".join(heads) + "."
 
 
+def write_scaling(
+    rows: list[dict], knobs: list[str], where: tuple[Path, Path], metric: str, first, smoke: list
+) -> str:
+    """scaling.json, .md (`smoke`, the summary's warning, under its headline), .png in `out`; the
+    headline. TooFewPoints, once scaling.md holds its message alone, when nothing can be fitted."""
+    sweep_dir, out = where
+    try:
+        result = fit_sweep(rows, knobs, metric, first=first)
+    except TooFewPoints as e:
+        text = "\n".join([f"# Scaling laws: {sweep_dir}", "", *smoke, f"No scaling fit: {e}"])
+        files.write_text(out / "scaling.md", text + "\n")
+        raise
+    files.write_json(out / "scaling.json", as_json(result))
+    head = [headline(result), *smoke]
+    files.write_text(out / "scaling.md", "\n".join(report_lines(result, sweep_dir, head)) + "\n")
+    write_scaling_plot(result, out / "scaling.png")
+    return head[0]
+
+
 def scaling_section(
-    rows: list[dict],
-    knobs: list[str],
-    sweep_dir: Path,
-    out: Path,
-    requested: bool,
-    metric: str,
-    first: str | None,
+    rows: list[dict], knobs: list[str], where: tuple, requested: bool, metric: str, first, smoke
 ) -> tuple[str | None, str | None]:
     """scaling.* when `requested` or a job set flops_budget: the headline's line and, when
     requested and there were too few points, what is missing (raised once summary.md is written)."""
@@ -197,7 +202,7 @@ def scaling_section(
     if not requested and not budgeted:
         return None, None
     try:
-        return write_scaling(rows, knobs, sweep_dir, out, metric, first), None
+        return write_scaling(rows, knobs, where, metric, first, smoke), None
     except TooFewPoints as e:
         log.warning("No scaling fit: %s", e)
         return f"No scaling fit: {e}", str(e) if requested else None

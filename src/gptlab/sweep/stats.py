@@ -7,6 +7,7 @@ from typing import Any
 
 CONFIDENCE = 0.95  # of the intervals; Welch's test tells means apart at p < 1 - CONFIDENCE
 DRAWS = 200  # bootstrap draws of each scaling fit
+MIN_DRAWS = DRAWS // 2  # fitted draws an interval needs (the rest: degenerate resamples)
 
 
 def number(value: Any) -> float | None:
@@ -101,11 +102,11 @@ def bootstrap(statistic, items: list, strata: list | None = None) -> list:
 
 
 def percentile_interval(values: list[float], confidence: float = CONFIDENCE) -> list[float] | None:
-    """The central `confidence` interval [lo, hi] of bootstrap values; None below two values."""
+    """The central `confidence` interval [lo, hi] of bootstrap values; None below MIN_DRAWS."""
     import numpy as np
 
     finite = [v for v in values if number(v) is not None]
-    if len(finite) < 2:
+    if len(finite) < MIN_DRAWS:
         return None
     tail = 50 * (1 - confidence)
     lo, hi = np.percentile(finite, [tail, 100 - tail])

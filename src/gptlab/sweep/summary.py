@@ -3,6 +3,7 @@ Hydra callback that writes it at a multirun's end."""
 
 import itertools
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from gptlab.exits import BAD_INPUT, FAILED
 from gptlab.run import directory, ownership
 from gptlab.run.overrides import split_override
 from gptlab.run.settings import saved_value
+from gptlab.sweep import tables
 from gptlab.sweep.ablation import BASELINE, leading_sections
 from gptlab.sweep.jobs import job_identity
 from gptlab.sweep.plots import summary_figure
@@ -21,14 +23,7 @@ from gptlab.sweep.scaling import TooFewPoints
 from gptlab.sweep.scaling_report import scaling_section
 from gptlab.sweep.search import search_summary
 from gptlab.sweep.stats import group_configurations, job_values, number, sort_key, verdict, welch
-from gptlab.sweep.tables import (
-    CONFIG_SHOWN,
-    PARAMS,
-    config_columns,
-    job_columns,
-    metric_columns,
-    write_table,
-)
+from gptlab.sweep.tables import PARAMS, config_columns, job_columns, metric_columns, write_table
 
 # a configuration's statistics over its seeds: column prefix, the key of its jobs' metrics
 CONFIG_METRICS = {"val_loss": "best_val_loss", "val_bpb": "best_val_bpb", "test_loss": "test_loss"}
@@ -123,18 +118,18 @@ def aggregate(rows: list[dict], knobs: list[str]) -> list[dict]:
     return configs
 
 
-def smoke_test_note(rows: list[dict]) -> str | None:
+def smoke_test_note(rows: list[dict]) -> list[str]:
     """The headline's warning when some of the sweep's jobs are smoke tests (short_horizon)."""
     reasons = [row["_horizon"] for row in rows if row.get("_horizon")]
     if not reasons:
-        return None
+        return []
     kinds = ", ".join(dict.fromkeys(reasons))
-    return (
+    return [
         f"A smoke test, not a finding: {len(reasons)} of {len(rows)} jobs are debug runs or "
         f"spend half their steps or more in warmup ({kinds}). Their verdicts show only that the "
         "sweep runs; compare configurations on full runs (no debug=, trainer.max_steps well "
         "beyond optim.warmup_steps)."
-    )
+    ]
 
 
 def headline(rows: list[dict], configs: list[dict] | None, sweep_dir: Path) -> list[str]:
@@ -146,21 +141,21 @@ def headline(rows: list[dict], configs: list[dict] | None, sweep_dir: Path) -> l
         + (f"{pruned} pruned, " if pruned else "")
         + f"{len(rows) - len(ok) - pruned} failed."
     ]
-    smoke = smoke_test_note(rows)
-    if smoke:
-        head.append(smoke)
+    head += smoke_test_note(rows)
     if ok:
         head.append(
             f"Best: job {ok[0]['job']} ({ok[0]['overrides'] or 'no overrides'}): val loss "
             f"{ok[0]['best_val_loss']:.4f}, {ok[0].get('num_params')} parameters."
         )
     if configs and configs[0]["vs_best"] == "best":
-        best = configs[0]
-        ties = sum(c["vs_best"] == "not distinguishable" for c in configs)
+        best, others = configs[0], Counter(c["vs_best"] for c in configs[1:])
+        verdicts = ", ".join(f"{n} {kind}" for kind, n in others.items())
+        if len(configs) == 2:
+            verdicts = f"the other configuration: {configs[1]['vs_best']}"
         head.append(
             f"Best configuration: {best['config']}: val loss {best['val_loss ± ci95']} over "
-            f"{best['n_seeds']} seeds; {ties} of the other {len(configs) - 1} not distinguishable "
-            f"from it by Welch's t-test. See {sweep_dir / 'summary_configs.csv'}."
+            f"{best['n_seeds']} seeds. Against it by Welch's t-test, "
+            f"{verdicts or 'no other configuration'}. See {sweep_dir / 'summary_configs.csv'}."
         )
     return head
 
@@ -183,12 +178,13 @@ def write_summary(
     configs = aggregate(rows, knobs) if "seed" in knobs else None
     leading = leading_sections(rows, configs, out, target_val_loss, baseline)
     head = headline(rows, configs, out)
-    fit, missing = scaling_section(rows, knobs, sweep_dir, out, scaling, metric, baseline)
+    smoke = smoke_test_note(rows)
+    fit, missing = scaling_section(rows, knobs, (sweep_dir, out), scaling, metric, baseline, smoke)
     head += [fit] if fit else []
     lines = [f"# Sweep {sweep_dir}", "", *(f"- {line}" for line in head), "", *leading]
     if configs is not None:
         path = out / "summary_configs.csv"
-        table = write_table(path, config_columns(knobs, configs), configs, CONFIG_SHOWN)
+        table = write_table(path, config_columns(knobs, configs), configs, tables.CONFIG_SHOWN)
         lines += ["## Configurations", "", *table, "", "## Jobs", ""]
     lines += write_table(out / "summary.csv", job_columns(rows, knobs), rows)
     figure = summary_figure(rows, knobs, configs, out.name)

@@ -106,8 +106,7 @@ def config_columns(knobs: list[str], configs: list[dict]) -> list[str]:
 
 
 def job_columns(rows: list[dict], knobs: list[str]) -> list[str]:
-    """The columns of summary.csv; best_val_bpb (older runs lack it) and JOB_EXTRA where jobs
-    have them."""
+    """The columns of summary.csv; best_val_bpb and JOB_EXTRA where jobs have them."""
     bpb = ["best_val_bpb"] if any(number(r.get("best_val_bpb")) is not None for r in rows) else []
     head = [
         "job",

@@ -51,6 +51,11 @@ def check(settings: dict[str, Any]) -> dict[str, Any]:
     return {**settings, "objectives": objectives, "directions": directions, "pruner_spec": spec}
 
 
+def rounded(values: dict) -> str:
+    """key=value pairs for a log line, floats to 4 significant digits."""
+    return " ".join(f"{k}={f'{v:.4g}' if isinstance(v, float) else v}" for k, v in values.items())
+
+
 class GptlabOptunaSweeper(Sweeper):
     """Hydra's Sweeper API on Optuna; the config is `hydra/sweeper=gptlab_optuna` (config.py)."""
 
@@ -110,6 +115,12 @@ class GptlabOptunaSweeper(Sweeper):
         ownership.record_study(sweep_dir, is_open=True)  # opening it and each ask write to it
         study = studies.open_study(settings, settings["url"], sampler, resumed=bool(resume))
         ownership.record_sweep(sweep_dir, study={"url": settings["url"], "name": study.study_name})
+        # every job's environment, set once in the overrides the launcher composes each job with
+        # but does not log; TRIAL declared here, so a job's own override needs no ++ (and, as
+        # hydra.*, stays out of the launcher's log line too)
+        env = {"STORAGE": settings["url"], "STUDY": study.study_name, "TRIAL": ""}
+        added = [f"++hydra.job.env_set.GPTLAB_OPTUNA_{k}={quote(v)}" for k, v in env.items()]
+        self.config.hydra.overrides.hydra.extend(added)
         if resume:
             studies.rerun_killed(study, space)
         return study, space, fixed, settings
@@ -129,37 +140,39 @@ class GptlabOptunaSweeper(Sweeper):
         while (left := n_trials - studies.done(study)) > 0:
             ownership.record_study(self.config.hydra.sweep.dir, is_open=True)
             trials = [study.ask(space) for _ in range(min(settings["n_jobs"], left))]
-            self.run_batch(study, trials, fixed, settings["url"], settings["max_failure_rate"])
+            self.run_batch(study, trials, fixed, settings["max_failure_rate"])
         self.report(study, Path(self.config.hydra.sweep.dir))
 
-    def job_overrides(self, trial: Any, fixed: list[str], url: str, study_name: str) -> list[str]:
-        """The trial's parameters, the fixed overrides, its job directory and how it finds its
-        trial: a continued trial runs in its first job's directory."""
+    def job_overrides(self, trial: Any, fixed: list[str]) -> list[str]:
+        """The trial's parameters, the fixed overrides, its job directory and its trial number (the
+        study's: prepare): a continued trial runs in its first job's directory."""
         from gptlab.sweep import optuna_study as studies
 
         job = studies.job_of(trial)
         trial.set_user_attr("job", job)
-        env = {"STORAGE": url, "STUDY": study_name, "TRIAL": str(trial.number)}
         return [
             *(as_override(k, v) for k, v in trial.params.items()),
             *fixed,
             f"hydra.sweep.subdir={job}",
-            *(f"++hydra.job.env_set.GPTLAB_OPTUNA_{k}={quote(v)}" for k, v in env.items()),
+            f"hydra.job.env_set.GPTLAB_OPTUNA_TRIAL='{trial.number}'",
         ]
 
-    def run_batch(self, study, trials: list, fixed: list[str], url: str, max_failure_rate) -> None:
+    def run_batch(self, study, trials: list, fixed: list[str], max_failure_rate) -> None:
         """Launch the trials' jobs together; tell the study each result; a job that raised (a stop)
         ends the search once the study knows, if more raised than max_failure_rate allows."""
         from gptlab.sweep import optuna_study as studies
 
-        batch = [self.job_overrides(t, fixed, url, study.study_name) for t in trials]
-        log.info("Launching trials %s", ", ".join(str(t.number) for t in trials))
+        batch = [self.job_overrides(t, fixed) for t in trials]
+        names = study.user_attrs["gptlab_objectives"]
+        for trial in trials:
+            log.info("Trial %d: %s", trial.number, rounded(trial.params))
         sweep_dir = Path(self.config.hydra.sweep.dir)
         returns = self.launcher.launch(batch, initial_job_idx=self.job_idx)
         self.job_idx += len(returns)
         for trial, ret in zip(trials, returns, strict=True):
             frozen = studies.tell(study, trial, sweep_dir / trial.user_attrs["job"], ret)
-            log.info("Trial %d: %s %s", frozen.number, frozen.state.name, frozen.values or "")
+            values = dict(zip(names, frozen.values or [], strict=False))  # none unless complete
+            log.info("Trial %d: %s %s", frozen.number, frozen.state.name, rounded(values))
         ownership.record_study(sweep_dir, is_open=False)
         raised = [r for r in returns if r.status.name != "COMPLETED"]
         if raised and len(raised) / len(returns) > max_failure_rate:
