@@ -11,6 +11,7 @@ from torch import nn
 
 from gptlab.errors import ConfigError
 from gptlab.model.attention import MultiHeadAttention
+from gptlab.model.cache import KVCache
 from gptlab.model.config import GPTConfig, ffn_hidden
 from gptlab.model.position import POSITIONAL
 
@@ -59,11 +60,12 @@ class Block(nn.Module):
         self.ln2 = make_norm(config)
         self.ffn = FeedForward(config)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # [batch, context_length, d_model]
+    def forward(self, x: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+        """[batch, context_length, d_model] -> the same shape; cache: this block's (generation)."""
         if self.pre_norm:  # the reference script's: trains better deep
-            x = x + self.attn(self.ln1(x))
+            x = x + self.attn(self.ln1(x), cache)
             return x + self.ffn(self.ln2(x))
-        x = self.ln1(x + self.attn(x))  # the article's Add & Norm
+        x = self.ln1(x + self.attn(x, cache))  # the article's Add & Norm
         return self.ln2(x + self.ffn(x))  # Add & Norm
 
 
@@ -101,19 +103,26 @@ class GPT(nn.Module):
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
 
-    def embed(self, ids: torch.Tensor) -> torch.Tensor:
-        """Token embedding, scaled as in "Attention Is All You Need", + position (none: RoPE)."""
+    def embed(self, ids: torch.Tensor, start: int = 0) -> torch.Tensor:
+        """Token embedding, scaled as in "Attention Is All You Need", + position (none: RoPE);
+        the first token at position `start` (the KV cache's length)."""
         x = self.token_embedding(ids) * math.sqrt(self.config.d_model)  # [batch, T, d_model]
-        return self.position_embedding(x)
+        return self.position_embedding(x, start)
 
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        """ids [batch, context_length] -> logits [batch, context_length, vocab_size]."""
+    def forward(self, ids: torch.Tensor, cache: list[KVCache] | None = None) -> torch.Tensor:
+        """ids [batch, context_length] -> logits [batch, context_length, vocab_size].
+        cache: one KVCache per block (generation): ids are the tokens after the cached ones,
+        all of the prompt at once, then one at a time."""
+        start = cache[0].length if cache else 0
         most = self.config.context_length
-        if ids.shape[1] > most:
-            raise ValueError(f"input of length {ids.shape[1]} exceeds context_length={most}")
-        x = self.dropout(self.embed(ids))
-        for block in self.blocks:
-            x = block(x)
+        length = start + ids.shape[1]  # the cached tokens and these
+        if length > most:
+            raise ValueError(f"input of length {length} exceeds context_length={most}")
+        if start and ids.shape[1] > 1:  # attention masks no new token from another
+            raise ValueError("after the prompt, a KV cache takes one token at a time")
+        x = self.dropout(self.embed(ids, start))
+        for i, block in enumerate(self.blocks):
+            x = block(x, cache[i] if cache else None)
         logits = self.head(self.ln_f(x))  # [batch, context_length, vocab_size]
         cap = self.config.logit_softcap
         if cap:  # smoothly squashed into (-cap, cap): no logit runs away
@@ -145,10 +154,21 @@ class GPT(nn.Module):
         temperature: float = 1.0,
         top_k: int | None = None,
         generator: torch.Generator | None = None,
+        use_cache: bool = True,
     ) -> Iterator[torch.Tensor]:
-        """Yield the next token ids [batch, 1] one at a time; temperature 0 is greedy."""
+        """Yield the next token ids [batch, 1] one at a time; temperature 0 is greedy. The model
+        sees the last context_length tokens at positions 0, 1, ...; use_cache: keys and values
+        are kept (KVCache), so each step runs the newest token alone until the window is full.
+        Then it slides: every token changes position, so the window is run afresh each step."""
+        window = self.config.context_length
+        cache = None
         for _ in range(max_new_tokens):
-            logits = self(ids[:, -self.config.context_length :])[:, -1, :]  # [batch, vocab_size]
+            if cache is not None and cache[0].length < window:  # one new token, after the cache
+                logits = self(ids[:, -1:], cache)[:, -1, :]  # [batch, vocab_size]
+            else:  # the prompt, or a slid window
+                fresh = use_cache and ids.shape[1] < window  # a full window's would go unused
+                cache = [KVCache(window) for _ in self.blocks] if fresh else None
+                logits = self(ids[:, -window:], cache)[:, -1, :]
             if temperature == 0:
                 next_ids = logits.argmax(dim=-1, keepdim=True)
             else:

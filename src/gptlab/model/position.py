@@ -28,8 +28,9 @@ class SinusoidalEncoding(nn.Module):
         table = interleave(angle.sin(), angle.cos())  # [context_length, d_model]
         self.register_buffer("table", table, persistent=False)
 
-    def forward(self, x: Tensor) -> Tensor:  # [batch, context_length, d_model]
-        return x + self.table[: x.shape[1]]
+    def forward(self, x: Tensor, start: int = 0) -> Tensor:  # [batch, T, d_model]
+        """x's first row is at position `start` (a KV cache's length; else 0)."""
+        return x + self.table[start : start + x.shape[1]]
 
 
 class LearnedEmbedding(nn.Embedding):
@@ -42,8 +43,8 @@ class LearnedEmbedding(nn.Embedding):
     def table(self) -> Tensor:  # [context_length, d_model]
         return self.weight
 
-    def forward(self, x: Tensor) -> Tensor:  # [batch, context_length, d_model]
-        return x + super().forward(torch.arange(x.shape[1], device=x.device))
+    def forward(self, x: Tensor, start: int = 0) -> Tensor:  # [batch, T, d_model]
+        return x + super().forward(torch.arange(start, start + x.shape[1], device=x.device))
 
 
 class Rotary(nn.Module):
@@ -70,9 +71,16 @@ class Rotary(nn.Module):
         return interleave(even * cos - odd * sin, even * sin + odd * cos)
 
 
+class Unchanged(nn.Identity):
+    """Where a kind does nothing (RoPE adds no table; the others turn no query): x as it is."""
+
+    def forward(self, x: Tensor, start: int = 0) -> Tensor:
+        return x
+
+
 # model.positional -> (what GPT.embed adds to the token embeddings, what attention does to Q and K)
 POSITIONAL = {
-    "sinusoidal": (SinusoidalEncoding, nn.Identity),
-    "learned": (LearnedEmbedding, nn.Identity),
-    "rope": (nn.Identity, Rotary),  # nothing added: the positions enter in attention
+    "sinusoidal": (SinusoidalEncoding, Unchanged),
+    "learned": (LearnedEmbedding, Unchanged),
+    "rope": (Unchanged, Rotary),  # nothing added: the positions enter in attention
 }
