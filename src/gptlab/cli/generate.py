@@ -39,8 +39,10 @@ def sample_texts(
     num_samples: int = 1,
     seed: int = 0,
     write: Callable[[str], object] = lambda piece: None,
+    use_cache: bool = True,
 ) -> list[str]:
-    """`num_samples` continuations of `prompt` from one generator seeded with `seed`."""
+    """`num_samples` continuations of `prompt` from one generator seeded with `seed`;
+    use_cache: with a KV cache (the same text, faster)."""
     import torch
 
     prompt_ids = tokenizer.encode_prompt(prompt)  # an unknown token fails before any output
@@ -51,7 +53,8 @@ def sample_texts(
         if num_samples > 1:
             write(f"--- sample {i + 1} of {num_samples} ---\n")
         ids = torch.tensor([prompt_ids], device=device)  # [1, len(prompt)]
-        new = model.generate_stream(ids, max_new_tokens, temperature, top_k, generator)  # [1, 1]
+        args = (max_new_tokens, temperature, top_k, generator, use_cache)
+        new = model.generate_stream(ids, *args)  # [1, 1] each
         for piece in decode_stream(tokenizer, chain([prompt_ids], (t[0].tolist() for t in new))):
             write(piece)
             texts[i] += piece
@@ -73,6 +76,11 @@ def generate(cfg: DictConfig) -> list[str]:
             f"temperature={cfg.temperature!r}: it must be a number of 0 or more (0 is greedy: "
             "always the most likely token; 1 samples from the model's distribution as it is)."
         )
+    if not isinstance(cfg.kv_cache, bool):
+        raise ConfigError(
+            f"kv_cache={cfg.kv_cache!r}: it must be true (keep each token's keys and values: "
+            "faster) or false (run the whole window for every new token)."
+        )
     device = resolve_device(cfg.device)
     from gptlab.run.checkpoints import find_checkpoint, load_model  # torch: after the checks
 
@@ -81,14 +89,15 @@ def generate(cfg: DictConfig) -> list[str]:
     start = time.perf_counter()
     write = partial(print, end="", flush=True)  # each piece as it comes
     args = (cfg.max_new_tokens, float(cfg.temperature), cfg.top_k, cfg.num_samples, cfg.seed)
-    texts = sample_texts(model, tokenizer, cfg.prompt, *args, write=write)
+    texts = sample_texts(model, tokenizer, cfg.prompt, *args, write=write, use_cache=cfg.kv_cache)
     seconds = time.perf_counter() - start
     tokens = cfg.max_new_tokens * cfg.num_samples
     log.info(
-        "%d sample(s) from %s on %s: %d new tokens in %.1f s (%.0f tokens/s)",
+        "%d sample(s) from %s on %s, KV cache %s: %d new tokens in %.1f s (%.0f tokens/s)",
         cfg.num_samples,
         path,
         device,
+        "on" if cfg.kv_cache else "off",
         tokens,
         seconds,
         tokens / max(seconds, 1e-9),
