@@ -77,6 +77,29 @@ def test_samples_from_run_dir_and_file_start_with_the_prompt_and_repeat(run_dir,
     )  # the Hydra run directory
 
 
+def test_greedy_text_is_the_same_with_and_without_the_kv_cache(run_dir, tmp_path):
+    """debug=fast's context_length is 32: 40 new tokens slide the window."""
+    args = (f"ckpt_path={run_dir}", f"prompt={PROMPT}", "max_new_tokens=40", "num_samples=1")
+    args += ("temperature=0",)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        on, off = pool.map(
+            lambda cache: check(generate(*args, f"kv_cache={cache}", cwd=tmp_path)),
+            ("true", "false"),
+        )
+    assert on.stdout == off.stdout
+    assert on.stdout.startswith(PROMPT) and len(on.stdout) > len(PROMPT) + 40
+    for result, state in ((on, "on"), (off, "off")):
+        assert re.search(rf"KV cache {state}: 40 new tokens in .* tokens/s\)", result.stderr)
+
+
+def test_sampled_text_is_the_same_with_and_without_the_kv_cache(module):
+    """The same seed draws the same tokens: the cache changes no probability (beyond rounding)."""
+    args = (module.model, module.tokenizer, PROMPT, 45, 0.8, 50, 2, 7)
+    with_cache = sample_texts(*args, use_cache=True)
+    assert with_cache == sample_texts(*args, use_cache=False)
+    assert len(set(with_cache)) == 2
+
+
 def test_streaming_writes_token_by_token_and_matches_generate(module):
     pieces: list[str] = []
     [text] = sample_texts(
@@ -138,6 +161,7 @@ IN_PROCESS_CASES = {
     "top_k": (["ckpt_path={run}", "top_k=0"], ["top_k"]),
     "num_samples": (["ckpt_path={run}", "num_samples=0"], ["num_samples"]),
     "seed": (["ckpt_path={run}", "seed=-1"], ["seed"]),
+    "kv_cache": (["ckpt_path={run}", "kv_cache=maybe"], ["kv_cache"]),
     "device": (["ckpt_path={run}", "device=tpu"], ["device"]),
     "empty_dir": (
         ["ckpt_path={bad}/empty_run"],
