@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from scripts.benchmark.cli import parse_args
+from scripts.benchmark.generation import generation_rows
 from scripts.benchmark.machine import cpu_info
 from scripts.benchmark.reference import reference_rates
 from scripts.benchmark.report import render
@@ -51,6 +52,14 @@ NUMBER_ROWS = {
     "corpus_peak_rss_mb",
     "corpus_store_bytes_per_byte",
     "corpus_tokens_per_s_vs_book",
+    # row 8: generation with and without the KV cache
+    *{
+        f"generation_{model}_batch{batch}_{what}"
+        for model, batches in (("default", (1, 8)), ("d512x8", (1, 8)), ("d512x8_context64", (1,)))
+        for batch in batches
+        for what in ("cache_tokens_per_s", "no_cache_tokens_per_s")
+    },
+    "generation_cache_speedup",
 }
 INFO = {
     "cpu_model": "Test CPU",
@@ -125,11 +134,30 @@ def measurements(speedup: float = 2.5, busy_ratio: float = 0.6, reached: float |
         "corpus": {
             "sizes": [corpus_size(100.3, 10.0, 30.0, 2000.0), corpus_size(400, 40, 44, 900)]
         },
+        "generation": generation(),
+    }
+
+
+def generation(speedup: float = 20.0) -> dict:
+    """What generation_stage makes of bare_generate.py's JSON, for the judged model only."""
+    batch = {"batch": 1, "cache_tokens_per_s": 60.0 * speedup, "no_cache_tokens_per_s": 60.0}
+    return {
+        "d512x8": {
+            "model": {"d_model": 512, "num_blocks": 8, "context_length": 512},
+            "prompt": 32,
+            "new_tokens": 256,
+            "batches": [batch | {"speedup": speedup, "same_tokens": True}],
+        }
     }
 
 
 def by_id(rows: list[dict]) -> dict:
     return {r["id"]: r for r in rows}
+
+
+def every_row(results: dict) -> list[dict]:
+    """The rows as the benchmark's main makes them."""
+    return all_rows(results, INFO) + generation_rows(results["generation"])
 
 
 # ---------------------------------------------------------------------------- unit: the rows
@@ -142,6 +170,7 @@ def by_id(rows: list[dict]) -> dict:
         ("startup_s", 6.0, 6.5),
         ("default_peak_rss_mb", 999.0, 1001.0),
         ("time_to_reference_loss_fraction", 0.1, 0.11),
+        ("generation_cache_speedup", 5.0, 4.99),
     ],
 )
 def test_each_verdict_goes_both_ways(target_id: str, passing: float, failing: float):
@@ -156,7 +185,7 @@ def test_the_reference_speedup_target_is_two():
 
 
 def test_rows_follow_from_the_measurements():
-    rows = by_id(all_rows(measurements(speedup=2.5, busy_ratio=0.6), INFO))
+    rows = by_id(every_row(measurements(speedup=2.5, busy_ratio=0.6)))
     assert rows["speedup_vs_reference"]["value"] == pytest.approx(2.5)
     assert rows["speedup_vs_reference"]["status"] == "PASS"
     assert rows["speedup_incl_validation"]["value"] == pytest.approx(12.5 / 8.0)
@@ -182,6 +211,16 @@ def test_corpus_rows_judge_the_largest_size():
     rows = by_id(all_rows(slow, INFO))
     assert rows["corpus_tokenize_vs_bare"]["status"] == "FAIL"
     assert rows["corpus_peak_rss_mb"]["status"] == "FAIL"
+
+
+def test_generation_rows_judge_the_larger_model_at_batch_1():
+    rows = by_id(generation_rows(generation(speedup=4.0)))
+    judged = rows["generation_cache_speedup"]
+    assert judged["value"] == 4.0 and judged["status"] == "FAIL"
+    assert rows["generation_d512x8_batch1_cache_tokens_per_s"]["value"] == 240.0
+    assert rows["generation_d512x8_batch1_no_cache_tokens_per_s"]["value"] == 60.0
+    assert "prompt 32, 256 new" in judged["detail"] and "same tokens" in judged["detail"]
+    assert generation_rows(None) == []
 
 
 def test_rows_fail_when_the_measurements_miss_their_targets():
@@ -305,6 +344,8 @@ def test_quick_benchmark_writes_every_row(tmp_path: Path):
     assert data["corpus"]["sizes"][0]["cold"]["run_dir"] == data["default_run"]["run_dir"]
     assert data["busy_machine"]["competitor"]["cores"] > 0
     assert data["reference_loop"]["vocab_size"] == 100_070  # the full cl100k_base vocabulary
+    # greedy decoding: the KV cache gives the same tokens as the whole window each step
+    assert all(b["same_tokens"] for g in data["generation"].values() for b in g["batches"])
     if sys.platform.startswith("linux") and os.confstr("CS_GNU_LIBC_VERSION"):
         assert data["overhead"]["bare"]["process_defaults"] == {"openmp": True, "malloc": True}
     machine = data["machine"]

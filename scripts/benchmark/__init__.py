@@ -27,10 +27,13 @@ The rows (training steps/s always over training steps only; validation is timed 
 7. a corpus of 100 and 400 MB of text (the book repeated): tokenization (a cold start minus a
    warm one) against bare tiktoken batch-encoding the same text on every core, each run's peak
    memory, the token store's bytes per byte of text, training tokens/s on that store.
+8. generation: GPT.generate's tokens/s with the KV cache and without (bare_generate.py), on the
+   default model and on d_model 512 x 8 blocks, batch 1 and 8.
 
 Module by module: cli (options, the order of the stages, the JSON), stages (each row's runs),
 runs (a gptlab-train process and what it wrote), processes (a child, its peak memory, the
 competitor), reference (the reference loop's process), bare_loop (the overhead row's bare side,
 a script of its own), corpus and bare_tokenize (row 7; the latter a script of its own), machine
-(the CPU and its bf16 flags), table (targets, verdicts, the table).
+(the CPU and its bf16 flags), table (targets, verdicts, the table), generation and bare_generate
+(row 8; the latter a script of its own).
 """

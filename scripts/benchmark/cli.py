@@ -11,6 +11,7 @@ from pathlib import Path
 
 from . import __doc__ as DESCRIPTION
 from . import corpus, stages
+from .generation import generation_rows, generation_stage
 from .machine import machine_info
 from .reference import default_corpus
 from .report import render, write_json
@@ -122,10 +123,14 @@ def measure(args, setup: Setup) -> dict:
     if args.quick:
         stages.stage("7. the book's tokenization in the default run, against bare tiktoken")
         results["corpus"] = corpus.quick_stage(setup, args.corpus, results["default_run"])
-        return results
-    sizes = " and ".join(f"{mb:g}" for mb in args.corpus_mb)
-    stages.stage(f"7. a corpus of {sizes} MB of text")
-    results["corpus"] = corpus.corpus_stage(setup, args.corpus, args.corpus_mb, args.corpus_steps)
+    else:
+        sizes = " and ".join(f"{mb:g}" for mb in args.corpus_mb)
+        stages.stage(f"7. a corpus of {sizes} MB of text")
+        results["corpus"] = corpus.corpus_stage(
+            setup, args.corpus, args.corpus_mb, args.corpus_steps
+        )
+    stages.stage("8. generation with and without the KV cache")
+    results["generation"] = generation_stage(setup, args.quick)
     return results
 
 
@@ -137,7 +142,7 @@ def main(argv=None) -> int:
     info = machine_info(args.device, args.threads)
     results = {"machine": info, "settings": {k: str(v) for k, v in vars(args).items()}}
     results.update(measure(args, setup))
-    rows = all_rows(results, info)
+    rows = all_rows(results, info) + generation_rows(results["generation"])
     info["load_average_end"] = list(os.getloadavg())
     info["benchmark_seconds"] = round(time.time() - began, 1)
     results["rows"] = rows

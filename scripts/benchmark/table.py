@@ -25,6 +25,11 @@ TARGETS = {  # id: (comparison, threshold, what is compared)
     "corpus_tokenize_vs_bare": ("<=", 1.3, "tokenization (cold - warm) / bare tiktoken"),
     "corpus_peak_rss_mb": ("<=", 1500.0, "peak RSS of the cold and the warm run, MB"),
     "corpus_store_bytes_per_byte": ("<=", 0.5, "token store bytes / text bytes"),
+    "generation_cache_speedup": (
+        ">=",
+        5.0,
+        "d_model 512 x 8 blocks, batch 1: generation tokens/s with the KV cache / without",
+    ),
 }
 
 
