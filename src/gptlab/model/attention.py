@@ -52,8 +52,8 @@ class MultiHeadAttention(nn.Module):
             causal = start == 0
             out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=causal)
         else:
-            scores = q @ k.transpose(-2, -1) / math.sqrt(self.head_size)  # [batch, heads, T, end]
-            scores = scores.masked_fill(self.mask[start:end, :end], float("-inf"))
+            scores = q @ k.transpose(-2, -1) / math.sqrt(self.head_size)  # [batch, heads, T, T]
+            scores = scores.masked_fill(self.mask[start:end, :end], float("-inf"))  # [T, end]
             weights = F.softmax(scores, dim=-1)  # each row sums to 1
             weights = self.attn_dropout(weights)
             out = weights @ v  # [batch, num_heads, context_length, head_size]
