@@ -2,7 +2,8 @@
 
 Run from the repository root:
 
-    python -m scripts.benchmark                 # the full run (about 25 min on 2 quiet CPU cores)
+    python -m scripts.benchmark                 # the full run (about 25 min on 2 quiet CPU cores,
+                                                #   + row 8: 16 min on 2 loaded ones)
     python -m scripts.benchmark --repeats 3     # ... each throughput side 3 times
     python -m scripts.benchmark --quick         # every row, few steps: a smoke run (about 2 min)
     python -m scripts.benchmark --device cuda   # on a GPU
