@@ -311,3 +311,41 @@ def test_the_sweep_writes_its_scaling_fit_for_both_configurations(isoflop_sweep)
     )
     assert (sweep / "scaling.png").read_bytes()[:4] == b"\x89PNG"
     assert "Scaling laws" in (sweep / "summary.md").read_text()
+
+
+def test_cooldown_branches_are_points_of_their_trunks_configuration_counted_once(
+    tmp_path, monkeypatch
+):
+    """One wsd trunk a size at the largest budget, its branches at the three below (each a job
+    with branch_from=, branch_step=): one configuration of 36 points over 4 budgets, and the
+    FLOPs spent count each trunk once and a branch's own cooldown (20% of its C)."""
+    budgets = (1e15, 2e15, 4e15, 8e15)
+    middle = parametric.frontier(LAW, 2.8e15)["N"]
+    rng = np.random.default_rng(0)
+    job = 0
+    for size, shift in enumerate(np.linspace(-1.6, 1.6, 9)):
+        n = middle * math.exp(shift)
+        for budget in reversed(budgets):
+            d = budget / 6 / n
+            loss = parametric.law_loss(LAW, n, d) * math.exp(rng.normal(0, NOISE))
+            metrics = {"scaling_params": n, "tokens_seen": d, "flops_per_token": 6 * n}
+            metrics.update(train_flops=budget, best_val_loss=loss, epochs=0.0)
+            overrides = [f"model.d_model={size}"]
+            if budget < budgets[-1]:
+                trunk = str(tmp_path / "sweep" / f"trunk-{size}")
+                metrics.update(branch_train_flops=0.2 * budget)
+                metrics["branched_from"] = {"run_dir": trunk, "step": round(budget / 1e13)}
+                overrides += [f"branch_from={trunk}", f"branch_step={round(budget / 1e13)}"]
+            write_job(tmp_path / "sweep", job, overrides, metrics)
+            job += 1
+    status, out = report(tmp_path / "sweep", tmp_path, monkeypatch, "--scaling")
+    assert status == 0
+    fit = json.loads((out / "scaling.json").read_text())
+    assert "configurations" not in fit and len(fit["points"]) == 36  # one configuration
+    assert [o["C"] for o in fit["approach2"]["optima"]] == pytest.approx(budgets)
+    spent = 9 * (8e15 + 0.2 * (1e15 + 2e15 + 4e15))
+    assert fit["flops"] == pytest.approx(
+        {"spent": spent, "as_separate_runs": 9 * 15e15, "branches": 27}
+    )
+    text = (out / "scaling.md").read_text()
+    assert "27 of them cooldown branches, each trunk counted once: 63% of the 1.35e+17" in text

@@ -13,10 +13,13 @@ from gptlab.run import directory
 from gptlab.run.overrides import override_key
 from gptlab.run.settings import replayable
 
+# the trunk's length: not a branch's, whose length its step decides (training/budget.py)
+LENGTH_KEYS = ("flops_budget", "trainer.max_steps")
+
 
 def branch_argv(argv: list[str]) -> list[str]:
     """`gptlab-train branch_from=<trunk> branch_step=N [overrides]`: the trunk's recorded
-    overrides first, the command line's on top (a resume= replays the branch's own instead)."""
+    overrides first (but its length), the command line's on top (resume= replays the branch's)."""
     args = argv[1:]
     requests = [a.split("=", 1)[1] for a in args if a.startswith("branch_from=")]
     if not requests or any(a.startswith("resume=") for a in args):
@@ -27,6 +30,11 @@ def branch_argv(argv: list[str]) -> list[str]:
         )
     saved_file = directory.saved_overrides(Path(requests[-1]).expanduser())
     saved = files.read_yaml(saved_file) if saved_file.is_file() else []
+    saved = (
+        [o for o in saved if override_key(str(o)) not in LENGTH_KEYS]
+        if isinstance(saved, list)
+        else []
+    )
     flags = [a for a in args if a.startswith("-")]
     merged = {override_key(o): o for o in [*replayable(saved, saved_file), *args] if o not in flags}
     return [argv[0], *flags, *merged.values()]
