@@ -26,6 +26,7 @@ from gptlab.sweep import isoflop, parametric, scaling, scaling_plot
 from gptlab.sweep.scaling import fit_sweep
 from gptlab.sweep.summary import collect
 from gptlab.training.budget import run_length, steps_for_budget, tokens_per_step, world_size
+from gptlab.training.optim_config import OptimConfig, branch_length, branch_steps, check_schedule
 
 register_configs()  # the config schemas and resolvers that composing conf/train.yaml needs
 
@@ -349,3 +350,33 @@ def test_cooldown_branches_are_points_of_their_trunks_configuration_counted_once
     )
     text = (out / "scaling.md").read_text()
     assert "27 of them cooldown branches, each trunk counted once: 63% of the 1.35e+17" in text
+
+
+def test_experiment_scaling_branches_lands_its_branches_on_the_grids_budgets():
+    """Each width's trunk spends the grid's largest budget; the branches from its kept steps
+    spend the three smaller ones (within the 10% a budget spans), at 63% of the grid's FLOPs."""
+    with initialize_config_module("gptlab.conf", version_base="1.3"):
+        grid = compose("train", overrides=["experiment=scaling"], return_hydra_config=True)
+        cfg = compose("train", overrides=["experiment=scaling_branches"], return_hydra_config=True)
+    budgets = sorted(float(b) for b in str(grid.hydra.sweeper.params.flops_budget).split(","))
+    assert float(cfg.hydra.sweeper.params.flops_budget) == budgets[-1]
+    assert cfg.hydra.sweeper.params["model.d_model"] == grid.hydra.sweeper.params["model.d_model"]
+    optim = OptimConfig(**{k: v for k, v in cfg.optim.items() if k != "_target_"})
+    tokens = tokens_per_step(cfg, 1)
+    spent, full = 0.0, 0.0
+    for d_model in str(cfg.hydra.sweeper.params["model.d_model"]).split(","):
+        model = {**cfg.model, "d_model": int(d_model), "vocab_size": 3771}
+        flops = GPT(GPTConfig(**{k: v for k, v in model.items() if k != "_target_"}))
+        per_step = flops.flops_per_token() * tokens
+        trunk = steps_for_budget(budgets[-1], flops.flops_per_token(), tokens)
+        check_schedule(optim, trunk)
+        kept = branch_steps(optim, trunk)
+        lengths = [branch_length(optim, step) for step in kept]
+        for length, budget in zip(lengths, budgets, strict=False):
+            assert length * per_step == pytest.approx(budget, rel=0.1), (d_model, length)
+        cooldowns = sum(length - step for length, step in zip(lengths, kept, strict=True))
+        spent += per_step * (trunk + cooldowns)
+        full += sum(
+            per_step * steps_for_budget(b, flops.flops_per_token(), tokens) for b in budgets
+        )
+    assert spent / full == pytest.approx(0.63, abs=0.02)
