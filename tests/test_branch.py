@@ -107,6 +107,7 @@ def test_a_branch_resumes_exactly_after_kill_9(trunk, branch, tmp_path):
         (["branch_from={trunk}", "branch_step=45"], "kept steps [30, 60, 90]"),
         (["branch_from={trunk}"], "branch_step=N"),
         (["branch_from={trunk}", "branch_step=30", "ckpt_path={trunk}"], "branch_from= and"),
+        (["branch_step=30"], "give branch_from=<run dir>"),
     ],
 )
 def test_bad_wsd_or_branch_input_fails_clearly(trunk, tmp_path, overrides, needle):

@@ -22,7 +22,11 @@ def branch_argv(argv: list[str]) -> list[str]:
     overrides first (but its length), the command line's on top (resume= replays the branch's)."""
     args = argv[1:]
     requests = [a.split("=", 1)[1] for a in args if a.startswith("branch_from=")]
-    if not requests or any(a.startswith("resume=") for a in args):
+    if any(a.startswith("resume=") for a in args):
+        return argv
+    if not requests:
+        if any(a.startswith("branch_step=") for a in args):
+            raise ConfigError("branch_step= names a step of a trunk: give branch_from=<run dir>.")
         return argv
     if any(a.startswith("ckpt_path=") for a in args):
         raise ConfigError(
@@ -30,13 +34,10 @@ def branch_argv(argv: list[str]) -> list[str]:
         )
     saved_file = directory.saved_overrides(Path(requests[-1]).expanduser())
     saved = files.read_yaml(saved_file) if saved_file.is_file() else []
-    saved = (
-        [o for o in saved if override_key(str(o)) not in LENGTH_KEYS]
-        if isinstance(saved, list)
-        else []
-    )
+    saved = replayable(saved if isinstance(saved, list) else [], saved_file)
+    trunk = [o for o in saved if override_key(o) not in LENGTH_KEYS]
     flags = [a for a in args if a.startswith("-")]
-    merged = {override_key(o): o for o in [*replayable(saved, saved_file), *args] if o not in flags}
+    merged = {override_key(o): o for o in [*trunk, *args] if o not in flags}
     return [argv[0], *flags, *merged.values()]
 
 

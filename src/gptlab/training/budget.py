@@ -60,7 +60,7 @@ def run_length(cfg: DictConfig, flops_per_token: int, optim: OptimConfig | None 
     ranks = world_size(cfg.trainer)
     tokens = tokens_per_step(cfg, ranks)
     branch = cfg.get("branch_step")
-    if optim is not None and branch is not None:
+    if optim is not None and cfg.get("branch_from"):
         steps, why = branch_length(optim, branch), f"branch_step={branch}"
         optim = replace(optim, branch_at=[])  # a branch keeps no branches of its own
     elif cfg.flops_budget is not None:
