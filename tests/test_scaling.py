@@ -317,13 +317,12 @@ def test_the_sweep_writes_its_scaling_fit_for_both_configurations(isoflop_sweep)
 def test_cooldown_branches_are_points_of_their_trunks_configuration_counted_once(
     tmp_path, monkeypatch
 ):
-    """One wsd trunk a size at the largest budget, its branches at the three below (each a job
-    with branch_from=, branch_step=): one configuration of 36 points over 4 budgets, and the
-    FLOPs spent count each trunk once and a branch's own cooldown (20% of its C)."""
+    """One wsd trunk a size at the largest budget (a sweep), its branches at the three below (runs
+    beside it, as scripts/scaling_branches.sh lays them out): one configuration of 36 points over
+    4 budgets, and the FLOPs spent count each trunk once and a branch's own cooldown (20% of C)."""
     budgets = (1e15, 2e15, 4e15, 8e15)
     middle = parametric.frontier(LAW, 2.8e15)["N"]
     rng = np.random.default_rng(0)
-    job = 0
     for size, shift in enumerate(np.linspace(-1.6, 1.6, 9)):
         n = middle * math.exp(shift)
         for budget in reversed(budgets):
@@ -332,13 +331,16 @@ def test_cooldown_branches_are_points_of_their_trunks_configuration_counted_once
             metrics = {"scaling_params": n, "tokens_seen": d, "flops_per_token": 6 * n}
             metrics.update(train_flops=budget, best_val_loss=loss, epochs=0.0)
             overrides = [f"model.d_model={size}"]
-            if budget < budgets[-1]:
-                trunk = str(tmp_path / "sweep" / f"trunk-{size}")
-                metrics.update(branch_train_flops=0.2 * budget)
-                metrics["branched_from"] = {"run_dir": trunk, "step": round(budget / 1e13)}
-                overrides += [f"branch_from={trunk}", f"branch_step={round(budget / 1e13)}"]
-            write_job(tmp_path / "sweep", job, overrides, metrics)
-            job += 1
+            trunk, step = tmp_path / "sweep" / "trunks" / str(size), round(budget / 1e13)
+            if budget == budgets[-1]:  # the trunks' sweep, its branches' runs beside it
+                write_job(trunk.parent, size, overrides, metrics)
+                continue
+            metrics.update(branch_train_flops=0.2 * budget)
+            metrics["branched_from"] = {"run_dir": str(trunk), "step": step}
+            overrides += [f"branch_from={trunk}", f"branch_step={step}"]
+            write_job(tmp_path / "sweep" / "branches", f"{size}-{step}", overrides, metrics)
+    for mark in ("multirun.yaml", "manifest.json"):  # a sweep inside is a folder of jobs
+        (tmp_path / "sweep" / "trunks" / mark).write_text("{}")
     status, out = report(tmp_path / "sweep", tmp_path, monkeypatch, "--scaling")
     assert status == 0
     fit = json.loads((out / "scaling.json").read_text())
