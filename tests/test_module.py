@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import os
 import warnings
+from dataclasses import replace
 
 import lightning as L
 import numpy as np
@@ -18,6 +19,12 @@ from gptlab.data.tokenizer import Tokenizer
 from gptlab.errors import ConfigError
 from gptlab.model.gpt import GPTConfig
 from gptlab.training.module import GPTModule, OptimConfig, lr_factor
+from gptlab.training.optim_config import (
+    branch_length,
+    branch_steps,
+    check_schedule,
+    cooldown_start,
+)
 
 os.environ.setdefault("TIKTOKEN_CACHE_DIR", "/work/shared/tiktoken_cache")
 torch.set_num_threads(1)  # small tensors: one thread is fastest, and robust to a busy machine
@@ -237,7 +244,55 @@ def test_lr_factor_constant_stays_one():
     assert {lr_factor(step, optim, 100) for step in range(0, 300, 7)} == {1.0}
 
 
-@pytest.mark.parametrize("schedule", ["cosine", "constant"])
+def test_lr_factor_wsd_warms_up_holds_then_cools_down():
+    """1-sqrt and linear cooldowns over the last 20% of 100 steps, down to min_lr."""
+    optim = OptimConfig(lr=1e-3, min_lr=1e-4, warmup_steps=10, schedule="wsd")
+    floor = optim.min_lr / optim.lr
+    factors = [lr_factor(step, optim, 100) for step in range(101)]
+    assert factors[0] == pytest.approx(0.1) and factors[9] == pytest.approx(1.0)
+    assert set(factors[10:81]) == {1.0}  # the stable phase, its last step the cooldown's first
+    assert cooldown_start(optim, 100) == 80
+    assert factors[85] == pytest.approx(floor + (1 - floor) * (1 - math.sqrt(5 / 20)))
+    assert factors[100] == pytest.approx(floor) and lr_factor(130, optim, 100) == pytest.approx(
+        floor
+    )
+    cooldown = factors[80:]
+    assert all(a > b for a, b in zip(cooldown, cooldown[1:], strict=False))
+    linear = OptimConfig(
+        lr=1e-3, min_lr=0.0, warmup_steps=0, schedule="wsd", cooldown_shape="linear"
+    )
+    assert lr_factor(90, linear, 100) == pytest.approx(0.5)
+    assert lr_factor(90, replace(linear, cooldown_shape="1-sqrt"), 100) == pytest.approx(
+        1 - math.sqrt(0.5)
+    )
+
+
+def test_a_branch_is_the_cooldown_of_the_wsd_run_that_starts_it_at_its_step():
+    optim = OptimConfig(schedule="wsd", warmup_steps=5, cooldown_fraction=0.2)
+    for step in range(5, 400):
+        total = branch_length(optim, step)
+        assert cooldown_start(optim, total) == step, step
+        assert total - step == round(0.2 * total)  # that run's own cooldown
+    assert branch_length(optim, 80) == 100
+    with_branches = replace(optim, branch_at=[0.25, 0.5, 0.8])
+    assert branch_steps(with_branches, 30) == [7, 15, 24] and cooldown_start(optim, 30) == 24
+
+
+@pytest.mark.parametrize(
+    ("settings", "total", "needle"),
+    [
+        ({"warmup_steps": 90}, 100, r"cooldown starts at step 80 of 100.*optim\.warmup_steps=90"),
+        ({"branch_at": [0.02]}, 100, r"optim\.branch_at=\[0\.02\].*steps \[2\]"),
+        ({"branch_at": [0.5, 0.501]}, 100, r"optim\.branch_at=.*distinct"),
+    ],
+)
+def test_wsd_phases_are_checked_once_the_length_is_known(settings, total, needle):
+    optim = OptimConfig(**{"schedule": "wsd", "warmup_steps": 10, **settings})
+    with pytest.raises(ConfigError, match=needle):
+        check_schedule(optim, total)
+
+
+@pytest.mark.parametrize("schedule", ["cosine", "constant", "wsd"])
 def test_trainer_applies_the_schedule(corpus, tmp_path, schedule):
     tokenizer, ids = corpus
     module = make_module(
@@ -245,7 +300,7 @@ def test_trainer_applies_the_schedule(corpus, tmp_path, schedule):
     )
     trainer = fit(module, windows(ids), tmp_path, max_steps=5)
     expected = 1e-3 * lr_factor(5, module.optim, 5)  # after 5 scheduler steps
-    if schedule == "cosine":
+    if schedule != "constant":
         assert expected == pytest.approx(1e-4)
     for group in trainer.optimizers[0].param_groups:
         assert group["lr"] == pytest.approx(expected)
@@ -327,7 +382,11 @@ def test_validation_loss_is_the_token_mean(corpus, tmp_path):
     [
         ({"lr": 0.0}, ["optim.lr=0.0"]),
         ({"lr": -1e-3}, ["optim.lr=-0.001"]),
-        ({"schedule": "linear"}, ["optim.schedule='linear'", "cosine", "constant"]),
+        ({"schedule": "linear"}, ["optim.schedule='linear'", "cosine", "constant", "wsd"]),
+        ({"cooldown_fraction": 1.0}, ["optim.cooldown_fraction=1.0", "(0, 1)"]),
+        ({"cooldown_shape": "cosine"}, ["optim.cooldown_shape='cosine'", "1-sqrt", "linear"]),
+        ({"branch_at": [0.5]}, ["optim.branch_at=[0.5]", "optim.schedule=wsd"]),
+        ({"schedule": "wsd", "branch_at": [0.9]}, ["optim.branch_at=[0.9]", "(0, 0.8]"]),
         ({"betas": [0.9]}, ["optim.betas=[0.9]"]),
         ({"betas": [0.9, 1.0]}, ["optim.betas=[0.9, 1.0]"]),
         ({"betas": [-0.1, 0.95]}, ["optim.betas=[-0.1, 0.95]"]),

@@ -124,13 +124,8 @@ def step_of(checkpoint: Path) -> int:
     return torch.load(checkpoint, map_location="cpu", weights_only=True)["global_step"]
 
 
-@pytest.mark.parametrize("kill_at", [20, 45])
-def test_sigkill_at_a_periodic_save_then_resume_is_exact(tmp_path, uninterrupted, kill_at):
-    """kill -9 the moment last.ckpt reaches a periodic save (at a validation step, or between
-    validations), resume=, and end where the uninterrupted run ends: weights, step, tokens."""
-    run_dir = tmp_path / "run"
-    last = run_dir / "checkpoints" / "last.ckpt"
-    proc = start(*TINY, f"hydra.run.dir={run_dir}", cwd=tmp_path)
+def kill_at_save(proc: subprocess.Popen, last: Path, kill_at: int) -> int:
+    """kill -9 `proc` the moment its last.ckpt reaches a save at `kill_at` or later; its step."""
     wait_for(last, proc)
     seen = last.stat().st_mtime_ns
     deadline = time.monotonic() + 120
@@ -142,7 +137,16 @@ def test_sigkill_at_a_periodic_save_then_resume_is_exact(tmp_path, uninterrupted
         seen = last.stat().st_mtime_ns
     proc.kill()
     proc.communicate()
-    stopped_at = step_of(last)
+    return step_of(last)
+
+
+@pytest.mark.parametrize("kill_at", [20, 45])
+def test_sigkill_at_a_periodic_save_then_resume_is_exact(tmp_path, uninterrupted, kill_at):
+    """kill -9 the moment last.ckpt reaches a periodic save (at a validation step, or between
+    validations), resume=, and end where the uninterrupted run ends: weights, step, tokens."""
+    run_dir = tmp_path / "run"
+    last = run_dir / "checkpoints" / "last.ckpt"
+    stopped_at = kill_at_save(start(*TINY, f"hydra.run.dir={run_dir}", cwd=tmp_path), last, kill_at)
     assert kill_at <= stopped_at < 120 and not (run_dir / "metrics.json").exists()
 
     check(run_cli(f"resume={run_dir}", cwd=tmp_path))

@@ -157,6 +157,8 @@ def test_w_and_bs_own_links_inside_the_run_are_allowed(copy, tmp_path):
         "logger.mlflow.artifact_location=/elsewhere",
         "model.d_model=${oc.decode:'64'}",
         'sample_prompt="a\\\'b"',
+        "optim.betas=[0.9,${oc.env:B}]",
+        "optim.branch_at=[a,b]",
     ],
 )
 def test_a_recorded_setting_that_is_not_data_is_dropped(override):
@@ -176,6 +178,8 @@ def test_a_recorded_setting_that_is_not_data_is_dropped(override):
         ('sample_prompt="It\'s a deal"', "It's a deal"),
         ("debug=fast", "fast"),
         ("logger=[tensorboard,csv]", ["tensorboard", "csv"]),
+        ("optim.branch_at=[0.25, 0.5,1e-1]", [0.25, 0.5, 0.1]),
+        ("optim.branch_at=[]", []),
     ],
 )
 def test_a_literal_is_re_emitted_so_that_hydra_reads_the_same_value(override, value):

@@ -26,6 +26,7 @@ from gptlab.sweep import isoflop, parametric, scaling, scaling_plot
 from gptlab.sweep.scaling import fit_sweep
 from gptlab.sweep.summary import collect
 from gptlab.training.budget import run_length, steps_for_budget, tokens_per_step, world_size
+from gptlab.training.optim_config import OptimConfig, branch_length, branch_steps, check_schedule
 
 register_configs()  # the config schemas and resolvers that composing conf/train.yaml needs
 
@@ -311,3 +312,73 @@ def test_the_sweep_writes_its_scaling_fit_for_both_configurations(isoflop_sweep)
     )
     assert (sweep / "scaling.png").read_bytes()[:4] == b"\x89PNG"
     assert "Scaling laws" in (sweep / "summary.md").read_text()
+
+
+def test_cooldown_branches_are_points_of_their_trunks_configuration_counted_once(
+    tmp_path, monkeypatch
+):
+    """One wsd trunk a size at the largest budget (a sweep), its branches at the three below (runs
+    beside it, as scripts/scaling_branches.sh lays them out): one configuration of 36 points over
+    4 budgets, and the FLOPs spent count each trunk once and a branch's own cooldown (20% of C)."""
+    budgets = (1e15, 2e15, 4e15, 8e15)
+    middle = parametric.frontier(LAW, 2.8e15)["N"]
+    rng = np.random.default_rng(0)
+    for size, shift in enumerate(np.linspace(-1.6, 1.6, 9)):
+        n = middle * math.exp(shift)
+        for budget in reversed(budgets):
+            d = budget / 6 / n
+            loss = parametric.law_loss(LAW, n, d) * math.exp(rng.normal(0, NOISE))
+            metrics = {"scaling_params": n, "tokens_seen": d, "flops_per_token": 6 * n}
+            metrics.update(train_flops=budget, best_val_loss=loss, epochs=0.0)
+            overrides = [f"model.d_model={size}"]
+            trunk, step = tmp_path / "sweep" / "trunks" / str(size), round(budget / 1e13)
+            if budget == budgets[-1]:  # the trunks' sweep, its branches' runs beside it
+                write_job(trunk.parent, size, overrides, metrics)
+                continue
+            metrics.update(branch_train_flops=0.2 * budget)
+            metrics["branched_from"] = {"run_dir": str(trunk), "step": step}
+            overrides += [f"branch_from={trunk}", f"branch_step={step}"]
+            write_job(tmp_path / "sweep" / "branches", f"{size}-{step}", overrides, metrics)
+    for mark in ("multirun.yaml", "manifest.json"):  # a sweep inside is a folder of jobs
+        (tmp_path / "sweep" / "trunks" / mark).write_text("{}")
+    status, out = report(tmp_path / "sweep", tmp_path, monkeypatch, "--scaling")
+    assert status == 0
+    fit = json.loads((out / "scaling.json").read_text())
+    assert "configurations" not in fit and len(fit["points"]) == 36  # one configuration
+    assert [o["C"] for o in fit["approach2"]["optima"]] == pytest.approx(budgets)
+    spent = 9 * (8e15 + 0.2 * (1e15 + 2e15 + 4e15))
+    assert fit["flops"] == pytest.approx(
+        {"spent": spent, "as_separate_runs": 9 * 15e15, "branches": 27}
+    )
+    text = (out / "scaling.md").read_text()
+    assert "27 of them cooldown branches, each trunk counted once: 63% of the 1.35e+17" in text
+
+
+def test_experiment_scaling_branches_lands_its_branches_on_the_grids_budgets():
+    """Each width's trunk spends the grid's largest budget; the branches from its kept steps
+    spend the three smaller ones (within the 10% a budget spans), at 63% of the grid's FLOPs."""
+    with initialize_config_module("gptlab.conf", version_base="1.3"):
+        grid = compose("train", overrides=["experiment=scaling"], return_hydra_config=True)
+        cfg = compose("train", overrides=["experiment=scaling_branches"], return_hydra_config=True)
+    budgets = sorted(float(b) for b in str(grid.hydra.sweeper.params.flops_budget).split(","))
+    assert float(cfg.hydra.sweeper.params.flops_budget) == budgets[-1]
+    assert cfg.hydra.sweeper.params["model.d_model"] == grid.hydra.sweeper.params["model.d_model"]
+    optim = OptimConfig(**{k: v for k, v in cfg.optim.items() if k != "_target_"})
+    tokens = tokens_per_step(cfg, 1)
+    spent, full = 0.0, 0.0
+    for d_model in str(cfg.hydra.sweeper.params["model.d_model"]).split(","):
+        model = {**cfg.model, "d_model": int(d_model), "vocab_size": 3771}
+        flops = GPT(GPTConfig(**{k: v for k, v in model.items() if k != "_target_"}))
+        per_step = flops.flops_per_token() * tokens
+        trunk = steps_for_budget(budgets[-1], flops.flops_per_token(), tokens)
+        check_schedule(optim, trunk)
+        kept = branch_steps(optim, trunk)
+        lengths = [branch_length(optim, step) for step in kept]
+        for length, budget in zip(lengths, budgets, strict=False):
+            assert length * per_step == pytest.approx(budget, rel=0.1), (d_model, length)
+        cooldowns = sum(length - step for length, step in zip(lengths, kept, strict=True))
+        spent += per_step * (trunk + cooldowns)
+        full += sum(
+            per_step * steps_for_budget(b, flops.flops_per_token(), tokens) for b in budgets
+        )
+    assert spent / full == pytest.approx(0.63, abs=0.02)

@@ -47,7 +47,7 @@ def train(cfg: DictConfig) -> float:
     module = build_module(model, optim, datamodule.tokenizer, datamodule.batch_size, start)
 
     # the run's length, then the Trainer built once with it
-    length = run_length(cfg, module.model.flops_per_token())
+    length = run_length(cfg, module.model.flops_per_token(), module.optim)
     cfg = OmegaConf.merge(cfg, {"trainer": {"max_steps": length.max_steps}})  # as shown
     trainer = build_trainer(cfg, run_dir, module, start, length)
     if trainer.is_global_zero:

@@ -1,5 +1,6 @@
-"""gptlab-train: `resume=` turned into overrides, the command line checked, then gptlab.cli.fit's
-training; torch and Lightning load only after the checks, so a mistake is reported at once."""
+"""gptlab-train: `resume=` and `branch_from=` turned into overrides, the command line checked,
+then gptlab.cli.fit's training; torch and Lightning load only after the checks, so a mistake is
+reported at once."""
 
 import logging
 import sys
@@ -11,6 +12,7 @@ from gptlab.cli.app import run_hydra_app, run_task
 from gptlab.config.schemas import register_configs
 from gptlab.errors import ConfigError
 from gptlab.exits import BAD_INPUT
+from gptlab.run.branch import branch_argv
 from gptlab.run.resume import resume_argv
 
 log = logging.getLogger("gptlab.train")
@@ -30,7 +32,7 @@ def run_job(cfg: DictConfig) -> float:
 def main() -> None:
     """The console script gptlab-train."""
     try:
-        sys.argv = resume_argv(sys.argv)
+        sys.argv = branch_argv(resume_argv(sys.argv))
     except ConfigError as e:
         print(f"gptlab-train: {e}", file=sys.stderr)
         sys.exit(BAD_INPUT)

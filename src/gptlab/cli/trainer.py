@@ -15,6 +15,7 @@ from gptlab.run import directory
 from gptlab.run.logs import SpawnedRankLog, own_checkpoint_dir
 from gptlab.sweep.jobs import job_overrides, tensorboard_version
 from gptlab.training.callbacks import (
+    BranchCheckpoints,
     DivergenceGuard,
     FinalValidation,
     GracefulStop,
@@ -22,6 +23,7 @@ from gptlab.training.callbacks import (
     ValidationStep,
 )
 from gptlab.training.checkpoint_io import RunCheckpointIO
+from gptlab.training.optim_config import branch_steps
 from gptlab.training.report import RunReport
 from gptlab.training.run_stats import RunStats
 
@@ -41,6 +43,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, module, start, length) -> L.Tr
         RngState(),
         DivergenceGuard(),
         SpawnedRankLog(run_dir),
+        BranchCheckpoints(branch_steps(module.optim, length.max_steps), str(run_dir)),
         RunReport(OmegaConf.to_container(cfg), str(run_dir), stats, job_overrides()),
     ]
     trainer = build(

@@ -35,6 +35,8 @@ class TrainSchema:
     resume: Optional[str] = None  # noqa: UP045
     num_threads: Optional[int] = None  # noqa: UP045
     flops_budget: Optional[float] = None  # noqa: UP045 - training FLOPs: sets trainer.max_steps
+    branch_from: Optional[str] = None  # noqa: UP045 - a wsd run directory: a cooldown branch
+    branch_step: Optional[int] = None  # noqa: UP045
     sample_prompt: str = "The salesperson"
     paths: Any = None
     data: Any = None

@@ -11,6 +11,7 @@ from gptlab.errors import ConfigError
 CHECKPOINTS = "checkpoints"
 LAST = "last"  # checkpoint names without Lightning's .ckpt
 BEST = "best"
+BRANCH = "branch-step="
 CKPT = ".ckpt"
 HYDRA = ".hydra"
 METRICS = "metrics.json"
@@ -39,6 +40,11 @@ def last_checkpoint(run_dir: str | Path) -> Path:
 
 def best_checkpoint(run_dir: str | Path) -> Path:
     return checkpoint_dir(run_dir) / f"{BEST}{CKPT}"
+
+
+def branch_checkpoint(run_dir: str | Path, step: int) -> Path:
+    """A wsd run's kept stable-phase checkpoint at `step` (optim.branch_at), for its branches."""
+    return checkpoint_dir(run_dir) / f"{BRANCH}{step}{CKPT}"
 
 
 def tensorboard_run(run_dir: str | Path) -> Path:

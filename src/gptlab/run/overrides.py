@@ -51,6 +51,9 @@ def literal(raw: str) -> str | None:
         return quote(text)
     if NUMBER.fullmatch(raw) or raw.lower() in KEYWORDS or PLAIN.fullmatch(raw):
         return raw
+    if len(raw) >= 2 and raw[0] == "[" and raw[-1] == "]":  # numbers only: optim.branch_at
+        parts = [p.strip() for p in raw[1:-1].split(",")] if raw[1:-1].strip() else []
+        return f"[{','.join(parts)}]" if all(NUMBER.fullmatch(p) for p in parts) else None
     return None
 
 

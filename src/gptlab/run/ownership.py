@@ -218,12 +218,14 @@ def check_run(root: str | Path) -> Manifest:
 
 
 def job_dirs(root: str | Path) -> list[Path]:
-    """The folders of a sweep's jobs: where a run has started (not the folders inside one)."""
+    """The folders of a sweep's jobs: where a run has started (not the folders inside one); a
+    sweep inside `root` is a folder of jobs (a wsd trunks' sweep beside their branches)."""
     marks = (directory.HYDRA, directory.CHECKPOINTS, directory.METRICS, MANIFEST)
     found = []
     for folder, dirnames, _ in os.walk(root):
         here = Path(folder)
-        if here != Path(root) and any((here / mark).exists() for mark in marks):
+        inner_sweep = (here / directory.MULTIRUN).is_file()
+        if here != Path(root) and not inner_sweep and any((here / m).exists() for m in marks):
             found.append(here)
             dirnames.clear()  # jobs do not nest
         dirnames[:] = [d for d in dirnames if d != ".submitit"]

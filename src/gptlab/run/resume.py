@@ -12,6 +12,7 @@ from gptlab import files
 from gptlab.errors import ConfigError
 from gptlab.process import rank
 from gptlab.run import directory, ownership, place
+from gptlab.run.branch import branch_checkpoint
 from gptlab.run.checkpoints import find_checkpoint, load_checkpoint, step_of
 from gptlab.run.overrides import override_key
 from gptlab.run.settings import replayable
@@ -102,7 +103,8 @@ def resume_argv(argv: list[str]) -> list[str]:
 
 
 class Start(NamedTuple):
-    """Where a run starts from: nothing, or a checkpoint continued whole or read for its tensors."""
+    """Where a run starts from: nothing, or a checkpoint continued whole or read for its tensors
+    (ckpt_path=, or a branch's trunk checkpoint: branch_from=)."""
 
     ckpt_path: str | None = None
     whole: bool = False
@@ -119,12 +121,19 @@ def starting_point(cfg: DictConfig, run_dir: Path) -> Start:
     place.check_data_places(cfg.data.data_dir, cfg.data.cache_dir)
     place.claim(run_dir)
     ckpt_path, whole = checkpoint_to_continue(cfg, run_dir)
-    return Start(ckpt_path, whole, load_checkpoint(ckpt_path) if ckpt_path else None)
+    checkpoint = load_checkpoint(ckpt_path) if ckpt_path else None
+    if cfg.get("branch_from") and not whole and step_of(checkpoint) != cfg.branch_step:
+        raise ConfigError(
+            f"branch_step={cfg.branch_step}: '{ckpt_path}' holds step {step_of(checkpoint)}, "
+            "not the step its name says: it was renamed or damaged. Give another branch_step."
+        )
+    return Start(ckpt_path, whole, checkpoint)
 
 
 def checkpoint_to_continue(cfg: DictConfig, output_dir: Path) -> tuple[str | None, bool]:
     """(the checkpoint this start continues, whether whole): ckpt_path= for its tensors; the
-    run's own last.ckpt whole when it continues in place; else a fresh start, not over a run."""
+    run's own last.ckpt whole when it continues in place; a branch's trunk checkpoint for its
+    tensors; else a fresh start, not over a run."""
     if cfg.ckpt_path:
         return str(find_checkpoint(cfg.ckpt_path, prefer=directory.LAST)), False
     if directory.continues(output_dir, cfg.resume):
@@ -134,4 +143,6 @@ def checkpoint_to_continue(cfg: DictConfig, output_dir: Path) -> tuple[str | Non
         return str(last), True
     if not cfg.resume and not directory.requeued() and rank() == 0:
         directory.refuse_fresh_run_over(output_dir)
+    if cfg.get("branch_from"):  # a branch's first start: its trunk's checkpoint, tensors only
+        return str(branch_checkpoint(cfg)), False
     return None, False

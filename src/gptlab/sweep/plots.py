@@ -5,6 +5,7 @@ from gptlab.sweep.stats import group_configurations, number, sort_key
 
 CATEGORIES = 10  # a knob of at most this many values is drawn by value, one position each
 LEGEND = 20  # configurations named in the legend, at most (10 colours, then other markers)
+NOT_DRAWN = ("seed", "branch_from")  # a branch's trunk is a long path: its step tells it apart
 
 
 def summary_figure(rows: list[dict], knobs: list[str], configs: list[dict] | None, title: str):
@@ -15,7 +16,7 @@ def summary_figure(rows: list[dict], knobs: list[str], configs: list[dict] | Non
     groups = group_configurations(ok, knobs)
     means = {c["config"]: c for c in configs or [] if c["n_seeds"]}
     order = [*means, *(name for name in groups if name not in means)]  # best mean first
-    panels = [k for k in knobs if k != "seed"]
+    panels = [k for k in knobs if k not in NOT_DRAWN]
     if len({r.get("num_params") for r in ok}) > 1 or not panels:
         panels.insert(0, "num_params")
     names = {panel: categories(panel, ok, list(means.values())) for panel in panels}
@@ -66,7 +67,7 @@ def categories(panel: str, ok: list[dict], means: list[dict]) -> list[str]:
 
 def label(job: dict, knobs: list[str]) -> str:
     """A configuration's name in the legend: heads=2 lr=0.003."""
-    return " ".join(f"{k.split('.')[-1]}={shown(job.get(k))}" for k in knobs if k != "seed")
+    return " ".join(f"{k.split('.')[-1]}={shown(job.get(k))}" for k in knobs if k not in NOT_DRAWN)
 
 
 def shown(value) -> str:

@@ -11,7 +11,9 @@ from gptlab.sweep.stats import group_configurations, number, percentile_interval
 # the knobs that vary a model's size, its budget or its seed: the rest of the swept knobs makes
 # a configuration (e.g. +ablation)
 SIZE_KEYS = ("model.d_model", "model.num_blocks", "model.num_heads", "model.ffn_mult")
-NOT_CONFIGURATION = (*SIZE_KEYS, "flops_budget", "trainer.max_steps", "seed")
+# a cooldown branch (branch_from=, branch_step=) is a point of its trunk's configuration
+BRANCH_KEYS = ("branch_from", "branch_step")
+NOT_CONFIGURATION = (*SIZE_KEYS, "flops_budget", "trainer.max_steps", "seed", *BRANCH_KEYS)
 METRICS = ("best_val_loss", "final_val_loss", "test_loss")
 REPEATED_EPOCHS = 4  # past it, repeated tokens are worth clearly less (Muennighoff et al. 2023)
 POINTS_PER_PARAMETER = 2  # an identified fit's least (docs/scaling.md)
@@ -30,6 +32,18 @@ def job_point(row: dict, metric: str) -> dict | None:
         return None
     epochs = number(row.get("epochs"))
     return {"job": row["job"], "N": n, "D": d, "C": flops * d, "L": loss, "epochs": epochs}
+
+
+def spent_flops(rows: list[dict]) -> dict:
+    """The training FLOPs a sweep's finished jobs spent, each trunk once (a branch adds its own
+    steps: branch_train_flops), and what its points would cost as separate runs (train_flops)."""
+    ok = [row for row in rows if row.get("status") == "ok"]
+    branches = [row for row in ok if row.get("branched_from")]
+    own = [row.get("branch_train_flops" if row in branches else "train_flops") for row in ok]
+    alone = [row.get("train_flops") for row in ok]
+    spent = sum(number(x) or 0.0 for x in own)
+    separate = sum(number(x) or 0.0 for x in alone)
+    return {"spent": spent, "as_separate_runs": separate, "branches": len(branches)}
 
 
 def configurations(rows: list[dict], knobs: list[str], first: str | None) -> dict[str, list]:
@@ -190,6 +204,7 @@ def fit_sweep(rows: list[dict], knobs: list[str], metric: str, first: str | None
     if not fits:
         raise TooFewPoints(" ".join(errors.values()))
     result = {"metric": metric, "configurations": fits, "errors": errors}
+    result["flops"] = spent_flops(rows)
     if len(fits) > 1:
         for fit in fits.values():
             fit["vs_first"] = frontier_gap(next(iter(fits.values())), fit)
@@ -208,7 +223,7 @@ def public(node):
 def as_json(result: dict) -> dict:
     """One configuration at the top level, several under `configurations.<name>`."""
     fits = public(result["configurations"])
-    head = {"metric": result["metric"], "errors": result["errors"]}
+    head = {"metric": result["metric"], "errors": result["errors"], "flops": result["flops"]}
     if len(fits) == 1 and not result["errors"]:
         [(name, fit)] = fits.items()
         return {**head, "configuration": name, **fit}

@@ -136,6 +136,19 @@ def comparison_lines(fits: dict) -> list[str]:
     ]
 
 
+def flops_lines(flops: dict) -> list[str]:
+    """What the sweep's jobs spent, a trunk once however many branches it has."""
+    line = f"Training FLOPs spent by the finished jobs: {flops['spent']:.3g}"
+    if flops["branches"]:
+        share = flops["spent"] / flops["as_separate_runs"] if flops["as_separate_runs"] else 0
+        line += (
+            f", {flops['branches']} of them cooldown branches, each trunk counted once: "
+            f"{share:.0%} of the {flops['as_separate_runs']:.3g} its points would cost as "
+            "separate runs"
+        )
+    return [line + ".", ""]
+
+
 def report_lines(result: dict, sweep_dir: Path, head: list[str]) -> list[str]:
     fits, least = result["configurations"], scaling.POINTS_PER_PARAMETER
     lines = [
@@ -149,6 +162,7 @@ def report_lines(result: dict, sweep_dir: Path, head: list[str]) -> list[str]:
         f"jobs), {MIN_DRAWS} of {DRAWS} bootstrap draws, and no optimum at an edge, parameter at a "
         "bound or interval of zero width or over a decade (docs/scaling.md).",
         "",
+        *flops_lines(result["flops"]),
         "![IsoFLOP curves, N_opt and the loss against compute](scaling.png)",
         "",
         *(f"- Not fitted: {message}" for message in result["errors"].values()),

@@ -2,11 +2,13 @@
 is built, so it is built once with its max_steps."""
 
 import logging
+from dataclasses import replace
 from typing import NamedTuple
 
 from omegaconf import DictConfig
 
 from gptlab.errors import ConfigError
+from gptlab.training.optim_config import OptimConfig, branch_length, check_schedule
 
 log = logging.getLogger("gptlab.train")
 
@@ -52,16 +54,25 @@ class Length(NamedTuple):
     ranks: int  # the processes it was counted for
 
 
-def run_length(cfg: DictConfig, flops_per_token: int) -> Length:
-    """trainer.max_steps, or the steps flops_budget buys (said when they differ)."""
+def run_length(cfg: DictConfig, flops_per_token: int, optim: OptimConfig | None = None) -> Length:
+    """trainer.max_steps, or the steps flops_budget buys, or a branch's (branch_step=: the wsd
+    run whose cooldown starts there), said when they differ; `optim`'s schedule checked."""
     ranks = world_size(cfg.trainer)
     tokens = tokens_per_step(cfg, ranks)
-    if cfg.flops_budget is None:
-        return Length(cfg.trainer.max_steps, tokens, ranks)
-    steps = steps_for_budget(cfg.flops_budget, flops_per_token, tokens)
-    if cfg.trainer.max_steps not in (-1, steps):
+    branch = cfg.get("branch_step")
+    if optim is not None and cfg.get("branch_from"):
+        steps, why = branch_length(optim, branch), f"branch_step={branch}"
+        optim = replace(optim, branch_at=[])  # a branch keeps no branches of its own
+    elif cfg.flops_budget is not None:
+        steps = steps_for_budget(cfg.flops_budget, flops_per_token, tokens)
+        why = f"flops_budget={cfg.flops_budget:g}"
+    else:
+        steps, why = cfg.trainer.max_steps, None
+    if why and cfg.trainer.max_steps not in (-1, steps):
         log.info(
-            f"flops_budget={cfg.flops_budget:g} decides the run's length: {steps} steps (not "
+            f"{why} decides the run's length: {steps} steps (not "
             f"trainer.max_steps={cfg.trainer.max_steps})"
         )
+    if optim is not None:
+        check_schedule(optim, steps)
     return Length(steps, tokens, ranks)

@@ -49,6 +49,22 @@ class LastCheckpoint(ModelCheckpoint):
         log.info("Saved %s at step %d", path, trainer.global_step)
 
 
+class BranchCheckpoints(L.Callback):
+    """wsd's stable-phase checkpoints at optim.branch_at's steps, whole, kept for cooldown
+    branches (branch_from=): named by their step, never removed."""
+
+    def __init__(self, steps: list[int], run_dir: str):
+        self.steps = set(steps)
+        self.run_dir = run_dir
+        self.saved_at = -1  # once a step, also when gradients accumulate over several batches
+
+    def on_train_batch_end(self, trainer, pl_module, *args, **kwargs) -> None:
+        step = trainer.global_step
+        if step in self.steps and step != self.saved_at:
+            trainer.save_checkpoint(directory.branch_checkpoint(self.run_dir, step))
+            self.saved_at = step
+
+
 class FinalValidation(L.Callback):
     """Validate after the last step too (Lightning does when a callback sets `should_stop`)."""
 

@@ -89,6 +89,20 @@ class RunReport(L.Callback):
             "scaling_params": pl_module.model.scaling_params(),
             "epochs": tokens / train_tokens if train_tokens else None,
             **pruning_result(trainer),  # "status": "pruned" when an Optuna pruner stopped it
+            **self.branch(trainer),
+        }
+
+    def branch(self, trainer) -> dict:
+        """A cooldown branch: its trunk and step; its own FLOPs (train_flops adds the trunk's
+        share up to that step, counted at the branch's tokens per step)."""
+        if not self.cfg.get("branch_from"):
+            return {}
+        step = self.cfg["branch_step"]
+        trunk = str(Path(self.cfg["branch_from"]).expanduser().resolve())
+        own = (trainer.global_step - step) * self.stats.tokens_per_step
+        return {
+            "branched_from": {"run_dir": trunk, "step": step},
+            "branch_train_flops": self.stats.flops_per_token * own,
         }
 
     def test(self, trainer, pl_module) -> dict:
