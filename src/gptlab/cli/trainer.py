@@ -13,7 +13,7 @@ from gptlab.config.trust import build
 from gptlab.errors import ConfigError
 from gptlab.run import directory
 from gptlab.run.logs import SpawnedRankLog, own_checkpoint_dir
-from gptlab.sweep.jobs import job_overrides, tensorboard_version
+from gptlab.sweep.jobs import job_overrides, swept_overrides, tensorboard_version
 from gptlab.training.callbacks import (
     DivergenceGuard,
     FinalValidation,
@@ -41,7 +41,9 @@ def build_trainer(cfg: DictConfig, run_dir: Path, module, start, length) -> L.Tr
         RngState(),
         DivergenceGuard(),
         SpawnedRankLog(run_dir),
-        RunReport(OmegaConf.to_container(cfg), str(run_dir), stats, job_overrides()),
+        RunReport(
+            OmegaConf.to_container(cfg), str(run_dir), stats, job_overrides(), swept_overrides()
+        ),
     ]
     trainer = build(
         cfg.trainer, "trainer", callbacks=callbacks, logger=loggers or False, plugins=[plugin]
