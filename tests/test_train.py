@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import math
+import os
 import re
+import subprocess
 from pathlib import Path
 
 import gptlab.conf
 import pytest
 import torch
 import yaml
-from helpers import check, read_metrics, run_cli, run_main, scalars, tensorboard_runs, umask
+from helpers import BIN, check, read_metrics, run_cli, run_main, scalars, tensorboard_runs, umask
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -180,6 +182,34 @@ def test_train_log_has_a_line_per_validation(fast_run):
     assert [float(m[3]) for m in found] == [round(point[2], 4) for point in curve]
     assert all(float(m[2]) > 0 and int(m[5].replace(",", "")) > 0 for m in found)
     assert result.stderr.count("val loss ") >= 3  # the console too
+
+
+def test_a_log_file_gets_plain_lines_not_a_progress_bar(tmp_path):
+    """`gptlab-train debug=fast > log.txt 2>&1` (SLURM, CI, tee): stdout is no terminal, so a
+    line every N steps instead of the bar, each validation's line whole, the log small."""
+    log = tmp_path / "log.txt"
+    with log.open("w") as out:
+        subprocess.run(
+            [str(BIN / "gptlab-train"), "debug=fast", "hydra.run.dir=run"],
+            cwd=tmp_path,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+            timeout=300,
+            check=True,
+        )
+    text = log.read_text()
+    assert log.stat().st_size < 20_000
+    assert "\r" not in text and "it/s" not in text and "Validation" not in text  # no bar
+    lines = text.splitlines()
+    validation = re.compile(
+        r"\[[\d-]+ [\d:,]+\]\[gptlab\.training\.run_stats\]\[INFO\] - step \d+/30: "
+    )
+    assert sum(bool(validation.match(line)) for line in lines) == 3  # one line each, whole
+    progress = [line for line in lines if line.startswith("step ") and "elapsed" in line]
+    assert len(progress) == 1  # every 100 steps and at the last one
+    assert progress[0].startswith("step 30/30 (100%), 0:00:") and ", train/loss " in progress[0]
+    assert "setuptools" not in text and "absent from the packages" not in text
 
 
 def test_what_a_run_writes_is_readable_by_group_and_others_under_umask_022(fast_run):
