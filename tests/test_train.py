@@ -212,6 +212,24 @@ def test_a_log_file_gets_plain_lines_not_a_progress_bar(tmp_path):
     assert "setuptools" not in text and "absent from the packages" not in text
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a machine without a GPU")
+def test_trainer_gpu_without_a_gpu_names_trainer_cpu(tmp_path):
+    result = run_main("debug=fast", "trainer=gpu", "hydra.run.dir=run", cwd=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "sees no CUDA GPU here. Train on the CPU with trainer=cpu" in result.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_group_on_the_command_line_wins_and_debug_values_apply_after_it():
+    """docs/configuration.md: `debug=fast model=modern` is modern's model (its 4 blocks and
+    dropout 0.2) with debug=fast's width and heads; debug=fast alone picks model=tiny."""
+    model = composed("debug=fast", "model=modern").model
+    assert (model.d_model, model.num_heads, model.num_blocks, model.dropout) == (32, 2, 4, 0.2)
+    assert model.positional == "rope" and model.qk_norm is True
+    tiny = composed("debug=fast").model
+    assert (tiny.num_blocks, tiny.dropout, tiny.positional) == (1, 0.0, "sinusoidal")
+
+
 def test_what_a_run_writes_is_readable_by_group_and_others_under_umask_022(fast_run):
     run_dir, _ = fast_run  # trained under umask 022
     written = [p for p in run_dir.rglob("*") if p.is_file()]
