@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import fcntl
 import math
 import os
+import pty
 import re
+import struct
 import subprocess
+import termios
+import threading
 from pathlib import Path
 
 import gptlab.conf
@@ -210,6 +215,41 @@ def test_a_log_file_gets_plain_lines_not_a_progress_bar(tmp_path):
     assert len(progress) == 1  # every 100 steps and at the last one
     assert progress[0].startswith("step 30/30 (100%), 0:00:") and ", train/loss " in progress[0]
     assert "setuptools" not in text and "absent from the packages" not in text
+
+
+def test_a_terminal_gets_the_progress_bar_not_lines(tmp_path):
+    """The same run with stdout a terminal (a pseudo-terminal): Lightning's bar, counting steps."""
+    master, terminal = pty.openpty()
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 160, 0, 0))  # 160 columns
+    chunks = []
+
+    def read() -> None:
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # the terminal closed
+                return
+            if not chunk:
+                return
+            chunks.append(chunk)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    result = subprocess.run(
+        [str(BIN / "gptlab-train"), "debug=fast", "hydra.run.dir=run"],
+        cwd=tmp_path,
+        stdout=terminal,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        timeout=300,
+    )
+    os.close(terminal)
+    reader.join(timeout=60)
+    os.close(master)
+    text = b"".join(chunks).decode(errors="replace")
+    assert result.returncode == 0
+    assert re.search(r"\| 30/30 \[", text) and "it/s" in text
+    assert not re.search(r"^step \d+/30 \(", text, re.M)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a machine without a GPU")
