@@ -32,7 +32,7 @@ $(READY): pyproject.toml scripts/install_torch.sh
 	PYTHONWARNINGS=ignore $(BIN)/python -m pip install --quiet --disable-pip-version-check -e ".[dev]"
 	touch $(READY)
 
-train: $(READY) ## train a GPT (the default run: about 3 minutes on 2 CPU cores)
+train: $(READY) ## train a GPT (the default run: about 3 minutes of training on 2 idle CPU cores)
 	$(BIN)/gptlab-train $(ARGS)
 
 test: $(READY) ## run the tests (about 12 minutes on 2 CPU cores)

@@ -138,6 +138,12 @@ def test_bad_input_is_one_paragraph_and_exit_code_2(run_dir, tmp_path):
         (["ckpt_path=/no/such/run"], "'/no/such/run' does not exist"),
         ([f"ckpt_path={run_dir}", f"data.path={alien}"], "data.compact_vocab=false"),
         ([f"ckpt_path={run_dir}", "device=tpu"], "device='tpu'"),
+        # gptlab-train's group: another text is data.path alone
+        ([f"ckpt_path={run_dir}", "data=text_file"], "gptlab-eval has no data group"),
+        (
+            ["data=text_file", f"data.path={alien}"],
+            "or data.url=https://... alone; drop data=text_file",
+        ),
     ):
         result = run_main(*args, cwd=tmp_path, tool="gptlab-eval")
         assert (

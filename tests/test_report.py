@@ -90,6 +90,17 @@ def test_hparams_are_flat_plain_and_without_targets(tmp_path):
     assert all(isinstance(v, (bool, int, float, str)) for v in params.values())
 
 
+def test_hparams_put_the_swept_keys_first_then_the_model_size(tmp_path):
+    cfg = composed(tmp_path, "debug=fast", "model.num_heads=2")
+    model = {"d_model": 32, "num_heads": 2}
+    swept = ["model.num_heads=2", "+ablation=rope", "trainer.max_steps=30"]
+    params = hparams_of(cfg, {"num_params": 99}, model, swept)
+    assert list(params)[:4] == ["model/num_heads", "ablation", "trainer/max_steps", "num_params"]
+    assert params["model/num_heads"] == 2 and params["ablation"] == "rope"  # a group's option
+    assert params["trainer/max_steps"] == 30
+    assert list(hparams_of(cfg, {"num_params": 99}, model))[0] == "num_params"  # nothing swept
+
+
 # ---------------------------------------------------------------------------------------------
 # config_tree
 
@@ -164,7 +175,7 @@ def fitted(tmp_path_factory):
     stats = RunStats(
         tokens_per_step=BATCH * CONTEXT, flops_per_token=module.model.flops_per_token()
     )
-    report = RunReport(cfg, str(out), stats, overrides=["seed=0"])
+    report = RunReport(cfg, str(out), stats, overrides=["seed=0"], swept=["seed=0"])
     trainer = L.Trainer(
         accelerator="cpu",
         devices=1,

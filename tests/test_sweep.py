@@ -19,6 +19,7 @@ from helpers import BIN, check, read_metrics, run_cli, run_main, scalars, tensor
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.plugins.custom_scalar import layout_pb2
 from tensorboard.plugins.hparams import plugin_data_pb2
 
 from gptlab.config.schemas import register_configs
@@ -118,6 +119,41 @@ def test_tensorboard_compares_every_job_with_real_hparams(grid):
         hparams = session.session_start_info.hparams
         assert hparams["model/num_heads"].number_value == cfg.model.num_heads
         assert hparams["model/num_blocks"].number_value == cfg.model.num_blocks
+
+
+def test_hparams_tab_shows_the_swept_keys_first_and_a_trial_per_job(grid):
+    """TensorBoard shows the first five columns of the experiment it reads (those that "differ"
+    first, by name): the swept keys and the model's size; each job a trial named by its
+    settings; train and val loss on one custom-scalars chart."""
+    sweep, _ = grid
+    trials = []
+    for job in job_dirs(sweep):
+        acc = EventAccumulator(str(directory.tensorboard_run(job)), size_guidance={"tensors": 0})
+        acc.Reload()
+        content = acc.PluginTagToContent("hparams")
+        experiment = plugin_data_pb2.HParamsPluginData.FromString(
+            content["_hparams_/experiment"]
+        ).experiment
+        names = [info.name for info in experiment.hparam_infos]
+        assert names[:3] == ["model/num_heads", "model/num_blocks", "num_params"]
+        assert [info.name for info in experiment.hparam_infos if info.differs] == names[:3]
+        assert len(names) == len(set(names)) > 10  # every other knob, not shown by default
+        metrics = [m.name.tag for m in experiment.metric_infos]
+        assert metrics[0] == "val_results/best_loss"
+        start = plugin_data_pb2.HParamsPluginData.FromString(
+            content["_hparams_/session_start_info"]
+        ).session_start_info
+        assert set(start.hparams) == set(names)
+        trials.append(start.group_name)
+        [layout] = acc.Tensors("custom_scalars__config__")
+        chart = layout_pb2.Layout.FromString(layout.tensor_proto.string_val[0]).category[0].chart[0]
+        assert list(chart.multiline.tag) == ["^train/loss$", "^val/loss$"]
+    assert trials == [
+        "heads=1,blocks=1",
+        "heads=1,blocks=2",
+        "heads=2,blocks=1",
+        "heads=2,blocks=2",
+    ]
 
 
 def test_sweep_report_script_regenerates_the_summary(grid):

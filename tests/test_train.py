@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import fcntl
 import math
+import os
+import pty
 import re
+import struct
+import subprocess
+import termios
+import threading
 from pathlib import Path
 
 import gptlab.conf
 import pytest
 import torch
 import yaml
-from helpers import check, read_metrics, run_cli, run_main, scalars, tensorboard_runs, umask
+from helpers import BIN, check, read_metrics, run_cli, run_main, scalars, tensorboard_runs, umask
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -180,6 +187,87 @@ def test_train_log_has_a_line_per_validation(fast_run):
     assert [float(m[3]) for m in found] == [round(point[2], 4) for point in curve]
     assert all(float(m[2]) > 0 and int(m[5].replace(",", "")) > 0 for m in found)
     assert result.stderr.count("val loss ") >= 3  # the console too
+
+
+def test_a_log_file_gets_plain_lines_not_a_progress_bar(tmp_path):
+    """`gptlab-train debug=fast > log.txt 2>&1` (SLURM, CI, tee): stdout is no terminal, so a
+    line every N steps instead of the bar, each validation's line whole, the log small."""
+    log = tmp_path / "log.txt"
+    with log.open("w") as out:
+        subprocess.run(
+            [str(BIN / "gptlab-train"), "debug=fast", "hydra.run.dir=run"],
+            cwd=tmp_path,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+            timeout=300,
+            check=True,
+        )
+    text = log.read_text()
+    assert log.stat().st_size < 20_000
+    assert "\r" not in text and "it/s" not in text and "Validation" not in text  # no bar
+    lines = text.splitlines()
+    validation = re.compile(
+        r"\[[\d-]+ [\d:,]+\]\[gptlab\.training\.run_stats\]\[INFO\] - step \d+/30: "
+    )
+    assert sum(bool(validation.match(line)) for line in lines) == 3  # one line each, whole
+    progress = [line for line in lines if line.startswith("step ") and "elapsed" in line]
+    assert len(progress) == 1  # every 100 steps and at the last one
+    assert progress[0].startswith("step 30/30 (100%), 0:00:") and ", train/loss " in progress[0]
+    assert "setuptools" not in text and "absent from the packages" not in text
+
+
+def test_a_terminal_gets_the_progress_bar_not_lines(tmp_path):
+    """The same run with stdout a terminal (a pseudo-terminal): Lightning's bar, counting steps."""
+    master, terminal = pty.openpty()
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 160, 0, 0))  # 160 columns
+    chunks = []
+
+    def read() -> None:
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # the terminal closed
+                return
+            if not chunk:
+                return
+            chunks.append(chunk)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    result = subprocess.run(
+        [str(BIN / "gptlab-train"), "debug=fast", "hydra.run.dir=run"],
+        cwd=tmp_path,
+        stdout=terminal,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        timeout=300,
+    )
+    os.close(terminal)
+    reader.join(timeout=60)
+    os.close(master)
+    text = b"".join(chunks).decode(errors="replace")
+    assert result.returncode == 0
+    assert re.search(r"\| 30/30 \[", text) and "it/s" in text
+    assert not re.search(r"^step \d+/30 \(", text, re.M)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a machine without a GPU")
+def test_trainer_gpu_without_a_gpu_names_trainer_cpu(tmp_path):
+    result = run_main("debug=fast", "trainer=gpu", "hydra.run.dir=run", cwd=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "sees no CUDA GPU here. Train on the CPU with trainer=cpu" in result.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_group_on_the_command_line_wins_and_debug_values_apply_after_it():
+    """docs/configuration.md: `debug=fast model=modern` is modern's model (its 4 blocks and
+    dropout 0.2) with debug=fast's width and heads; debug=fast alone picks model=tiny."""
+    model = composed("debug=fast", "model=modern").model
+    assert (model.d_model, model.num_heads, model.num_blocks, model.dropout) == (32, 2, 4, 0.2)
+    assert model.positional == "rope" and model.qk_norm is True
+    tiny = composed("debug=fast").model
+    assert (tiny.num_blocks, tiny.dropout, tiny.positional) == (1, 0.0, "sinusoidal")
 
 
 def test_what_a_run_writes_is_readable_by_group_and_others_under_umask_022(fast_run):

@@ -54,3 +54,18 @@ def resolve_device(device: str) -> str:
             "device=cuda: torch sees no CUDA device here. Use device=cpu or device=auto."
         )
     return "cuda" if device != "cpu" and torch.cuda.is_available() else "cpu"
+
+
+def check_accelerator(accelerator: str | None) -> None:
+    """trainer=gpu (or ddp) where torch sees no GPU: trainer=cpu named, before any data work."""
+    if str(accelerator) not in ("gpu", "cuda"):
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ConfigError(
+            f"trainer.accelerator={accelerator} (trainer=gpu, trainer=ddp): torch "
+            f"{torch.__version__} sees no CUDA GPU here. Train on the CPU with trainer=cpu "
+            "(trainer=ddp_cpu: two CPU processes), or trainer=default, which takes a GPU "
+            "where there is one."
+        )

@@ -17,6 +17,11 @@ UNSUPPORTED = {
     "of configs with --config-dir)",
     "experimental_rerun": "--experimental-rerun: it unpickles a file, which runs code",
 }
+# what a tool without a group says instead (the group of gptlab-train it was given)
+NO_GROUP = {
+    ("gptlab-eval", "data"): "it scores the checkpoint on its run's own text, or on another "
+    "text given by data.path=<file> (all of it) or data.url=https://... alone",
+}
 
 
 def hydra_arguments(argv: list[str]) -> argparse.Namespace | None:
@@ -86,9 +91,17 @@ def explain(tool: str, args: argparse.Namespace, error: Exception) -> str:
     text = str(error)
     missing = re.search(r"Could not override '([^']+)'", text)
     option = re.search(r"Could not find '([^'/]+)/([^']+)'", text)
+    no_group = re.search(r"Could not override '([^']+)'\. No match in the defaults list", text)
     if missing and type(error.__cause__).__name__ == "ConfigAttributeError":
         override = next((o for o in args.overrides if missing.group(1) in o), missing.group(1))
         reason = unknown_key(tool, args, missing.group(1))
+    elif no_group:
+        group = no_group.group(1)
+        override = next(
+            (o for o in args.overrides if o.lstrip("+~").startswith(f"{group}=")), group
+        )
+        reason = f"{tool} has no {group} group"
+        reason += f": {NO_GROUP[tool, group]}; drop {override}" if (tool, group) in NO_GROUP else ""
     elif option:
         group, choice = option.groups()
         listed = re.findall(r"^\t(\S+)$", text.split("Config search path")[0], re.M)

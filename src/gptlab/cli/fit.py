@@ -12,6 +12,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 from tqdm.contrib.logging import logging_redirect_tqdm
 
+from gptlab.cli.app import check_accelerator
 from gptlab.cli.trainer import build_trainer
 from gptlab.config.trust import build, checked
 from gptlab.exits import code_of_signal
@@ -32,6 +33,7 @@ def train(cfg: DictConfig) -> float:
     # the checked config (built first: cheap) and where this run starts from, before any download
     route_lightning_logs()
     cfg = checked(cfg)  # resolved once and checked: what is built below
+    check_accelerator(cfg.trainer.get("accelerator"))
     model, optim, datamodule = (build(cfg[group], group) for group in ("model", "optim", "data"))
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)

@@ -13,7 +13,7 @@ from gptlab.config.trust import build
 from gptlab.errors import ConfigError
 from gptlab.run import directory
 from gptlab.run.logs import SpawnedRankLog, own_checkpoint_dir
-from gptlab.sweep.jobs import job_overrides, tensorboard_version
+from gptlab.sweep.jobs import job_overrides, swept_overrides, tensorboard_version
 from gptlab.training.callbacks import (
     BranchCheckpoints,
     DivergenceGuard,
@@ -44,7 +44,9 @@ def build_trainer(cfg: DictConfig, run_dir: Path, module, start, length) -> L.Tr
         DivergenceGuard(),
         SpawnedRankLog(run_dir),
         BranchCheckpoints(branch_steps(module.optim, length.max_steps), str(run_dir)),
-        RunReport(OmegaConf.to_container(cfg), str(run_dir), stats, job_overrides()),
+        RunReport(
+            OmegaConf.to_container(cfg), str(run_dir), stats, job_overrides(), swept_overrides()
+        ),
     ]
     trainer = build(
         cfg.trainer, "trainer", callbacks=callbacks, logger=loggers or False, plugins=[plugin]

@@ -42,8 +42,10 @@ def resolve_corpus(
             )
         if sha256 and sha256_of(corpus) != sha256:
             raise ConfigError(
-                f"data.sha256: '{corpus}' does not have the expected sha256 {sha256}. "
-                "Use the right file, or set data.sha256=null to skip the check."
+                f"data.sha256: '{corpus}' does not have the expected sha256 {sha256}, the "
+                "corpus's (data.path without data=text_file keeps the corpus's checksum). For a "
+                "text of your own give data=text_file data.path=<file>; for the corpus, the "
+                "right file; or set data.sha256=null to skip the check."
             )
         return corpus
     if not url:

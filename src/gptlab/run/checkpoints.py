@@ -10,6 +10,7 @@ from gptlab.errors import ConfigError
 from gptlab.model.config import GPTConfig
 from gptlab.run import directory
 from gptlab.run.bounds import check_archive, check_memory, check_plain_size, not_a_checkpoint
+from gptlab.run.overrides import as_override
 
 BUFFER_SLACK = 256 << 20  # bytes of tables a model may hold beyond the weights it carries
 
@@ -230,8 +231,17 @@ def check_architecture(path: str | Path, checkpoint: dict, hparams: dict) -> Non
     ]
     if saved_tokenizer != hparams["tokenizer"]:
         differ.append("the tokenizer (data.encoding / data.compact_vocab / corpus)")
+    # the checkpoint's own settings as overrides (the context length is the data's)
+    wanted = [
+        as_override("data.context_length" if k == "context_length" else f"model.{k}", v)
+        for k, v in saved_model.items()
+        if k in GPTConfig.architecture() and v != model[k] and k != "vocab_size"
+    ]
+    add = f"add its settings ({' '.join(wanted)}), or " if wanted else ""
     if differ:
         raise ConfigError(
             f"ckpt_path: '{path}' was trained with another architecture ({'; '.join(differ)}). "
-            "Drop the overrides that change it, or start a new run without ckpt_path."
+            f"To continue from it, give the command line it was trained with (its run's "
+            f".hydra/overrides.yaml, e.g. debug=fast): {add}drop the overrides of yours that "
+            "change it. Or start a new run without ckpt_path."
         )

@@ -33,11 +33,14 @@ def best_val_loss(trainer: L.Trainer, module) -> float:
 class RunReport(L.Callback):
     """At the end of fit, on rank 0: the test split, metrics.json, the loggers, the report."""
 
-    def __init__(self, cfg: dict, run_dir: str, stats: RunStats, overrides: list[str]):
+    def __init__(
+        self, cfg: dict, run_dir: str, stats: RunStats, overrides: list[str], swept: list[str]
+    ):
         self.cfg = cfg
         self.run_dir = Path(run_dir)
         self.stats = stats
         self.overrides = overrides
+        self.swept = swept  # the overrides its sweep varies: the trackers show them first
 
     def on_fit_end(self, trainer, pl_module) -> None:
         if not trainer.is_global_zero:
@@ -46,7 +49,7 @@ class RunReport(L.Callback):
         metrics = {**self.metrics(trainer, pl_module), **self.test(trainer, pl_module)}
         text = json.dumps(metrics, indent=2) + "\n"
         ownership.write_recorded(self.run_dir, directory.METRICS, lambda f: f.write(text))
-        log_results(trainer, OmegaConf.create(self.cfg), metrics, self.run_dir)
+        log_results(trainer, OmegaConf.create(self.cfg), metrics, self.run_dir, self.swept)
         log.info("\n".join([*self.report(trainer, metrics), sample]))
 
     def metrics(self, trainer, pl_module) -> dict:

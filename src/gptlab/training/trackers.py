@@ -10,34 +10,57 @@ import lightning as L
 from lightning.pytorch.loggers import MLFlowLogger, TensorBoardLogger, WandbLogger
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
-from torch.utils.tensorboard.summary import hparams, scalar
+from tensorboard.compat.proto.summary_pb2 import Summary
+from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2, summary_v2
+from torch.utils.tensorboard.summary import scalar
 from torch.utils.tensorboard.writer import FileWriter
 
 from gptlab.run import directory
+from gptlab.run.overrides import override_key, split_override
 
 HPARAMS_EVENTS = "events.out.tfevents.hparams"  # the event file of a run's HPARAMS
 # the results beside the hyperparameters: a group TensorBoard lists after train/ and val/
 RESULTS = "val_results"
+# TensorBoard's custom scalars: train and val loss on one chart (tags are regular expressions)
+LOSS_CHART = {"losses": {"train and val loss": ["Multiline", ["^train/loss$", "^val/loss$"]]}}
 
 
 class RunTensorBoardLogger(TensorBoardLogger):
-    """Lightning's TensorBoard logger without `epoch` (a run is one epoch); the HPARAMS tab in an
-    event file replaced at each start's end (TensorBoard keeps the first hparams it reads)."""
+    """Lightning's TensorBoard logger without `epoch` (always 0: training is one endless epoch);
+    the train and val loss on one chart; the HPARAMS tab in an event file replaced at each
+    start's end (TensorBoard keeps the first hparams it reads)."""
 
     @rank_zero_only
     def log_metrics(self, metrics: dict, step: int | None = None) -> None:
         super().log_metrics({k: v for k, v in metrics.items() if k != "epoch"}, step)
 
     @rank_zero_only
-    def log_hyperparams(self, params, metrics: dict | None = None, step: int | None = None) -> None:
-        if not metrics:  # nothing to compare runs by (Lightning's call at the start)
-            super().log_hyperparams(params, metrics, step)
-            return
+    def log_graph(self, model, input_array=None) -> None:
+        """Lightning's one call at the start of fit: the loss chart from the first step too."""
+        super().log_graph(model, input_array)
+        self.experiment.add_custom_scalars(LOSS_CHART)
+
+    @rank_zero_only
+    def log_results(self, params: dict, metrics: dict, shown: list[str], step: int) -> None:
+        """The HPARAMS tab: `shown` first (TensorBoard shows five columns, those that "differ"
+        first, by name), each job a trial named by its TensorBoard run (its swept settings)."""
+        infos = [hparam_info(name, value, name in shown) for name, value in params.items()]
+        metric_infos = [
+            api_pb2.MetricInfo(name=api_pb2.MetricName(tag=k), display_name=k.split("/")[-1])
+            for k in metrics
+        ]
+        experiment = api_pb2.Experiment(hparam_infos=infos, metric_infos=metric_infos)
+        ended = plugin_data_pb2.SessionEndInfo(status=api_pb2.STATUS_SUCCESS)
+        # a single run: its run directory's last parts (2026-12-01/20-15-33)
+        trial = str(self.version) or "/".join(Path(self.save_dir).parts[-2:])
         folder = Path(self.log_dir)
         with tempfile.TemporaryDirectory(dir=folder, prefix=".hparams.") as fresh:
             writer = FileWriter(fresh)
-            for summary in hparams(params, metrics):  # experiment, session start, session end
-                writer.add_summary(summary, step)
+            writer.add_summary(hparams_summary(metadata.EXPERIMENT_TAG, experiment=experiment))
+            writer.add_summary(summary_v2.hparams_pb(params, trial_id=trial), step)
+            writer.add_summary(
+                hparams_summary(metadata.SESSION_END_INFO_TAG, session_end_info=ended)
+            )
             for name, value in metrics.items():
                 writer.add_summary(scalar(name, value), step)
             writer.close()
@@ -45,9 +68,41 @@ class RunTensorBoardLogger(TensorBoardLogger):
             os.replace(written, folder / HPARAMS_EVENTS)  # the earlier start's, replaced
 
 
-def hparams_of(cfg: DictConfig, metrics: dict, model: dict) -> dict:
-    """The knobs worth comparing runs by, flat and of plain types (`model`: as built)."""
+def hparams_summary(tag: str, **data) -> Summary:
+    """An event of TensorBoard's hparams plugin, as its summary_v2 writes one (no TensorFlow)."""
+    content = metadata.create_summary_metadata(plugin_data_pb2.HParamsPluginData(**data))
+    return Summary(value=[Summary.Value(tag=tag, metadata=content, tensor=metadata.NULL_TENSOR)])
+
+
+def hparam_info(name: str, value, shown: bool) -> api_pb2.HParamInfo:
+    """A column of the HPARAMS table, typed (no domain: TensorBoard filters by none)."""
+    kind = api_pb2.DATA_TYPE_STRING
+    if isinstance(value, bool):
+        kind = api_pb2.DATA_TYPE_BOOL
+    elif isinstance(value, (int, float)):
+        kind = api_pb2.DATA_TYPE_FLOAT64
+    return api_pb2.HParamInfo(name=name, type=kind, differs=shown)
+
+
+def swept_params(cfg: DictConfig, swept: list[str]) -> dict:
+    """The sweep's keys as columns: model.num_heads=4 -> model/num_heads; a group's option
+    (model=modern) by its name."""
+    params = {}
+    for override in swept:
+        key = override_key(override)
+        value = OmegaConf.select(cfg, key, default=None)
+        if value is None or OmegaConf.is_config(value):
+            value = split_override(override)[1]
+        params[key.replace(".", "/")] = value
+    return params
+
+
+def hparams_of(cfg: DictConfig, metrics: dict, model: dict, swept: list[str] = ()) -> dict:
+    """The knobs worth comparing runs by, flat and of plain types (`model`: as built), the
+    sweep's first, then the model's size."""
     params = {
+        **swept_params(cfg, list(swept)),
+        "num_params": metrics["num_params"],
         **{f"model/{k}": v for k, v in model.items()},
         **{f"optim/{k}": v for k, v in OmegaConf.to_container(cfg.optim, resolve=True).items()},
         **{
@@ -56,7 +111,6 @@ def hparams_of(cfg: DictConfig, metrics: dict, model: dict) -> dict:
         },
         "trainer/max_steps": cfg.trainer.max_steps,
         "seed": cfg.seed,
-        "num_params": metrics["num_params"],
     }
     return {
         k: (str(v) if isinstance(v, (list, tuple, dict, type(None))) else v)
@@ -72,9 +126,12 @@ def run_files(output_dir: Path) -> list[Path]:
     return [*hydra_files, directory.metrics_file(output_dir)]
 
 
-def log_results(trainer: L.Trainer, cfg: DictConfig, metrics: dict, output_dir: Path) -> None:
-    """Hyperparameters beside the results: each tracker compares runs (MLflow, W&B keep files)."""
-    params = hparams_of(cfg, metrics, trainer.lightning_module.hparams["model"])
+def log_results(
+    trainer: L.Trainer, cfg: DictConfig, metrics: dict, output_dir: Path, swept: list[str]
+) -> None:
+    """Hyperparameters beside the results: each tracker compares runs (MLflow, W&B keep files);
+    `swept`: the overrides the job's sweep varies."""
+    params = hparams_of(cfg, metrics, trainer.lightning_module.hparams["model"], swept)
     numbers = {
         k: float(v)
         for k, v in metrics.items()
@@ -104,8 +161,9 @@ def log_results(trainer: L.Trainer, cfg: DictConfig, metrics: dict, output_dir: 
             for path in run_files(output_dir):
                 run.save(str(path), base_path=str(output_dir), policy="now")
             run.finish()  # the next job of a sweep in this process starts a W&B run of its own
-        elif isinstance(logger, TensorBoardLogger):  # RunTensorBoardLogger: into the run itself
-            logger.log_hyperparams(params, metrics=results, step=trainer.global_step)
+        elif isinstance(logger, RunTensorBoardLogger):  # into the run itself
+            shown = [*swept_params(cfg, swept), "num_params"]
+            logger.log_results(params, results, shown, trainer.global_step)
         else:
             logger.log_hyperparams(params)
             logger.log_metrics(results, step=trainer.global_step)
