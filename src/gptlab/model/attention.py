@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from gptlab.model.config import GPTConfig
+from gptlab.model.mup import attention_scale
 
 
 class MultiHeadAttention(nn.Module):
@@ -16,6 +17,7 @@ class MultiHeadAttention(nn.Module):
         self.num_heads = config.num_heads
         self.head_size = config.head_size
         self.attention = config.attention
+        self.scale = attention_scale(config)  # μP's 1/head_size; None: 1/sqrt(head_size)
         self.qkv = nn.Linear(config.d_model, 3 * config.d_model, bias=config.bias)  # Wq, Wk, Wv
         self.proj = nn.Linear(config.d_model, config.d_model, bias=config.bias)  # Wo
         self.attn_dropout = nn.Dropout(config.dropout)
@@ -41,9 +43,12 @@ class MultiHeadAttention(nn.Module):
 
         if self.attention == "sdpa":
             dropout = self.attn_dropout.p if self.training else 0.0
-            out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True)
+            out = F.scaled_dot_product_attention(
+                q, k, v, dropout_p=dropout, is_causal=True, scale=self.scale
+            )
         else:
-            scores = q @ k.transpose(-2, -1) / math.sqrt(self.head_size)  # [batch, heads, T, T]
+            scores = q @ k.transpose(-2, -1)  # [batch, num_heads, T, T]
+            scores = scores * self.scale if self.scale else scores / math.sqrt(self.head_size)
             scores = scores.masked_fill(self.mask[:context_length, :context_length], float("-inf"))
             weights = F.softmax(scores, dim=-1)  # each row sums to 1
             weights = self.attn_dropout(weights)

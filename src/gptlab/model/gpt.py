@@ -11,6 +11,7 @@ from torch import nn
 
 from gptlab.errors import ConfigError
 from gptlab.model.attention import MultiHeadAttention
+from gptlab.model import mup
 from gptlab.model.config import GPTConfig, ffn_hidden
 from gptlab.model.position import POSITIONAL
 
@@ -58,13 +59,14 @@ class Block(nn.Module):
         self.attn = MultiHeadAttention(config, rotary)
         self.ln2 = make_norm(config)
         self.ffn = FeedForward(config)
+        self.branch = mup.residual_multiplier(config)  # 1 but under mup's depth rule
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [batch, context_length, d_model]
         if self.pre_norm:  # the reference script's: trains better deep
-            x = x + self.attn(self.ln1(x))
-            return x + self.ffn(self.ln2(x))
-        x = self.ln1(x + self.attn(x))  # the article's Add & Norm
-        return self.ln2(x + self.ffn(x))  # Add & Norm
+            x = x + self.branch * self.attn(self.ln1(x))
+            return x + self.branch * self.ffn(self.ln2(x))
+        x = self.ln1(x + self.branch * self.attn(x))  # the article's Add & Norm
+        return self.ln2(x + self.branch * self.ffn(x))  # Add & Norm
 
 
 class GPT(nn.Module):
@@ -92,6 +94,9 @@ class GPT(nn.Module):
                     nn.init.zeros_(proj.weight)
                 else:
                     nn.init.normal_(proj.weight, std=0.02 / math.sqrt(2 * config.num_blocks))
+        mup.rescale_init(self)  # μP's 1/fan_in variance (a no-op under standard)
+        self.embed_mult = mup.embedding_multiplier(config)  # sqrt(d_model); μP: sqrt(base_width)
+        self.output_mult = mup.output_multiplier(config)  # 1; μP: base_width / d_model
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
@@ -103,7 +108,7 @@ class GPT(nn.Module):
 
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
         """Token embedding, scaled as in "Attention Is All You Need", + position (none: RoPE)."""
-        x = self.token_embedding(ids) * math.sqrt(self.config.d_model)  # [batch, T, d_model]
+        x = self.token_embedding(ids) * self.embed_mult  # [batch, T, d_model]
         return self.position_embedding(x)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
@@ -115,6 +120,8 @@ class GPT(nn.Module):
         for block in self.blocks:
             x = block(x)
         logits = self.head(self.ln_f(x))  # [batch, context_length, vocab_size]
+        if self.output_mult != 1.0:  # μP's readout multiplier
+            logits = logits * self.output_mult
         cap = self.config.logit_softcap
         if cap:  # smoothly squashed into (-cap, cap): no logit runs away
             logits = cap * torch.tanh(logits / cap)
