@@ -10,8 +10,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from gptlab.errors import ConfigError
-from gptlab.model.attention import MultiHeadAttention
 from gptlab.model import mup
+from gptlab.model.attention import MultiHeadAttention
 from gptlab.model.config import GPTConfig, ffn_hidden
 from gptlab.model.position import POSITIONAL
 
