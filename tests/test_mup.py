@@ -11,7 +11,7 @@ from helpers import run_cli
 from gptlab.cli.coord_check import FLAT_SLOPE, coord_check, prompt_windows, slope
 from gptlab.errors import ConfigError
 from gptlab.model.gpt import GPT, GPTConfig
-from gptlab.training.module import GPTModule, OptimConfig
+from gptlab.training.module import GPTModule
 
 PROMPT = (
     "Building rapport is a fundamental skill in sales that cannot be underestimated. It lays the "
