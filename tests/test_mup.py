@@ -3,10 +3,12 @@ another width, and the coordinate check, which must fail for the standard parame
 
 import json
 import math
+import time
 
 import pytest
 import torch
-from helpers import run_cli
+from helpers import check, read_metrics, run_cli
+from test_resume import TINY, start, step_of, wait_for, weights
 
 from gptlab.cli.coord_check import FLAT_SLOPE, coord_check, prompt_windows, slope
 from gptlab.errors import ConfigError
@@ -119,3 +121,26 @@ def test_mup_trains_from_the_command_line(tmp_path):
     assert done.returncode == 0, done.stderr
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert math.isfinite(metrics["best_val_loss"]) and metrics["best_val_loss"] < 7.0
+
+
+def test_mup_resumes_exactly_after_kill_9(tmp_path):
+    """μP's own learning-rate groups come back from last.ckpt: kill -9 at step 20 or later,
+    resume=, and end with the uninterrupted run's weights and val loss."""
+    mup = [*TINY, "trainer.max_steps=40", "model.parametrization=mup", "model.base_width=16"]
+    check(run_cli(*mup, "hydra.run.dir=whole", cwd=tmp_path))
+    run_dir = tmp_path / "killed"
+    last = run_dir / "checkpoints" / "last.ckpt"
+    proc = start(*mup, f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    wait_for(last, proc)
+    while step_of(last) < 20:
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        time.sleep(0.05)
+    proc.kill()
+    proc.communicate()
+    assert 20 <= step_of(last) < 40 and not (run_dir / "metrics.json").exists()
+    check(run_cli(f"resume={run_dir}", cwd=tmp_path))
+    whole, resumed = weights(tmp_path / "whole/checkpoints/last.ckpt"), weights(last)
+    assert max((whole[k] - resumed[k]).abs().max().item() for k in whole) <= 1e-6
+    assert (
+        read_metrics(run_dir)["best_val_loss"] == read_metrics(tmp_path / "whole")["best_val_loss"]
+    )
