@@ -7,7 +7,7 @@ import time
 
 import pytest
 import torch
-from helpers import check, read_metrics, run_cli
+from helpers import check, read_metrics, run_cli, run_main
 from test_resume import TINY, start, step_of, wait_for, weights
 
 from gptlab.cli.coord_check import FLAT_SLOPE, coord_check, prompt_windows, slope
@@ -93,6 +93,20 @@ def test_depth_rule_scales_the_residual_branches():
 def test_bad_mup_settings_are_refused(settings):
     with pytest.raises(ConfigError, match=f"model.{next(iter(settings))}"):
         GPTConfig(**settings)
+
+
+@pytest.mark.parametrize(
+    ("override", "needle"),
+    [
+        ("model.parametrization=mu", "choose one of ('standard', 'mup')"),
+        ("model.base_width=0", "model.base_width=0: it must be a positive integer"),
+    ],
+)
+def test_bad_mup_key_exits_2_before_any_data_work(tmp_path, override, needle):
+    env = {"GPTLAB_CACHE_DIR": str(tmp_path / "cache")}
+    result = run_main("debug=fast", override, "hydra.run.dir=run", cwd=tmp_path, env=env)
+    assert result.returncode == 2 and needle in result.stderr, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr and not (tmp_path / "cache").exists()
 
 
 def test_coord_check_flat_under_mup_growing_under_standard():
