@@ -1,6 +1,7 @@
 """model.parametrization=mup: the standard parametrisation at the base shape, each μP rule at
 another width, and the coordinate check, which must fail for the standard parametrisation."""
 
+import itertools
 import json
 import math
 import time
@@ -8,13 +9,16 @@ import time
 import pytest
 import torch
 from helpers import check, read_metrics, run_cli, run_main
+from hydra import compose, initialize_config_module
 from test_resume import TINY, start, step_of, wait_for, weights
 
 from gptlab.cli.coord_check import FLAT_SLOPE, coord_check, prompt_windows, slope
+from gptlab.config.schemas import register_configs
 from gptlab.errors import ConfigError
 from gptlab.model.gpt import GPT, GPTConfig
 from gptlab.training.module import GPTModule
 
+register_configs()  # the config schemas and resolvers that composing conf/train.yaml needs
 PROMPT = (
     "Building rapport is a fundamental skill in sales that cannot be underestimated. It lays the "
     "foundation for establishing a connection with your potential customers, gaining their trust, "
@@ -158,3 +162,25 @@ def test_mup_resumes_exactly_after_kill_9(tmp_path):
     assert (
         read_metrics(run_dir)["best_val_loss"] == read_metrics(tmp_path / "whole")["best_val_loss"]
     )
+
+
+@pytest.mark.parametrize(
+    ("experiment", "size"), [("mup_transfer", "model.d_model"), ("mup_depth", "model.num_blocks")]
+)
+def test_transfer_experiments_hold_their_grids(experiment, size):
+    """optim.lr x a size spanning 8x (4 values or more) x 5 rates x 2 seeds x both
+    parametrisations: 80 jobs, each a model μP accepts."""
+    with initialize_config_module("gptlab.conf", version_base="1.3"):
+        cfg = compose("train", [f"experiment={experiment}"], return_hydra_config=True)
+    params = {key: str(value).split(",") for key, value in cfg.hydra.sweeper.params.items()}
+    sizes = [int(value) for value in params[size]]
+    assert len(sizes) >= 4 and max(sizes) == 8 * min(sizes)
+    assert len(params["optim.lr"]) == 5 and len(params["seed"]) == 2
+    assert params["model.parametrization"] == ["standard", "mup"]
+    assert len(list(itertools.product(*params.values()))) == 80
+    for values in itertools.product(*params.values()):
+        job = dict(zip(params, values, strict=True))
+        model = {**cfg.model, "vocab_size": 100, "context_length": 64}
+        model.pop("_target_")
+        model.update({k.split(".")[1]: v for k, v in job.items() if k.startswith("model.")})
+        GPTConfig(**{k: int(v) if k in ("d_model", "num_blocks") else v for k, v in model.items()})
