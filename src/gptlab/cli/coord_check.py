@@ -1,6 +1,6 @@
-"""gptlab-inspect coord_check=true: μP's coordinate check (Yang et al. 2022, Tensor Programs V,
-fig. 5). Each width trains a few AdamW steps, through gptlab's own optimizer groups, on windows of
-the prompt; each layer's activation scale (mean |x|) is recorded after every step. Under μP the
+"""gptlab-inspect coord_check=true: μP's coordinate check (Yang et al. 2022, Tensor Programs V).
+Each width trains a few AdamW steps, through gptlab's own optimizer groups, on windows of the
+prompt; each layer's activation scale (mean |x|) is recorded after every step. Under μP the
 curves stay flat as d_model grows; under the standard parametrisation logits and attention grow."""
 
 import math
