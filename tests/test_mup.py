@@ -72,6 +72,19 @@ def test_mup_rules_four_times_wider_than_the_base():
     assert sorted(scheduler.get_last_lr()) == [1.25e-4, 5e-4, 5e-4]  # each group's own lr, halved
 
 
+@pytest.mark.parametrize(
+    "toggles",
+    [{}, {"positional": "rope", "qk_norm": True, "activation": "swiglu", "tie_weights": True}],
+)
+def test_both_attention_paths_agree_under_mup(toggles):
+    """sdpa gets μP's scale through `scale=`, manual multiplies by it: the same logits."""
+    ids = torch.randint(0, 50, (2, 16))
+    settings = {"d_model": 128, **mup_at(32), "base_depth": 1, **toggles}
+    sdpa, manual = model(**settings), model(**settings, attention="manual")
+    manual.load_state_dict(sdpa.state_dict())
+    assert torch.allclose(sdpa(ids), manual(ids), atol=1e-5)
+
+
 @pytest.mark.parametrize(("adjust", "muon_lr"), [("original", 0.02), ("match_rms_adamw", 0.01)])
 def test_muon_under_mup_keeps_its_spectral_step(adjust, muon_lr):
     optim = {"lr": 1e-3, "name": "muon", "muon_lr": 0.02, "muon_adjust_lr": adjust}
