@@ -14,6 +14,7 @@ from omegaconf import DictConfig
 from gptlab import files
 from gptlab.cli import inspect_figures as draw
 from gptlab.cli.app import run_hydra_app, run_task
+from gptlab.cli.coord_check import run_coord_check
 from gptlab.config.schemas import register_configs
 from gptlab.data.tokenizer import Tokenizer
 from gptlab.errors import ConfigError, check_whole_number
@@ -70,7 +71,8 @@ def trace_forward(model: GPT, ids: torch.Tensor, block: int = 0) -> tuple[list[S
     qh = attn.rotary(outs[attn.q_norm])  # [batch, num_heads, T, head_size]: as attention uses it
     kh = attn.rotary(outs[attn.k_norm])
     vh = v.unflatten(2, (qh.shape[1], qh.shape[3])).transpose(1, 2)  # split into heads alike
-    scores = qh @ kh.transpose(-2, -1) / math.sqrt(qh.shape[3])  # [batch, num_heads, T, T]
+    scale = attn.scale or 1 / math.sqrt(qh.shape[3])  # μP's 1/head_size or the article's
+    scores = qh @ kh.transpose(-2, -1) * scale  # [batch, num_heads, T, T]
     future = torch.ones_like(scores[0, 0], dtype=torch.bool).triu(diagonal=1)
     masked = scores.masked_fill(future, float("-inf"))
     softmax = torch.softmax(masked, dim=-1)
@@ -158,6 +160,9 @@ def random_model(
 
 def look_inside(cfg: DictConfig) -> None:
     """Build or load the model, print the steps, write the figures (also to a run's TensorBoard)."""
+    if cfg.coord_check:
+        run_coord_check(cfg, Path(cfg.output_dir))
+        return
     check_whole_number(cfg, "block", 0, "the block whose attention is drawn")
     if cfg.ckpt_path:
         path = find_checkpoint(cfg.ckpt_path)

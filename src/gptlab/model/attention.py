@@ -10,6 +10,7 @@ from torch import nn
 
 from gptlab.model.cache import KVCache
 from gptlab.model.config import GPTConfig
+from gptlab.model.mup import attention_scale
 
 
 class MultiHeadAttention(nn.Module):
@@ -18,6 +19,7 @@ class MultiHeadAttention(nn.Module):
         self.num_heads = config.num_heads
         self.head_size = config.head_size
         self.attention = config.attention
+        self.scale = attention_scale(config)  # μP's 1/head_size; None: 1/sqrt(head_size)
         self.qkv = nn.Linear(config.d_model, 3 * config.d_model, bias=config.bias)  # Wq, Wk, Wv
         self.proj = nn.Linear(config.d_model, config.d_model, bias=config.bias)  # Wo
         self.attn_dropout = nn.Dropout(config.dropout)
@@ -50,9 +52,12 @@ class MultiHeadAttention(nn.Module):
             dropout = self.attn_dropout.p if self.training else 0.0
             # from position 0: the causal triangle; one new token after a cache: it sees them all
             causal = start == 0
-            out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=causal)
+            out = F.scaled_dot_product_attention(
+                q, k, v, dropout_p=dropout, is_causal=causal, scale=self.scale
+            )
         else:
-            scores = q @ k.transpose(-2, -1) / math.sqrt(self.head_size)  # [batch, heads, T, T]
+            scores = q @ k.transpose(-2, -1)  # [batch, num_heads, T, end]
+            scores = scores * self.scale if self.scale else scores / math.sqrt(self.head_size)
             scores = scores.masked_fill(self.mask[start:end, :end], float("-inf"))  # [T, end]
             weights = F.softmax(scores, dim=-1)  # each row sums to 1
             weights = self.attn_dropout(weights)

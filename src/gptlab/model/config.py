@@ -41,6 +41,9 @@ class GPTConfig:
     activation: str = "relu"  # the FFN's: relu (the articles') | gelu | relu2 | swiglu
     logit_softcap: float | None = None  # logits = cap * tanh(logits / cap); None or 0: off
     zero_init: bool = False  # Wo and the FFN's last linear start at zero
+    parametrization: str = "standard"  # standard | mup (μP: model/mup.py, docs/model.md)
+    base_width: int = 128  # μP's base d_model: there μP is the standard parametrisation
+    base_depth: int | None = None  # CompleteP's base num_blocks under mup; None: no depth rule
 
     # the settings a trained model's weights do not depend on: anything else names another model
     TRAINING_ONLY = ("dropout", "attention", "compile", "zero_init")
@@ -64,8 +67,9 @@ class GPTConfig:
 
     def check_sizes(self) -> None:
         sizes = ("context_length", "d_model", "num_heads", "num_blocks", "ffn_mult", "vocab_size")
+        sizes += ("base_width", "base_depth")
         for key in sizes:
-            value = getattr(self, key)  # ints (check_types); vocab_size None until the data sets it
+            value = getattr(self, key)  # ints or None (vocab_size until the data sets it)
             if value is not None and value < 1:
                 raise ConfigError(f"model.{key}={value}: it must be a positive integer.")
         if self.d_model % self.num_heads:
@@ -89,6 +93,7 @@ class GPTConfig:
             ("attention", ("manual", "sdpa")),
             ("norm_layer", ("layernorm", "rmsnorm")),
             ("activation", ("relu", "gelu", "relu2", "swiglu")),
+            ("parametrization", ("standard", "mup")),
         ):
             if getattr(self, key) not in allowed:
                 raise ConfigError(f"model.{key}={getattr(self, key)!r}: choose one of {allowed}.")

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from gptlab.errors import ConfigError
+from gptlab.model import mup
 from gptlab.model.attention import MultiHeadAttention
 from gptlab.model.cache import KVCache
 from gptlab.model.config import GPTConfig, ffn_hidden
@@ -59,14 +60,15 @@ class Block(nn.Module):
         self.attn = MultiHeadAttention(config, rotary)
         self.ln2 = make_norm(config)
         self.ffn = FeedForward(config)
+        self.branch = mup.residual_multiplier(config)  # 1 but under mup's depth rule
 
     def forward(self, x: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
         """[batch, context_length, d_model] -> the same shape; cache: this block's (generation)."""
         if self.pre_norm:  # the reference script's: trains better deep
-            x = x + self.attn(self.ln1(x), cache)
-            return x + self.ffn(self.ln2(x))
-        x = self.ln1(x + self.attn(x, cache))  # the article's Add & Norm
-        return self.ln2(x + self.ffn(x))  # Add & Norm
+            x = x + self.branch * self.attn(self.ln1(x), cache)
+            return x + self.branch * self.ffn(self.ln2(x))
+        x = self.ln1(x + self.branch * self.attn(x, cache))  # the article's Add & Norm
+        return self.ln2(x + self.branch * self.ffn(x))  # Add & Norm
 
 
 class GPT(nn.Module):
@@ -94,6 +96,9 @@ class GPT(nn.Module):
                     nn.init.zeros_(proj.weight)
                 else:
                     nn.init.normal_(proj.weight, std=0.02 / math.sqrt(2 * config.num_blocks))
+        mup.rescale_init(self)  # μP's 1/fan_in variance (a no-op under standard)
+        self.embed_mult = mup.embedding_multiplier(config)  # sqrt(d_model); μP: sqrt(base_width)
+        self.output_mult = mup.output_multiplier(config)  # 1; μP: base_width / d_model
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
@@ -106,7 +111,7 @@ class GPT(nn.Module):
     def embed(self, ids: torch.Tensor, start: int = 0) -> torch.Tensor:
         """Token embedding, scaled as in "Attention Is All You Need", + position (none: RoPE);
         the first token at position `start` (the KV cache's length)."""
-        x = self.token_embedding(ids) * math.sqrt(self.config.d_model)  # [batch, T, d_model]
+        x = self.token_embedding(ids) * self.embed_mult  # [batch, T, d_model]
         return self.position_embedding(x, start)
 
     def forward(self, ids: torch.Tensor, cache: list[KVCache] | None = None) -> torch.Tensor:
@@ -124,6 +129,8 @@ class GPT(nn.Module):
         for i, block in enumerate(self.blocks):
             x = block(x, cache[i] if cache else None)
         logits = self.head(self.ln_f(x))  # [batch, context_length, vocab_size]
+        if self.output_mult != 1.0:  # μP's readout multiplier
+            logits = logits * self.output_mult
         cap = self.config.logit_softcap
         if cap:  # smoothly squashed into (-cap, cap): no logit runs away
             logits = cap * torch.tanh(logits / cap)

@@ -24,6 +24,7 @@ from gptlab.sweep.scaling_report import scaling_section
 from gptlab.sweep.search import search_summary
 from gptlab.sweep.stats import group_configurations, job_values, number, sort_key, verdict, welch
 from gptlab.sweep.tables import PARAMS, config_columns, job_columns, metric_columns, write_table
+from gptlab.sweep.transfer import transfer_section
 
 # a configuration's statistics over its seeds: column prefix, the key of its jobs' metrics
 CONFIG_METRICS = {"val_loss": "best_val_loss", "val_bpb": "best_val_bpb", "test_loss": "test_loss"}
@@ -177,6 +178,7 @@ def write_summary(
     rows, knobs = collect(sweep_dir)
     configs = aggregate(rows, knobs) if "seed" in knobs else None
     leading = leading_sections(rows, configs, out, target_val_loss, baseline)
+    leading += transfer_section(rows, knobs, out)  # optim.lr and a size swept: μP's question
     head = headline(rows, configs, out)
     smoke = smoke_test_note(rows)
     fit, missing = scaling_section(rows, knobs, (sweep_dir, out), scaling, metric, baseline, smoke)

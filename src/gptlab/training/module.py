@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from lightning.pytorch.plugins import MixedPrecision
 
 from gptlab.data.tokenizer import Tokenizer
+from gptlab.model import mup
 from gptlab.model.config import GPTConfig
 from gptlab.model.gpt import GPT
 from gptlab.run.bounds import check_memory
@@ -141,16 +142,18 @@ class GPTModule(L.LightningModule):
             {"params": decay, "weight_decay": self.optim.weight_decay, "name": "matrices"},
             {"params": no_decay, "weight_decay": 0.0, "name": "vectors"},  # biases, norms
         ]
+        groups = mup.lr_groups(self.model, groups, self.optim.lr)  # μP: hidden matrices' own lr
         fused = self.device.type in ("cuda", "cpu")  # torch>=2.4 fuses AdamW on CPU too
         kwargs = {"fused": True} if fused and not mixed_precision else {}
         betas = tuple(self.optim.betas)
         adamw = torch.optim.AdamW(groups, lr=self.optim.lr, betas=betas, **kwargs)
         if not muon_params:
             return adamw
+        muon_lr = mup.muon_lr(self.config, self.optim.muon_lr, self.optim.muon_adjust_lr)
         muon = torch.optim.Muon(
             [{"params": muon_params, "name": "muon"}],
-            lr=self.optim.muon_lr,
-            weight_decay=self.optim.weight_decay * self.optim.lr / self.optim.muon_lr,
+            lr=muon_lr,
+            weight_decay=self.optim.weight_decay * self.optim.lr / muon_lr,
             momentum=self.optim.muon_momentum,
             adjust_lr_fn=self.optim.muon_adjust_lr,
         )
