@@ -1,0 +1,249 @@
+"""A Hugging Face model folder written from a gptlab model, or read as one (docs/export.md):
+config.json and model.safetensors read as data (no code), checked and bounded like a foreign
+checkpoint; written only into a folder this process made or was given empty."""
+
+import dataclasses
+import os
+from pathlib import Path
+
+from gptlab import files
+from gptlab.errors import ConfigError
+from gptlab.model.config import GPTConfig, ffn_hidden
+from gptlab.model.hf import CLASSES, from_hf, hf_config, model_type, to_hf
+from gptlab.run.checkpoints import Trained, bounded_model
+
+WEIGHTS = "model.safetensors"
+
+
+def check_out(out: Path) -> None:
+    """`out` must not exist, or be an empty folder (not a link): nothing is ever overwritten."""
+    if os.path.lexists(out) and (out.is_symlink() or not out.is_dir() or any(out.iterdir())):
+        raise ConfigError(
+            f"out: '{out}' exists and is not an empty folder; gptlab-export never overwrites. "
+            "Give a new folder name (or remove that one yourself)."
+        )
+
+
+def check_exportable(trained: Trained) -> None:
+    """A compact vocabulary has no standard tokenizer form: refused before any work."""
+    if trained.tokenizer["vocab"] is not None:
+        raise ConfigError(
+            "The checkpoint's vocabulary is compact (gptlab's default data.compact_vocab=true: "
+            f"{len(trained.tokenizer['vocab'])} ids remapped to the tokens its corpus holds), "
+            "which no standard Hugging Face tokenizer reproduces. Train with "
+            "data.compact_vocab=false (the whole tiktoken vocabulary) to export."
+        )
+    model_type(GPTConfig(**trained.model))  # a class that holds it, or the paragraph saying why
+
+
+def write_folder(trained: Trained, out: Path, card: str) -> None:
+    """config.json, model.safetensors, generation_config.json, the tokenizer and README.md into
+    `out`, made here (or given empty); on any failure what was made is removed."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from gptlab.data.hf_tokenizer import to_transformers
+
+    check_out(out)
+    check_exportable(trained)
+    config = GPTConfig(**trained.model)
+    tokenizer = to_transformers(trained.tokenizer["encoding"])
+    settings = hf_config(config, tokenizer.eos_token_id)
+    state = {k.removeprefix("model."): v for k, v in trained.weights.items()}
+    if out.is_dir():
+        files.adopt(out)
+    else:
+        files.make_dir(out)
+    try:
+        hf = AutoModelForCausalLM.from_config(AutoConfig.for_model(**settings))
+        hf.load_state_dict(to_hf(config, state), strict=True)
+        hf.save_pretrained(out)
+        tokenizer.save_pretrained(out)
+        files.write_text(out / "README.md", card)
+    except BaseException:
+        files.remove_created(out)
+        raise
+
+
+def not_readable(path: Path, what: str) -> ConfigError:
+    names = ", ".join(name for name, _ in CLASSES.values())
+    return ConfigError(
+        f"init_from: '{path}' is not a Hugging Face model folder gptlab can train on ({what}). "
+        f"Give a folder of one of {names}, such as one gptlab-export wrote."
+    )
+
+
+def ffn_mult(d_model: int, width: int, activation: str) -> int | None:
+    """The ffn_mult whose FFN is `width` wide (None: no whole multiple gives it)."""
+    for mult in range(1, 65):
+        if ffn_hidden(GPTConfig(d_model=d_model, ffn_mult=mult, activation=activation)) == width:
+            return mult
+    return None
+
+
+def settings_of(hf: dict) -> tuple[str, dict, list[str]]:
+    """(model_type, GPTConfig settings, what the file sets that gptlab does not compute)."""
+    kind = hf.get("model_type")
+    if kind == "gpt2":
+        d_model = hf.get("n_embd", 768)
+        sizes = dict(num_heads=hf.get("n_head", 12), num_blocks=hf.get("n_layer", 12))
+        sizes.update(context_length=hf.get("n_positions", 1024))
+        width, activation = (
+            hf.get("n_inner") or 4 * d_model,
+            hf.get("activation_function", "gelu_new"),
+        )
+        layout = dict(norm="pre", norm_layer="layernorm", positional="learned")
+        exact = dict(
+            layer_norm_epsilon=1e-5, scale_attn_weights=True, scale_attn_by_inverse_layer_idx=False
+        )
+    elif kind == "opt":
+        d_model, width = hf.get("hidden_size", 768), hf.get("ffn_dim", 3072)
+        activation = hf.get("activation_function", "relu")
+        norm = "pre" if hf.get("do_layer_norm_before", True) else "post"
+        layout = dict(norm=norm, norm_layer="layernorm", positional="learned")
+        exact = dict(word_embed_proj_dim=d_model, enable_bias=True, _remove_final_layer_norm=False)
+        exact.update(layer_norm_elementwise_affine=True)
+    else:
+        d_model, width = hf.get("hidden_size"), hf.get("intermediate_size")
+        gated = kind in ("llama", "qwen3")
+        activation = "swiglu" if gated and hf.get("hidden_act") == "silu" else hf.get("hidden_act")
+        bias = hf.get("attention_bias", False)
+        layout = dict(norm="pre", norm_layer="rmsnorm", positional="rope", bias=bias)
+        layout.update(qk_norm=kind in ("qwen3", "apertus"))
+        exact = dict(num_key_value_heads=hf.get("num_attention_heads"), use_sliding_window=False)
+        exact.update(rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+        if kind in ("llama", "arcee"):
+            exact["mlp_bias"] = bias
+        if hf.get("head_dim") is not None and isinstance(d_model, int):
+            exact["head_dim"] = d_model // max(1, hf.get("num_attention_heads") or 1)
+    if kind in ("opt", "llama", "qwen3", "arcee", "apertus"):
+        sizes = dict(
+            num_heads=hf.get("num_attention_heads"), num_blocks=hf.get("num_hidden_layers")
+        )
+        sizes.update(context_length=hf.get("max_position_embeddings"))
+    differ = [
+        f"{k}={hf.get(k)!r} (gptlab computes {v!r})" for k, v in exact.items() if hf.get(k, v) != v
+    ]
+    if not isinstance(d_model, int) or not isinstance(width, int) or type(activation) is not str:
+        return kind, {}, [*differ, "its sizes or activation are not given as gptlab reads them"]
+    mult = (
+        ffn_mult(d_model, width, activation)
+        if activation in ("relu", "gelu", "relu2", "swiglu")
+        else None
+    )
+    if mult is None:
+        differ.append(
+            f"an FFN of width {width} with {activation!r} (gptlab: relu, gelu, relu2 or "
+            "swiglu, at a whole multiple of d_model)"
+        )
+    common = dict(
+        vocab_size=hf.get("vocab_size"),
+        tie_weights=bool(hf.get("tie_word_embeddings", kind != "llama")),
+    )
+    return (
+        kind,
+        {
+            **common,
+            **sizes,
+            **layout,
+            "d_model": d_model,
+            "ffn_mult": mult or 1,
+            "activation": activation,
+        },
+        differ,
+    )
+
+
+def read_folder(path: str | Path) -> Trained:
+    """A Hugging Face folder as a checkpoint's parts: checked settings, bounded weights, step 0.
+    Its tokenizer must be a tiktoken encoding's as gptlab-export writes it."""
+    import torch
+    from safetensors.torch import load_file
+
+    from gptlab.model.gpt import GPT
+
+    path = Path(path).expanduser()
+    hf = files.read_json(path / "config.json") if (path / "config.json").is_file() else None
+    if not isinstance(hf, dict) or hf.get("model_type") not in CLASSES:
+        raise not_readable(path, "no config.json of a model_type gptlab reads")
+    kind, settings, differ = settings_of(hf)
+    if differ:
+        raise not_readable(path, "config.json sets " + "; ".join(differ))
+    try:
+        config = GPTConfig(**settings, dropout=0.0)
+    except (ConfigError, TypeError) as e:
+        raise not_readable(path, f"its settings give no gptlab model: {e}") from None
+    weights_file = path / WEIGHTS
+    if not weights_file.is_file() or weights_file.is_symlink():
+        raise not_readable(path, f"no {WEIGHTS} (one file of weights)")
+    try:
+        hf_state = load_file(weights_file)
+    except Exception as e:  # safetensors' own errors: a damaged or foreign file
+        raise not_readable(path, f"{WEIGHTS} does not read ({type(e).__name__})") from None
+    with torch.device("meta"):
+        keys = list(GPT(config).state_dict())
+    try:
+        state = from_hf(kind, config, hf_state, keys)
+    except KeyError as e:
+        raise not_readable(path, f"{WEIGHTS} lacks {e}") from None
+    settings = detect(config, state)
+    state = {f"model.{k}": v for k, v in state.items() if k in keys_of(settings)}
+    model = dataclasses.asdict(GPTConfig(**settings))
+    bounded_model(model, state, path)  # names, shapes and memory, as a foreign checkpoint's
+    return Trained(
+        model, {"encoding": encoding_of(path, config.vocab_size), "vocab": None}, state, 0
+    )
+
+
+def detect(config: GPTConfig, state: dict) -> dict:
+    """gptlab's own settings read back: a sinusoidal table, biases that are all zero."""
+    import torch
+
+    from gptlab.model.position import SinusoidalEncoding
+
+    settings = dataclasses.asdict(config)
+    table = state.get("position_embedding.weight")
+    if table is not None and torch.equal(table, SinusoidalEncoding(config).table):
+        settings["positional"] = "sinusoidal"
+    biases = [v for k, v in state.items() if k.endswith(".bias")]
+    if config.norm_layer == "layernorm" and biases and not any(b.any() for b in biases):
+        settings["bias"] = False
+    return settings
+
+
+def keys_of(settings: dict) -> set[str]:
+    import torch
+
+    from gptlab.model.gpt import GPT
+
+    with torch.device("meta"):
+        return set(GPT(GPTConfig(**settings)).state_dict())
+
+
+def encoding_of(path: Path, vocab_size: int) -> str:
+    """The tiktoken encoding whose vocabulary the folder's tokenizer.json holds, id for id."""
+    import tiktoken
+
+    from gptlab.data.hf_tokenizer import vocab_of
+    from gptlab.data.tokenizer import load_encoding
+
+    saved = (
+        files.read_json(path / "tokenizer.json") if (path / "tokenizer.json").is_file() else None
+    )
+    vocab = saved.get("model", {}).get("vocab") if isinstance(saved, dict) else None
+    added = {
+        t.get("content"): t.get("id")
+        for t in (saved or {}).get("added_tokens", [])
+        if isinstance(t, dict)
+    }
+    for name in tiktoken.list_encoding_names():
+        try:
+            size = load_encoding(name, offline=True).max_token_value + 1
+        except ConfigError:  # not cached here: not this one
+            continue
+        if size == vocab_size and isinstance(vocab, dict) and {**vocab, **added} == vocab_of(name):
+            return name
+    raise not_readable(
+        path,
+        f"its tokenizer.json is not a tiktoken encoding's with {vocab_size} ids, "
+        "as gptlab's data is",
+    )
