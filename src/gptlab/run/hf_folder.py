@@ -247,3 +247,21 @@ def encoding_of(path: Path, vocab_size: int) -> str:
         f"its tokenizer.json is not a tiktoken encoding's with {vocab_size} ids, "
         "as gptlab's data is",
     )
+
+
+def initial_weights(path: str, data) -> Trained:
+    """init_from: the folder read (read_folder) and its vocabulary and length checked against the
+    run's data settings, before any data is read."""
+    trained = read_folder(path)
+    encoding, context_length = trained.tokenizer["encoding"], trained.model["context_length"]
+    if data.compact_vocab or data.encoding != encoding:
+        raise ConfigError(
+            f"init_from: '{path}' reads text with tiktoken's {encoding}, the whole vocabulary; "
+            f"train on it with data.encoding={encoding} data.compact_vocab=false."
+        )
+    if data.context_length > context_length:
+        raise ConfigError(
+            f"data.context_length={data.context_length}: the model of init_from '{path}' reads "
+            f"at most {context_length} tokens; give data.context_length={context_length} or less."
+        )
+    return trained

@@ -12,7 +12,7 @@ from gptlab import files
 from gptlab.errors import ConfigError
 from gptlab.process import rank
 from gptlab.run import directory, ownership, place
-from gptlab.run.checkpoints import find_checkpoint, load_checkpoint, step_of
+from gptlab.run.checkpoints import Trained, find_checkpoint, load_checkpoint, step_of
 from gptlab.run.overrides import override_key
 from gptlab.run.settings import replayable
 
@@ -102,11 +102,13 @@ def resume_argv(argv: list[str]) -> list[str]:
 
 
 class Start(NamedTuple):
-    """Where a run starts from: nothing, or a checkpoint continued whole or read for its tensors."""
+    """Where a run starts from: nothing, a checkpoint continued whole or read for its tensors, or
+    a Hugging Face folder's weights (init_from: its architecture too, a new run's step 0)."""
 
     ckpt_path: str | None = None
     whole: bool = False
     checkpoint: dict | None = None
+    init: Trained | None = None
 
     @property
     def step(self) -> int | None:
@@ -119,7 +121,16 @@ def starting_point(cfg: DictConfig, run_dir: Path) -> Start:
     place.check_data_places(cfg.data.data_dir, cfg.data.cache_dir)
     place.claim(run_dir)
     ckpt_path, whole = checkpoint_to_continue(cfg, run_dir)
-    return Start(ckpt_path, whole, load_checkpoint(ckpt_path) if ckpt_path else None)
+    init = None
+    if cfg.get("init_from") and not whole:  # a run continued whole has its own weights
+        from gptlab.run.hf_folder import initial_weights
+
+        if cfg.ckpt_path:
+            raise ConfigError(
+                "init_from and ckpt_path both name the weights to start from; give one of them."
+            )
+        init = initial_weights(cfg.init_from, cfg.data)
+    return Start(ckpt_path, whole, load_checkpoint(ckpt_path) if ckpt_path else None, init)
 
 
 def checkpoint_to_continue(cfg: DictConfig, output_dir: Path) -> tuple[str | None, bool]:
