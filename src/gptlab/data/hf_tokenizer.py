@@ -1,6 +1,8 @@
 """A tiktoken encoding as a `transformers` tokenizer with the same ids (docs/export.md): its
 byte-level BPE rebuilt by transformers' own TikTokenConverter from tiktoken's ranks."""
 
+import functools
+
 from transformers import PreTrainedTokenizerFast
 from transformers.convert_slow_tokenizer import TikTokenConverter, bytes_to_unicode
 
@@ -9,6 +11,7 @@ from gptlab.data.tokenizer import load_encoding, no_downloads
 END_OF_TEXT = "<|endoftext|>"
 
 
+@functools.lru_cache(maxsize=2)
 def encoding_spec(name: str) -> dict:
     """tiktoken's own description of an encoding (its plugin interface): pattern, ranks, specials;
     from its cache only."""
@@ -31,12 +34,16 @@ class RanksConverter(TikTokenConverter):
         return self.ranks
 
 
+@functools.lru_cache(maxsize=2)
+def converted(name: str):
+    """The tokenizers.Tokenizer of `name` (seconds to build: once per process)."""
+    return RanksConverter(encoding_spec(name)).converted()
+
+
 def to_transformers(name: str) -> PreTrainedTokenizerFast:
     """tiktoken's `name` as a fast tokenizer; its end-of-text token, if any, as bos and eos."""
-    spec = encoding_spec(name)
-    end = END_OF_TEXT if END_OF_TEXT in spec["special_tokens"] else None
-    converted = RanksConverter(spec).converted()
-    return PreTrainedTokenizerFast(tokenizer_object=converted, bos_token=end, eos_token=end)
+    end = END_OF_TEXT if END_OF_TEXT in encoding_spec(name)["special_tokens"] else None
+    return PreTrainedTokenizerFast(tokenizer_object=converted(name), bos_token=end, eos_token=end)
 
 
 def vocab_of(name: str) -> dict[str, int]:
