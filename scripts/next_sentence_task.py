@@ -50,10 +50,10 @@ def val_text(text: str, encoding: str, val_fraction: float) -> str:
 
 
 def sentences_of(text: str) -> list[str]:
-    """Whole sentences of at least 3 words, white space made single spaces (the first piece, cut
-    by the split, is left out)."""
+    """The text's sentences in order, white space made single spaces (the first piece, cut by the
+    split, left out; a list's "2." is one too, so passages stay whole)."""
     pieces = (" ".join(s.split()) for s in SENTENCE_END.split(text)[1:])
-    return [s for s in pieces if len(s.split()) >= 3 and s[-1] in ".!?"]
+    return [s for s in pieces if s]
 
 
 def documents(sentences: list[str], short: list[bool], context: int, seed: int) -> list[dict]:
@@ -88,7 +88,10 @@ def main() -> None:
     text = Path(args.corpus).read_text(encoding="utf-8")
     sentences = sentences_of(val_text(text, args.encoding, args.val_fraction))
     tokenizer = Tokenizer(args.encoding)
-    short = [len(tokenizer.encode_tiktoken(" " + s)) <= args.max_tokens for s in sentences]
+    short = [  # a choice: a sentence of 3 words or more, short enough
+        len(s.split()) >= 3 and len(tokenizer.encode_tiktoken(" " + s)) <= args.max_tokens
+        for s in sentences
+    ]
     docs = documents(sentences, short, args.context, args.seed)
     out = Path(args.out).absolute()
     data = out / f"{TASK}.jsonl"

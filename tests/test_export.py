@@ -3,6 +3,7 @@ without remote code, and computes gptlab's log-probabilities; the folder reads b
 weights; what no class holds is refused; a foreign run is only read."""
 
 import dataclasses
+import json
 import math
 import os
 import re
@@ -26,6 +27,7 @@ from gptlab.model.hf import model_type, to_hf  # noqa: E402
 from gptlab.run.checkpoints import Trained  # noqa: E402
 from gptlab.run.hf_folder import check_exportable, read_folder, write_folder  # noqa: E402
 
+TASK = "gptlab_next_sentence"  # scripts/next_sentence_task.py's
 ENCODING = "cl100k_base"
 VOCAB = 100277  # cl100k_base's ids, the whole vocabulary (data.compact_vocab=false)
 LLAMA = dict(positional="rope", norm_layer="rmsnorm", activation="swiglu", bias=False)
@@ -223,3 +225,39 @@ def test_init_from_trains_on_from_the_folder(full_vocab_run, tmp_path):
     # 3 steps from the folder's weights, not from a fresh model's ln(100277) = 11.5 nats
     source = read_metrics(full_vocab_run)["best_val_loss"]
     assert read_metrics(tmp_path / "init")["best_val_loss"] < source + 0.2 < math.log(VOCAB) - 1
+
+
+def test_lm_eval_runs_the_local_task_on_the_exported_folder(full_vocab_run, tmp_path, corpus_text):
+    """scripts/next_sentence_task.py writes the task; lm_eval --model hf runs it end to end."""
+    root = Path(__file__).resolve().parents[1]
+    script = root / "scripts" / "next_sentence_task.py"
+    made = check(run_cli(str(script), "--out", "tasks", cwd=tmp_path, tool="python"))
+    assert "documents from" in made.stdout
+    docs = [
+        json.loads(line) for line in (tmp_path / "tasks" / f"{TASK}.jsonl").read_text().splitlines()
+    ]
+    assert len(docs) > 100
+    squashed = " ".join(corpus_text.split())
+    for doc in docs:  # the true choice follows its passage in the book; the others do not
+        assert len(doc["choices"]) == 4
+        assert f"{doc['context']} {doc['choices'][doc['label']]}" in squashed
+        others = [c for i, c in enumerate(doc["choices"]) if i != doc["label"]]
+        assert not any(f"{doc['context']} {c}" in squashed for c in others)
+    exported = full_vocab_run.parent / "exported"
+    args = ("--model", "hf", "--model_args", f"pretrained={exported}", "--tasks", TASK)
+    args += (
+        "--include_path",
+        "tasks",
+        "--limit",
+        "8",
+        "--device",
+        "cpu",
+        "--output_path",
+        "results",
+    )
+    ran = check(run_cli(*args, cwd=tmp_path, tool="lm_eval", env={"HF_DATASETS_OFFLINE": "1"}))
+    assert TASK in ran.stdout
+    [saved] = (tmp_path / "results").rglob("results_*.json")
+    result = json.loads(saved.read_text())
+    assert result["n-samples"][TASK] == {"original": len(docs), "effective": 8}
+    assert 0.0 <= result["results"][TASK]["acc,none"] <= 1.0

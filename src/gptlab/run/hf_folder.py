@@ -9,7 +9,7 @@ from pathlib import Path
 from gptlab import files
 from gptlab.errors import ConfigError
 from gptlab.model.config import GPTConfig, ffn_hidden
-from gptlab.model.hf import CLASSES, from_hf, hf_config, model_type, to_hf
+from gptlab.model.hf import CLASSES, ROPE, from_hf, hf_config, model_type, to_hf
 from gptlab.run.checkpoints import Trained, bounded_model
 
 WEIGHTS = "model.safetensors"
@@ -73,84 +73,50 @@ def not_readable(path: Path, what: str) -> ConfigError:
 
 
 def ffn_mult(d_model: int, width: int, activation: str) -> int | None:
-    """The ffn_mult whose FFN is `width` wide (None: no whole multiple gives it)."""
+    """The ffn_mult whose FFN is `width` wide (None: no whole multiple, or not gptlab's FFN)."""
+    if activation not in ("relu", "gelu", "relu2", "swiglu"):
+        return None
     for mult in range(1, 65):
         if ffn_hidden(GPTConfig(d_model=d_model, ffn_mult=mult, activation=activation)) == width:
             return mult
     return None
 
 
-def settings_of(hf: dict) -> tuple[str, dict, list[str]]:
-    """(model_type, GPTConfig settings, what the file sets that gptlab does not compute)."""
-    kind = hf.get("model_type")
+def settings_of(c) -> tuple[dict, list[str]]:
+    """(GPTConfig settings, what the config sets that gptlab does not compute) of a transformers
+    config `c` (GPT-2's too answers hidden_size, num_attention_heads, ...)."""
+    kind, d_model, heads = c.model_type, c.hidden_size, c.num_attention_heads
     if kind == "gpt2":
-        d_model = hf.get("n_embd", 768)
-        sizes = dict(num_heads=hf.get("n_head", 12), num_blocks=hf.get("n_layer", 12))
-        sizes.update(context_length=hf.get("n_positions", 1024))
-        width, activation = (
-            hf.get("n_inner") or 4 * d_model,
-            hf.get("activation_function", "gelu_new"),
-        )
+        width, activation = c.n_inner or 4 * d_model, c.activation_function
         layout = dict(norm="pre", norm_layer="layernorm", positional="learned")
-        exact = dict(
-            layer_norm_epsilon=1e-5, scale_attn_weights=True, scale_attn_by_inverse_layer_idx=False
-        )
+        exact = dict(layer_norm_epsilon=1e-5, scale_attn_weights=True)
+        exact.update(scale_attn_by_inverse_layer_idx=False)
     elif kind == "opt":
-        d_model, width = hf.get("hidden_size", 768), hf.get("ffn_dim", 3072)
-        activation = hf.get("activation_function", "relu")
-        norm = "pre" if hf.get("do_layer_norm_before", True) else "post"
+        width, activation = c.ffn_dim, c.activation_function
+        norm = "pre" if c.do_layer_norm_before else "post"
         layout = dict(norm=norm, norm_layer="layernorm", positional="learned")
         exact = dict(word_embed_proj_dim=d_model, enable_bias=True, _remove_final_layer_norm=False)
         exact.update(layer_norm_elementwise_affine=True)
-    else:
-        d_model, width = hf.get("hidden_size"), hf.get("intermediate_size")
-        gated = kind in ("llama", "qwen3")
-        activation = "swiglu" if gated and hf.get("hidden_act") == "silu" else hf.get("hidden_act")
-        bias = hf.get("attention_bias", False)
-        layout = dict(norm="pre", norm_layer="rmsnorm", positional="rope", bias=bias)
+    else:  # the Llama family: gated (llama, qwen3) or not (arcee, apertus)
+        width, activation = c.intermediate_size, c.hidden_act
+        if kind in ("llama", "qwen3"):
+            activation = "swiglu" if activation == "silu" else f"gated {activation}"
+        layout = dict(norm="pre", norm_layer="rmsnorm", positional="rope", bias=c.attention_bias)
         layout.update(qk_norm=kind in ("qwen3", "apertus"))
-        exact = dict(num_key_value_heads=hf.get("num_attention_heads"), use_sliding_window=False)
-        exact.update(rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
-        if kind in ("llama", "arcee"):
-            exact["mlp_bias"] = bias
-        if hf.get("head_dim") is not None and isinstance(d_model, int):
-            exact["head_dim"] = d_model // max(1, hf.get("num_attention_heads") or 1)
-    if kind in ("opt", "llama", "qwen3", "arcee", "apertus"):
-        sizes = dict(
-            num_heads=hf.get("num_attention_heads"), num_blocks=hf.get("num_hidden_layers")
-        )
-        sizes.update(context_length=hf.get("max_position_embeddings"))
+        exact = dict(num_key_value_heads=heads, head_dim=d_model // max(heads, 1))
+        exact.update(rope_parameters=ROPE, use_sliding_window=False, mlp_bias=c.attention_bias)
     differ = [
-        f"{k}={hf.get(k)!r} (gptlab computes {v!r})" for k, v in exact.items() if hf.get(k, v) != v
+        f"{key}={getattr(c, key)!r} (gptlab computes {value!r})"
+        for key, value in exact.items()
+        if getattr(c, key, value) != value
     ]
-    if not isinstance(d_model, int) or not isinstance(width, int) or type(activation) is not str:
-        return kind, {}, [*differ, "its sizes or activation are not given as gptlab reads them"]
-    mult = (
-        ffn_mult(d_model, width, activation)
-        if activation in ("relu", "gelu", "relu2", "swiglu")
-        else None
-    )
+    mult = ffn_mult(d_model, width, activation)
     if mult is None:
-        differ.append(
-            f"an FFN of width {width} with {activation!r} (gptlab: relu, gelu, relu2 or "
-            "swiglu, at a whole multiple of d_model)"
-        )
-    common = dict(
-        vocab_size=hf.get("vocab_size"),
-        tie_weights=bool(hf.get("tie_word_embeddings", kind != "llama")),
-    )
-    return (
-        kind,
-        {
-            **common,
-            **sizes,
-            **layout,
-            "d_model": d_model,
-            "ffn_mult": mult or 1,
-            "activation": activation,
-        },
-        differ,
-    )
+        differ.append(f"an FFN of width {width} with {activation!r}, which no ffn_mult gives")
+    sizes = dict(d_model=d_model, num_heads=heads, num_blocks=c.num_hidden_layers)
+    sizes.update(context_length=c.max_position_embeddings, ffn_mult=mult or 1)
+    common = dict(vocab_size=c.vocab_size, tie_weights=c.tie_word_embeddings)
+    return dict(**common, **sizes, **layout, activation=activation), differ
 
 
 def read_folder(path: str | Path) -> Trained:
@@ -158,14 +124,19 @@ def read_folder(path: str | Path) -> Trained:
     Its tokenizer must be a tiktoken encoding's as gptlab-export writes it."""
     import torch
     from safetensors.torch import load_file
+    from transformers import AutoConfig
 
     from gptlab.model.gpt import GPT
 
     path = Path(path).expanduser()
     hf = files.read_json(path / "config.json") if (path / "config.json").is_file() else None
-    if not isinstance(hf, dict) or hf.get("model_type") not in CLASSES:
-        raise not_readable(path, "no config.json of a model_type gptlab reads")
-    kind, settings, differ = settings_of(hf)
+    if not isinstance(hf, dict) or hf.get("model_type") not in CLASSES or "auto_map" in hf:
+        raise not_readable(path, "no config.json of a model_type gptlab reads, without code")
+    kind = hf["model_type"]
+    try:
+        settings, differ = settings_of(AutoConfig.for_model(**hf))
+    except (TypeError, ValueError, AttributeError) as e:
+        raise not_readable(path, f"config.json does not read ({type(e).__name__})") from None
     if differ:
         raise not_readable(path, "config.json sets " + "; ".join(differ))
     try:
