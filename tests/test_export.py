@@ -261,3 +261,18 @@ def test_lm_eval_runs_the_local_task_on_the_exported_folder(full_vocab_run, tmp_
     result = json.loads(saved.read_text())
     assert result["n-samples"][TASK] == {"original": len(docs), "effective": 8}
     assert 0.0 <= result["results"][TASK]["acc,none"] <= 1.0
+
+
+def test_import_refuses_what_gptlab_does_not_compute(tmp_path):
+    config, model = random_model()
+    out = tmp_path / "exported"
+    write_folder(trained_of(config, model), out, "card\n")
+    settings = json.loads((out / "config.json").read_text())
+    for change, named in (
+        ({"activation_function": "gelu_new"}, "'gelu_new'"),  # GPT-2's tanh GELU
+        ({"layer_norm_epsilon": 1e-6}, "layer_norm_epsilon=1e-06"),
+        ({"auto_map": {"AutoModelForCausalLM": "x.Y"}}, "without code"),
+    ):
+        (out / "config.json").write_text(json.dumps({**settings, **change}))
+        with pytest.raises(ConfigError, match=re.escape(named)):
+            read_folder(out)

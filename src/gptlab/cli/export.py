@@ -40,8 +40,8 @@ def model_card(checkpoint: Path, step: int, settings: dict) -> str:
         f"- steps: {step}",
         f"- best val loss: {metrics.get('best_val_loss', 'not recorded (not your run)')}",
         f"- trained with: `{' '.join(map(str, command)) if command else 'not recorded'}`",
-        f"- architecture: d_model {settings['d_model']}, {settings['num_blocks']} blocks, "
-        f"{settings['num_heads']} heads, context_length {settings['context_length']}",
+        f"- architecture: d_model {settings['d_model']}, num_blocks {settings['num_blocks']}, "
+        f"num_heads {settings['num_heads']}, context_length {settings['context_length']}",
         "",
         "Load it offline: `AutoModelForCausalLM.from_pretrained(<this folder>)` and "
         "`AutoTokenizer.from_pretrained(<this folder>)` (no remote code).",

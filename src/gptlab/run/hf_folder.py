@@ -10,9 +10,11 @@ from gptlab import files
 from gptlab.errors import ConfigError
 from gptlab.model.config import GPTConfig, ffn_hidden
 from gptlab.model.hf import CLASSES, ROPE, from_hf, hf_config, model_type, to_hf
+from gptlab.run.bounds import check_memory
 from gptlab.run.checkpoints import Trained, bounded_model
 
 WEIGHTS = "model.safetensors"
+FILE_SLACK = 16 << 20  # bytes a folder's weights file may hold beyond the model's parameters
 
 
 def check_out(out: Path) -> None:
@@ -59,6 +61,8 @@ def write_folder(trained: Trained, out: Path, card: str) -> None:
         hf.save_pretrained(out)
         tokenizer.save_pretrained(out)
         files.write_text(out / "README.md", card)
+        for written in out.iterdir():  # transformers' files as gptlab's: following the umask
+            written.chmod(0o666 & ~files.umask())
     except BaseException:
         files.remove_created(out)
         raise
@@ -119,20 +123,14 @@ def settings_of(c) -> tuple[dict, list[str]]:
     return dict(**common, **sizes, **layout, activation=activation), differ
 
 
-def read_folder(path: str | Path) -> Trained:
-    """A Hugging Face folder as a checkpoint's parts: checked settings, bounded weights, step 0.
-    Its tokenizer must be a tiktoken encoding's as gptlab-export writes it."""
-    import torch
-    from safetensors.torch import load_file
+def read_config(path: Path) -> tuple[str, GPTConfig]:
+    """(model_type, the GPTConfig) of the folder's config.json, read as data: a class gptlab
+    reads, no code (auto_map), every setting gptlab does not compute refused by name."""
     from transformers import AutoConfig
 
-    from gptlab.model.gpt import GPT
-
-    path = Path(path).expanduser()
     hf = files.read_json(path / "config.json") if (path / "config.json").is_file() else None
     if not isinstance(hf, dict) or hf.get("model_type") not in CLASSES or "auto_map" in hf:
         raise not_readable(path, "no config.json of a model_type gptlab reads, without code")
-    kind = hf["model_type"]
     try:
         settings, differ = settings_of(AutoConfig.for_model(**hf))
     except (TypeError, ValueError, AttributeError) as e:
@@ -140,29 +138,51 @@ def read_folder(path: str | Path) -> Trained:
     if differ:
         raise not_readable(path, "config.json sets " + "; ".join(differ))
     try:
-        config = GPTConfig(**settings, dropout=0.0)
+        return hf["model_type"], GPTConfig(**settings, dropout=0.0)
     except (ConfigError, TypeError) as e:
         raise not_readable(path, f"its settings give no gptlab model: {e}") from None
+
+
+def read_weights(path: Path, gpt) -> dict:
+    """model.safetensors (no pickle, no code), once the model it names (`gpt`, on the meta
+    device) fits in memory and the file is not far larger than that model."""
+    from safetensors.torch import load_file
+
     weights_file = path / WEIGHTS
     if not weights_file.is_file() or weights_file.is_symlink():
         raise not_readable(path, f"no {WEIGHTS} (one file of weights)")
+    check_memory(gpt, 1, "init_from")
+    carried = sum(p.numel() * 4 for p in gpt.parameters()) + FILE_SLACK  # fp32, tables, zeros
+    if weights_file.stat().st_size > 2 * carried:
+        raise not_readable(path, f"{WEIGHTS} is far larger than the model its config.json names")
     try:
-        hf_state = load_file(weights_file)
+        return load_file(weights_file)
     except Exception as e:  # safetensors' own errors: a damaged or foreign file
         raise not_readable(path, f"{WEIGHTS} does not read ({type(e).__name__})") from None
+
+
+def read_folder(path: str | Path) -> Trained:
+    """A Hugging Face folder as a checkpoint's parts: checked settings, bounded weights, step 0.
+    Its tokenizer must be a tiktoken encoding's as gptlab-export writes it."""
+    import torch
+
+    from gptlab.model.gpt import GPT
+
+    path = Path(path).expanduser()
+    kind, config = read_config(path)
     with torch.device("meta"):
-        keys = list(GPT(config).state_dict())
+        gpt = GPT(config)
+    hf_state = read_weights(path, gpt)
     try:
-        state = from_hf(kind, config, hf_state, keys)
-    except KeyError as e:
-        raise not_readable(path, f"{WEIGHTS} lacks {e}") from None
+        state = from_hf(kind, config, hf_state, list(gpt.state_dict()))
+    except (KeyError, RuntimeError) as e:  # a tensor missing, or of a shape that does not fit
+        raise not_readable(path, f"{WEIGHTS} does not hold its model's weights ({e})") from None
     settings = detect(config, state)
     state = {f"model.{k}": v for k, v in state.items() if k in keys_of(settings)}
     model = dataclasses.asdict(GPTConfig(**settings))
     bounded_model(model, state, path)  # names, shapes and memory, as a foreign checkpoint's
-    return Trained(
-        model, {"encoding": encoding_of(path, config.vocab_size), "vocab": None}, state, 0
-    )
+    tokenizer = {"encoding": encoding_of(path, config.vocab_size), "vocab": None}
+    return Trained(model, tokenizer, state, 0)
 
 
 def detect(config: GPTConfig, state: dict) -> dict:
