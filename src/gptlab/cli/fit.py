@@ -4,6 +4,7 @@ built (docs/architecture.md); every input is checked before the corpus is touche
 import contextlib
 import logging
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import lightning as L
@@ -16,6 +17,7 @@ from gptlab.cli.app import check_accelerator
 from gptlab.cli.trainer import build_trainer
 from gptlab.config.trust import build, checked
 from gptlab.exits import code_of_signal
+from gptlab.model.config import GPTConfig
 from gptlab.run import place
 from gptlab.run.logs import route_lightning_logs
 from gptlab.run.resume import starting_point
@@ -39,6 +41,8 @@ def train(cfg: DictConfig) -> float:
         torch.set_num_threads(cfg.num_threads)
     run_dir = Path(cfg.paths.output_dir)
     start = starting_point(cfg, run_dir)
+    if start.init:  # init_from: the folder's architecture, the run's own training settings
+        model = replace(model, **{k: start.init.model[k] for k in GPTConfig.architecture()})
 
     # the data: the corpus tokenized once and split; the vocabulary known
     L.seed_everything(cfg.seed, workers=True, verbose=False)
@@ -47,6 +51,9 @@ def train(cfg: DictConfig) -> float:
 
     # the model, its settings final
     module = build_module(model, optim, datamodule.tokenizer, datamodule.batch_size, start)
+    if start.init:
+        module.load_state_dict(start.init.weights)
+        log.info("Starting from the weights of init_from=%s", cfg.init_from)
 
     # the run's length, then the Trainer built once with it
     length = run_length(cfg, module.model.flops_per_token(), module.optim)

@@ -33,6 +33,7 @@ class TrainSchema:
     seed: int = 1337
     ckpt_path: Optional[str] = None  # noqa: UP045 - OmegaConf wants typing.Optional
     resume: Optional[str] = None  # noqa: UP045
+    init_from: Optional[str] = None  # noqa: UP045 - a Hugging Face folder: new run from its weights
     num_threads: Optional[int] = None  # noqa: UP045
     flops_budget: Optional[float] = None  # noqa: UP045 - training FLOPs: sets trainer.max_steps
     branch_from: Optional[str] = None  # noqa: UP045 - a wsd run directory: a cooldown branch

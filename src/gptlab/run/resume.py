@@ -13,7 +13,7 @@ from gptlab.errors import ConfigError
 from gptlab.process import rank
 from gptlab.run import directory, ownership, place
 from gptlab.run.branch import branch_checkpoint
-from gptlab.run.checkpoints import find_checkpoint, load_checkpoint, step_of
+from gptlab.run.checkpoints import Trained, find_checkpoint, load_checkpoint, step_of
 from gptlab.run.overrides import override_key
 from gptlab.run.settings import replayable
 
@@ -103,12 +103,14 @@ def resume_argv(argv: list[str]) -> list[str]:
 
 
 class Start(NamedTuple):
-    """Where a run starts from: nothing, or a checkpoint continued whole or read for its tensors
-    (ckpt_path=, or a branch's trunk checkpoint: branch_from=)."""
+    """Where a run starts from: nothing, a checkpoint continued whole or read for its tensors
+    (ckpt_path=, or a branch's trunk checkpoint: branch_from=), or a Hugging Face folder's weights
+    (init_from: its architecture too, a new run's step 0)."""
 
     ckpt_path: str | None = None
     whole: bool = False
     checkpoint: dict | None = None
+    init: Trained | None = None
 
     @property
     def step(self) -> int | None:
@@ -127,7 +129,17 @@ def starting_point(cfg: DictConfig, run_dir: Path) -> Start:
             f"branch_step={cfg.branch_step}: '{ckpt_path}' holds step {step_of(checkpoint)}, "
             "not the step its name says: it was renamed or damaged. Give another branch_step."
         )
-    return Start(ckpt_path, whole, checkpoint)
+    init = None
+    if cfg.get("init_from") and not whole:  # a run continued whole has its own weights
+        from gptlab.run.hf_folder import initial_weights
+
+        if ckpt_path:  # ckpt_path= or branch_from=
+            raise ConfigError(
+                "init_from and ckpt_path (or branch_from) both name the weights to start from; "
+                "give one of them."
+            )
+        init = initial_weights(cfg.init_from, cfg.data)
+    return Start(ckpt_path, whole, checkpoint, init)
 
 
 def checkpoint_to_continue(cfg: DictConfig, output_dir: Path) -> tuple[str | None, bool]:

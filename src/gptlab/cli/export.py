@@ -1,0 +1,84 @@
+"""gptlab-export (usage: conf/export.yaml): a checkpoint as a Hugging Face model folder that
+transformers loads with its Auto classes, offline, without remote code (docs/export.md)."""
+
+import logging
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig
+
+from gptlab import files
+from gptlab.cli.app import run_hydra_app, run_task
+from gptlab.cli.eval import run_of, run_settings
+from gptlab.config.schemas import register_configs
+from gptlab.errors import ConfigError
+from gptlab.run import directory
+
+log = logging.getLogger("gptlab.export")
+register_configs()  # the unique_dir resolver of the output directory
+
+
+def model_card(checkpoint: Path, step: int, settings: dict) -> str:
+    """README.md: what the model is and how it was made, from an own run's records only."""
+    run_dir, manifest = run_of(checkpoint)
+    data, _ = run_settings(manifest)
+    corpus = data.get("path") or data.get("url") or data.get("name") or "unknown (not your run)"
+    metrics = files.read_json(directory.metrics_file(run_dir)) if manifest else None
+    metrics = metrics if isinstance(metrics, dict) else {}
+    saved = directory.saved_overrides(run_dir) if manifest else None
+    overrides = files.read_yaml(saved) if saved and saved.is_file() else None
+    command = ["gptlab-train", *overrides] if isinstance(overrides, list) else None
+    lines = [
+        "---",
+        "library_name: transformers",
+        "---",
+        f"# A gptlab model: {settings['model_type']}",
+        "",
+        f"Exported by gptlab-export from `{checkpoint}` (step {step}).",
+        "",
+        f"- corpus: {corpus}",
+        f"- steps: {step}",
+        f"- best val loss: {metrics.get('best_val_loss', 'not recorded (not your run)')}",
+        f"- trained with: `{' '.join(map(str, command)) if command else 'not recorded'}`",
+        f"- architecture: d_model {settings['d_model']}, num_blocks {settings['num_blocks']}, "
+        f"num_heads {settings['num_heads']}, context_length {settings['context_length']}",
+        "",
+        "Load it offline: `AutoModelForCausalLM.from_pretrained(<this folder>)` and "
+        "`AutoTokenizer.from_pretrained(<this folder>)` (no remote code).",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def export(cfg: DictConfig) -> Path:
+    """Check the arguments, read the checkpoint's tensors and checked settings, write `out`."""
+    if not cfg.out or not str(cfg.out).strip():
+        raise ConfigError("out is not set. Give the folder to write, e.g. out=exported.")
+    from gptlab.run.checkpoints import find_checkpoint, read_trained
+    from gptlab.run.hf_folder import check_exportable, check_out, write_folder
+
+    out = Path(str(cfg.out)).expanduser().absolute()
+    check_out(out)
+    checkpoint = Path(find_checkpoint(cfg.ckpt_path).absolute())
+    trained = read_trained(checkpoint)
+    check_exportable(trained)
+    from gptlab.model.config import GPTConfig
+    from gptlab.model.hf import CLASSES, model_type
+
+    name = CLASSES[model_type(GPTConfig(**trained.model))][0]
+    card = model_card(checkpoint, trained.step, {**trained.model, "model_type": name})
+    write_folder(trained, out, card)
+    print(f"Exported {checkpoint} (step {trained.step}) as {name} to {out}", flush=True)
+    return out
+
+
+@hydra.main(version_base="1.3", config_path="pkg://gptlab.conf", config_name="export")
+def run_job(cfg: DictConfig) -> Path:  # tests pass it a composed cfg
+    return run_task(export, cfg, log)
+
+
+def main() -> None:  # the console script gptlab-export
+    run_hydra_app(run_job, "gptlab-export")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,56 @@
+"""A tiktoken encoding as a `transformers` tokenizer with the same ids (docs/export.md): its
+byte-level BPE rebuilt by transformers' own TikTokenConverter from tiktoken's ranks."""
+
+import functools
+
+from transformers import PreTrainedTokenizerFast
+from transformers.convert_slow_tokenizer import TikTokenConverter, bytes_to_unicode
+
+from gptlab.data.tokenizer import load_encoding, no_downloads
+
+END_OF_TEXT = "<|endoftext|>"
+
+
+@functools.lru_cache(maxsize=2)
+def encoding_spec(name: str) -> dict:
+    """tiktoken's own description of an encoding (its plugin interface): pattern, ranks, specials;
+    from its cache only."""
+    from tiktoken_ext.openai_public import ENCODING_CONSTRUCTORS
+
+    load_encoding(name, offline=True)  # a missing cache: gptlab's one paragraph
+    with no_downloads():
+        return ENCODING_CONSTRUCTORS[name]()
+
+
+class RanksConverter(TikTokenConverter):
+    """TikTokenConverter reading the ranks (and the special tokens, at their ids) given to it."""
+
+    def __init__(self, spec: dict):
+        specials = spec["special_tokens"]
+        super().__init__(pattern=spec["pat_str"], extra_special_tokens=list(specials))
+        self.ranks = {**spec["mergeable_ranks"], **{t.encode(): i for t, i in specials.items()}}
+
+    def load_tiktoken_bpe(self, tiktoken_url: str) -> dict[bytes, int]:
+        return self.ranks
+
+
+@functools.lru_cache(maxsize=2)
+def converted(name: str):
+    """The tokenizers.Tokenizer of `name` (seconds to build: once per process)."""
+    return RanksConverter(encoding_spec(name)).converted()
+
+
+def to_transformers(name: str) -> PreTrainedTokenizerFast:
+    """tiktoken's `name` as a fast tokenizer; its end-of-text token, if any, as bos and eos."""
+    end = END_OF_TEXT if END_OF_TEXT in encoding_spec(name)["special_tokens"] else None
+    return PreTrainedTokenizerFast(tokenizer_object=converted(name), bos_token=end, eos_token=end)
+
+
+def vocab_of(name: str) -> dict[str, int]:
+    """The encoding's vocabulary as a byte-level BPE names its tokens (a tokenizer.json's)."""
+    spec = encoding_spec(name)
+    byte_encoder = bytes_to_unicode()
+    vocab = {
+        "".join(byte_encoder[b] for b in token): i for token, i in spec["mergeable_ranks"].items()
+    }
+    return {**vocab, **spec["special_tokens"]}

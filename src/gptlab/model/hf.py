@@ -1,0 +1,249 @@
+"""gptlab's GPT as the Hugging Face class that computes the same function (docs/export.md): the
+class chosen by the architecture settings, its config.json, and the weights renamed both ways.
+Plain torch: `transformers` is the caller's."""
+
+import math
+import re
+
+import torch
+from torch import Tensor
+
+from gptlab.errors import ConfigError
+from gptlab.model.config import GPTConfig, ffn_hidden
+from gptlab.model.position import SinusoidalEncoding
+
+ACTS = ("relu", "gelu", "relu2")  # transformers' ACT2FN names for gptlab's own functions
+TABLE = ("sinusoidal", "learned")  # a table added to the embeddings: a position embedding
+ADDED = dict(norm_layer="layernorm", positional=TABLE, activation=ACTS, qk_norm=False)
+ROTARY = dict(norm="pre", norm_layer="rmsnorm", positional="rope")
+# model_type -> (its class, the settings it holds exactly); the first that holds a model wins
+CLASSES = {
+    "gpt2": ("GPT2LMHeadModel", dict(norm="pre", **ADDED)),
+    "opt": ("OPTForCausalLM", dict(norm="post", **ADDED)),
+    "llama": ("LlamaForCausalLM", dict(**ROTARY, activation="swiglu", qk_norm=False)),
+    "qwen3": ("Qwen3ForCausalLM", dict(**ROTARY, activation="swiglu", qk_norm=True, bias=False)),
+    "arcee": ("ArceeForCausalLM", dict(**ROTARY, activation=ACTS, qk_norm=False)),
+    "apertus": ("ApertusForCausalLM", dict(**ROTARY, activation=ACTS, qk_norm=True, bias=False)),
+}
+# gptlab module -> the class's ({i}: a block); a tuple: Wq, Wk, Wv split into three
+GPT2 = {
+    "token_embedding": "transformer.wte",
+    "position_embedding": "transformer.wpe",
+    "blocks.{i}.ln1": "transformer.h.{i}.ln_1",
+    "blocks.{i}.attn.qkv": "transformer.h.{i}.attn.c_attn",
+    "blocks.{i}.attn.proj": "transformer.h.{i}.attn.c_proj",
+    "blocks.{i}.ln2": "transformer.h.{i}.ln_2",
+    "blocks.{i}.ffn.up": "transformer.h.{i}.mlp.c_fc",
+    "blocks.{i}.ffn.down": "transformer.h.{i}.mlp.c_proj",
+    "ln_f": "transformer.ln_f",
+    "head": "lm_head",
+}
+OPT = {
+    "token_embedding": "model.decoder.embed_tokens",
+    "position_embedding": "model.decoder.embed_positions",
+    "blocks.{i}.ln1": "model.decoder.layers.{i}.self_attn_layer_norm",
+    "blocks.{i}.attn.qkv": tuple(f"model.decoder.layers.{{i}}.self_attn.{x}_proj" for x in "qkv"),
+    "blocks.{i}.attn.proj": "model.decoder.layers.{i}.self_attn.out_proj",
+    "blocks.{i}.ln2": "model.decoder.layers.{i}.final_layer_norm",
+    "blocks.{i}.ffn.up": "model.decoder.layers.{i}.fc1",
+    "blocks.{i}.ffn.down": "model.decoder.layers.{i}.fc2",
+    "ln_f": "model.decoder.final_layer_norm",
+    "head": "lm_head",
+}
+LLAMA = {
+    "token_embedding": "model.embed_tokens",
+    "blocks.{i}.ln1": "model.layers.{i}.input_layernorm",
+    "blocks.{i}.attn.qkv": tuple(f"model.layers.{{i}}.self_attn.{x}_proj" for x in "qkv"),
+    "blocks.{i}.attn.proj": "model.layers.{i}.self_attn.o_proj",
+    "blocks.{i}.attn.q_norm": "model.layers.{i}.self_attn.q_norm",
+    "blocks.{i}.attn.k_norm": "model.layers.{i}.self_attn.k_norm",
+    "blocks.{i}.ln2": "model.layers.{i}.post_attention_layernorm",
+    "blocks.{i}.ffn.gate": "model.layers.{i}.mlp.gate_proj",
+    "blocks.{i}.ffn.up": "model.layers.{i}.mlp.up_proj",
+    "blocks.{i}.ffn.down": "model.layers.{i}.mlp.down_proj",
+    "ln_f": "model.norm",
+    "head": "lm_head",
+}
+APERTUS = {
+    **LLAMA,
+    "blocks.{i}.ln1": "model.layers.{i}.attention_layernorm",
+    "blocks.{i}.ln2": "model.layers.{i}.feedforward_layernorm",
+}
+NAMES = {
+    "gpt2": GPT2,
+    "opt": OPT,
+    "llama": LLAMA,
+    "qwen3": LLAMA,
+    "arcee": LLAMA,
+    "apertus": APERTUS,
+}
+OPT_OFFSET = 2  # OPT's position table starts two rows late (its padding convention)
+RMS_EPS = torch.finfo(torch.float32).eps  # torch's RMSNorm's default eps in fp32
+ROPE = {"rope_type": "default", "rope_theta": 10000.0}  # position.sinusoidal_angles' base
+
+
+def holds(config: GPTConfig, settings: dict) -> list[str]:
+    """The settings of `config` a class does not hold (empty: it holds the model exactly)."""
+    refused = [f"model.logit_softcap={config.logit_softcap}"] if config.logit_softcap else []
+    for key, allowed in settings.items():
+        allowed = allowed if isinstance(allowed, tuple) else (allowed,)
+        if getattr(config, key) not in allowed:
+            refused.append(f"model.{key}={getattr(config, key)}")
+    return refused
+
+
+def model_type(config: GPTConfig) -> str:
+    """The first class that holds the model exactly, or one paragraph naming what each lacks."""
+    tried = {}
+    for kind, (name, settings) in CLASSES.items():
+        tried[name] = holds(config, settings)
+        if not tried[name]:
+            return kind
+    lacks = "; ".join(f"{name} not {', '.join(refused)}" for name, refused in tried.items())
+    raise ConfigError(
+        f"No Hugging Face class computes this model exactly, so it is not exported. Tried: "
+        f"{lacks}. Train with settings one of them holds (docs/export.md lists them)."
+    )
+
+
+def hf_config(config: GPTConfig, eos_token_id: int | None) -> dict:
+    """config.json's settings (model_type first) of the class that holds `config`."""
+    kind = model_type(config)
+    common = dict(vocab_size=config.vocab_size, tie_word_embeddings=config.tie_weights)
+    common.update(bos_token_id=eos_token_id, eos_token_id=eos_token_id)
+    if kind == "gpt2":
+        sizes = dict(n_positions=config.context_length, n_embd=config.d_model)
+        sizes.update(n_layer=config.num_blocks, n_head=config.num_heads)
+        dropout = dict(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+        act = dict(n_inner=ffn_hidden(config), activation_function=config.activation)
+        return dict(model_type=kind, **common, **sizes, **dropout, **act, layer_norm_epsilon=1e-5)
+    sizes = dict(hidden_size=config.d_model, num_hidden_layers=config.num_blocks)
+    sizes.update(
+        num_attention_heads=config.num_heads, max_position_embeddings=config.context_length
+    )
+    if kind == "opt":
+        layout = dict(do_layer_norm_before=False, word_embed_proj_dim=config.d_model)
+        ffn = dict(ffn_dim=ffn_hidden(config), activation_function=config.activation)
+        return dict(
+            model_type=kind, **common, **sizes, **layout, **ffn, dropout=0.0, pad_token_id=None
+        )
+    heads = dict(num_key_value_heads=config.num_heads, head_dim=config.head_size)
+    act = "silu" if config.activation == "swiglu" else config.activation
+    ffn = dict(intermediate_size=ffn_hidden(config), hidden_act=act, mlp_bias=config.bias)
+    rope = dict(rope_parameters=ROPE, rms_norm_eps=RMS_EPS, attention_bias=config.bias)
+    return dict(model_type=kind, **common, **sizes, **heads, **ffn, **rope)
+
+
+def rope_order(t: Tensor, head_size: int, inverse: bool = False) -> Tensor:
+    """Rows of each head from gptlab's RoPE pairs (2i, 2i+1) to rotate_half's (i, i + head_size/2),
+    the convention of the Llama family; `inverse` goes back. Scores are unchanged: Q and K both."""
+    pairs = (-1, head_size // 2, 2) if not inverse else (-1, 2, head_size // 2)
+    return t.reshape(*pairs, *t.shape[1:]).transpose(1, 2).reshape(t.shape)
+
+
+def match(name: str, table: dict) -> tuple[str, str | tuple]:
+    """(the block number or "", the other side's name) of the module `name` in `table`."""
+    for pattern, other in table.items():
+        found = re.fullmatch(re.escape(pattern).replace(r"\{i\}", r"(\d+)"), name)
+        if found:
+            return (found.group(1) if found.groups() else ""), other
+    raise KeyError(name)
+
+
+def final_norm(config: GPTConfig) -> str:
+    """The norm whose output the head reads: ln_f (pre-LN), the last block's ln2 (post-LN)."""
+    return "ln_f" if config.norm == "pre" else f"blocks.{config.num_blocks - 1}.ln2"
+
+
+def to_hf(config: GPTConfig, state: dict[str, Tensor]) -> dict[str, Tensor]:
+    """gptlab's weights (no `model.` prefix) -> the class's. sqrt(d_model) is folded into the token
+    embedding; a tied head sees it too, so the final norm takes 1/sqrt(d_model) (exact up to fp32
+    rounding). Tables gptlab computes are written; biases gptlab has none of are zeros."""
+    kind, scale = model_type(config), math.sqrt(config.d_model)
+    state = dict(state)
+    state["token_embedding.weight"] = state["token_embedding.weight"] * scale
+    if config.tie_weights:
+        for key in [k for k in state if k.startswith(final_norm(config) + ".")]:
+            state[key] = state[key] / scale
+        state["head.weight"] = state["token_embedding.weight"]
+    if config.positional == "sinusoidal":
+        state["position_embedding.weight"] = SinusoidalEncoding(config).table
+    if kind == "opt":
+        table = state["position_embedding.weight"]
+        state["position_embedding.weight"] = torch.cat(
+            [table.new_zeros(OPT_OFFSET, table.shape[1]), table]
+        )
+    out = {}
+    for key, tensor in state.items():
+        module, leaf = key.rsplit(".", 1)
+        if kind in ("gpt2", "opt") and leaf == "weight" and f"{module}.bias" not in state:
+            if module not in ("token_embedding", "position_embedding", "head"):
+                out.update(
+                    rename(kind, config, f"{module}.bias", tensor.new_zeros(tensor.shape[0]))
+                )
+        out.update(rename(kind, config, key, tensor))
+    return out
+
+
+def is_rotated(kind: str, module: str, parts: int, i: int) -> bool:
+    """Whether a tensor's rows are RoPE pairs: Wq, Wk (parts 0, 1 of 3) and the QK-norm gains."""
+    if kind in ("gpt2", "opt"):
+        return False
+    return (parts == 3 and i < 2) or module.endswith(("q_norm", "k_norm"))
+
+
+def rename(kind: str, config: GPTConfig, key: str, tensor: Tensor) -> dict[str, Tensor]:
+    """One gptlab tensor as the class's: renamed, split (Wq, Wk, Wv), transposed (GPT-2's Conv1D),
+    its RoPE rows reordered (the Llama family)."""
+    module, leaf = key.rsplit(".", 1)
+    block, other = match(module, NAMES[kind])
+    if kind == "gpt2" and tensor.dim() == 2 and block:
+        tensor = tensor.t()
+    names = other if isinstance(other, tuple) else (other,)
+    parts = tensor.chunk(len(names)) if len(names) > 1 else (tensor,)
+    out = {}
+    for i, (name, part) in enumerate(zip(names, parts, strict=True)):
+        if is_rotated(kind, module, len(names), i):
+            part = rope_order(part, config.head_size)
+        out[f"{name.format(i=block)}.{leaf}"] = part.contiguous()
+    return out
+
+
+def unscaled(wte: Tensor, scale: float) -> Tensor:
+    """The token embedding E with E * scale == wte in fp32 wherever one exists (the nearest
+    neighbours of wte / scale tried): gptlab's embedding then computes wte bit for bit."""
+    e = wte / scale
+    for _ in range(2):
+        e = torch.where(e * scale > wte, torch.nextafter(e, torch.full_like(e, -math.inf)), e)
+        e = torch.where(e * scale < wte, torch.nextafter(e, torch.full_like(e, math.inf)), e)
+    return e
+
+
+def from_hf(kind: str, config: GPTConfig, hf: dict[str, Tensor], keys: list[str]) -> dict:
+    """The class's weights -> gptlab's `keys` (GPT(config)'s): to_hf undone."""
+    scale = math.sqrt(config.d_model)
+    state = {}
+    for key in keys:
+        if key == "head.weight" and config.tie_weights:
+            continue  # the embedding's, set below
+        module, leaf = key.rsplit(".", 1)
+        block, other = match(module, NAMES[kind])
+        names = other if isinstance(other, tuple) else (other,)
+        parts = []
+        for i, name in enumerate(names):
+            part = hf[f"{name.format(i=block)}.{leaf}"]
+            if is_rotated(kind, module, len(names), i):
+                part = rope_order(part, config.head_size, inverse=True)
+            parts.append(part)
+        tensor = torch.cat(parts) if len(parts) > 1 else parts[0]
+        if kind == "gpt2" and tensor.dim() == 2 and block:
+            tensor = tensor.t()
+        state[key] = tensor.contiguous()
+    if kind == "opt" and "position_embedding.weight" in state:
+        state["position_embedding.weight"] = state["position_embedding.weight"][OPT_OFFSET:]
+    state["token_embedding.weight"] = unscaled(state["token_embedding.weight"], scale)
+    if config.tie_weights:
+        for key in [k for k in state if k.startswith(final_norm(config) + ".")]:
+            state[key] = state[key] * scale
+        state["head.weight"] = state["token_embedding.weight"]
+    return state

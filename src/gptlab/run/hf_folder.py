@@ -1,0 +1,258 @@
+"""A Hugging Face model folder written from a gptlab model, or read as one (docs/export.md):
+config.json and model.safetensors read as data (no code), checked and bounded like a foreign
+checkpoint; written only into a folder this process made or was given empty."""
+
+import dataclasses
+import os
+from pathlib import Path
+
+from gptlab import files
+from gptlab.errors import ConfigError
+from gptlab.model.config import GPTConfig, ffn_hidden
+from gptlab.model.hf import CLASSES, ROPE, from_hf, hf_config, model_type, to_hf
+from gptlab.run.bounds import check_memory
+from gptlab.run.checkpoints import Trained, bounded_model
+
+WEIGHTS = "model.safetensors"
+FILE_SLACK = 16 << 20  # bytes a folder's weights file may hold beyond the model's parameters
+
+
+def check_out(out: Path) -> None:
+    """`out` must not exist, or be an empty folder (not a link): nothing is ever overwritten."""
+    if os.path.lexists(out) and (out.is_symlink() or not out.is_dir() or any(out.iterdir())):
+        raise ConfigError(
+            f"out: '{out}' exists and is not an empty folder; gptlab-export never overwrites. "
+            "Give a new folder name (or remove that one yourself)."
+        )
+
+
+def check_exportable(trained: Trained) -> None:
+    """A compact vocabulary has no standard tokenizer form: refused before any work."""
+    if trained.tokenizer["vocab"] is not None:
+        raise ConfigError(
+            "The checkpoint's vocabulary is compact (gptlab's default data.compact_vocab=true: "
+            f"{len(trained.tokenizer['vocab'])} ids remapped to the tokens its corpus holds), "
+            "which no standard Hugging Face tokenizer reproduces. Train with "
+            "data.compact_vocab=false (the whole tiktoken vocabulary) to export."
+        )
+    model_type(GPTConfig(**trained.model))  # a class that holds it, or the paragraph saying why
+
+
+def write_folder(trained: Trained, out: Path, card: str) -> None:
+    """config.json, model.safetensors, generation_config.json, the tokenizer and README.md into
+    `out`, made here (or given empty); on any failure what was made is removed."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from gptlab.data.hf_tokenizer import to_transformers
+
+    check_out(out)
+    check_exportable(trained)
+    config = GPTConfig(**trained.model)
+    tokenizer = to_transformers(trained.tokenizer["encoding"])
+    settings = hf_config(config, tokenizer.eos_token_id)
+    state = {k.removeprefix("model."): v for k, v in trained.weights.items()}
+    if out.is_dir():
+        files.adopt(out)
+    else:
+        files.make_dir(out)
+    try:
+        hf = AutoModelForCausalLM.from_config(AutoConfig.for_model(**settings))
+        hf.load_state_dict(to_hf(config, state), strict=True)
+        hf.save_pretrained(out)
+        tokenizer.save_pretrained(out)
+        files.write_text(out / "README.md", card)
+        for written in out.iterdir():  # transformers' files as gptlab's: following the umask
+            written.chmod(0o666 & ~files.umask())
+    except BaseException:
+        files.remove_created(out)
+        raise
+
+
+def not_readable(path: Path, what: str) -> ConfigError:
+    names = ", ".join(name for name, _ in CLASSES.values())
+    return ConfigError(
+        f"init_from: '{path}' is not a Hugging Face model folder gptlab can train on ({what}). "
+        f"Give a folder of one of {names}, such as one gptlab-export wrote."
+    )
+
+
+def ffn_mult(d_model: int, width: int, activation: str) -> int | None:
+    """The ffn_mult whose FFN is `width` wide (None: no whole multiple, or not gptlab's FFN)."""
+    if activation not in ("relu", "gelu", "relu2", "swiglu"):
+        return None
+    for mult in range(1, 65):
+        if ffn_hidden(GPTConfig(d_model=d_model, ffn_mult=mult, activation=activation)) == width:
+            return mult
+    return None
+
+
+def settings_of(c) -> tuple[dict, list[str]]:
+    """(GPTConfig settings, what the config sets that gptlab does not compute) of a transformers
+    config `c` (GPT-2's too answers hidden_size, num_attention_heads, ...)."""
+    kind, d_model, heads = c.model_type, c.hidden_size, c.num_attention_heads
+    if kind == "gpt2":
+        width, activation = c.n_inner or 4 * d_model, c.activation_function
+        layout = dict(norm="pre", norm_layer="layernorm", positional="learned")
+        exact = dict(layer_norm_epsilon=1e-5, scale_attn_weights=True)
+        exact.update(scale_attn_by_inverse_layer_idx=False)
+    elif kind == "opt":
+        width, activation = c.ffn_dim, c.activation_function
+        norm = "pre" if c.do_layer_norm_before else "post"
+        layout = dict(norm=norm, norm_layer="layernorm", positional="learned")
+        exact = dict(word_embed_proj_dim=d_model, enable_bias=True, _remove_final_layer_norm=False)
+        exact.update(layer_norm_elementwise_affine=True)
+    else:  # the Llama family: gated (llama, qwen3) or not (arcee, apertus)
+        width, activation = c.intermediate_size, c.hidden_act
+        if kind in ("llama", "qwen3"):
+            activation = "swiglu" if activation == "silu" else f"gated {activation}"
+        layout = dict(norm="pre", norm_layer="rmsnorm", positional="rope", bias=c.attention_bias)
+        layout.update(qk_norm=kind in ("qwen3", "apertus"))
+        exact = dict(num_key_value_heads=heads, head_dim=d_model // max(heads, 1))
+        exact.update(rope_parameters=ROPE, use_sliding_window=False, mlp_bias=c.attention_bias)
+    differ = [
+        f"{key}={getattr(c, key)!r} (gptlab computes {value!r})"
+        for key, value in exact.items()
+        if getattr(c, key, value) != value
+    ]
+    mult = ffn_mult(d_model, width, activation)
+    if mult is None:
+        differ.append(f"an FFN of width {width} with {activation!r}, which no ffn_mult gives")
+    sizes = dict(d_model=d_model, num_heads=heads, num_blocks=c.num_hidden_layers)
+    sizes.update(context_length=c.max_position_embeddings, ffn_mult=mult or 1)
+    common = dict(vocab_size=c.vocab_size, tie_weights=c.tie_word_embeddings)
+    return dict(**common, **sizes, **layout, activation=activation), differ
+
+
+def read_config(path: Path) -> tuple[str, GPTConfig]:
+    """(model_type, the GPTConfig) of the folder's config.json, read as data: a class gptlab
+    reads, no code (auto_map), every setting gptlab does not compute refused by name."""
+    from transformers import AutoConfig
+
+    hf = files.read_json(path / "config.json") if (path / "config.json").is_file() else None
+    if not isinstance(hf, dict) or hf.get("model_type") not in CLASSES or "auto_map" in hf:
+        raise not_readable(path, "no config.json of a model_type gptlab reads, without code")
+    try:
+        settings, differ = settings_of(AutoConfig.for_model(**hf))
+    except (TypeError, ValueError, AttributeError) as e:
+        raise not_readable(path, f"config.json does not read ({type(e).__name__})") from None
+    if differ:
+        raise not_readable(path, "config.json sets " + "; ".join(differ))
+    try:
+        return hf["model_type"], GPTConfig(**settings, dropout=0.0)
+    except (ConfigError, TypeError) as e:
+        raise not_readable(path, f"its settings give no gptlab model: {e}") from None
+
+
+def read_weights(path: Path, gpt) -> dict:
+    """model.safetensors (no pickle, no code), once the model it names (`gpt`, on the meta
+    device) fits in memory and the file is not far larger than that model."""
+    from safetensors.torch import load_file
+
+    weights_file = path / WEIGHTS
+    if not weights_file.is_file() or weights_file.is_symlink():
+        raise not_readable(path, f"no {WEIGHTS} (one file of weights)")
+    check_memory(gpt, 1, "init_from")
+    carried = sum(p.numel() * 4 for p in gpt.parameters()) + FILE_SLACK  # fp32, tables, zeros
+    if weights_file.stat().st_size > 2 * carried:
+        raise not_readable(path, f"{WEIGHTS} is far larger than the model its config.json names")
+    try:
+        return load_file(weights_file)
+    except Exception as e:  # safetensors' own errors: a damaged or foreign file
+        raise not_readable(path, f"{WEIGHTS} does not read ({type(e).__name__})") from None
+
+
+def read_folder(path: str | Path) -> Trained:
+    """A Hugging Face folder as a checkpoint's parts: checked settings, bounded weights, step 0.
+    Its tokenizer must be a tiktoken encoding's as gptlab-export writes it."""
+    import torch
+
+    from gptlab.model.gpt import GPT
+
+    path = Path(path).expanduser()
+    kind, config = read_config(path)
+    with torch.device("meta"):
+        gpt = GPT(config)
+    hf_state = read_weights(path, gpt)
+    try:
+        state = from_hf(kind, config, hf_state, list(gpt.state_dict()))
+    except (KeyError, RuntimeError) as e:  # a tensor missing, or of a shape that does not fit
+        raise not_readable(path, f"{WEIGHTS} does not hold its model's weights ({e})") from None
+    settings = detect(config, state)
+    state = {f"model.{k}": v for k, v in state.items() if k in keys_of(settings)}
+    model = dataclasses.asdict(GPTConfig(**settings))
+    bounded_model(model, state, path)  # names, shapes and memory, as a foreign checkpoint's
+    tokenizer = {"encoding": encoding_of(path, config.vocab_size), "vocab": None}
+    return Trained(model, tokenizer, state, 0)
+
+
+def detect(config: GPTConfig, state: dict) -> dict:
+    """gptlab's own settings read back: a sinusoidal table, biases that are all zero."""
+    import torch
+
+    from gptlab.model.position import SinusoidalEncoding
+
+    settings = dataclasses.asdict(config)
+    table = state.get("position_embedding.weight")
+    if table is not None and torch.equal(table, SinusoidalEncoding(config).table):
+        settings["positional"] = "sinusoidal"
+    biases = [v for k, v in state.items() if k.endswith(".bias")]
+    if config.norm_layer == "layernorm" and biases and not any(b.any() for b in biases):
+        settings["bias"] = False
+    return settings
+
+
+def keys_of(settings: dict) -> set[str]:
+    import torch
+
+    from gptlab.model.gpt import GPT
+
+    with torch.device("meta"):
+        return set(GPT(GPTConfig(**settings)).state_dict())
+
+
+def encoding_of(path: Path, vocab_size: int) -> str:
+    """The tiktoken encoding whose vocabulary the folder's tokenizer.json holds, id for id."""
+    import tiktoken
+
+    from gptlab.data.hf_tokenizer import vocab_of
+    from gptlab.data.tokenizer import load_encoding
+
+    saved = (
+        files.read_json(path / "tokenizer.json") if (path / "tokenizer.json").is_file() else None
+    )
+    vocab = saved.get("model", {}).get("vocab") if isinstance(saved, dict) else None
+    added = {
+        t.get("content"): t.get("id")
+        for t in (saved or {}).get("added_tokens", [])
+        if isinstance(t, dict)
+    }
+    for name in tiktoken.list_encoding_names():
+        try:
+            size = load_encoding(name, offline=True).max_token_value + 1
+        except ConfigError:  # not cached here: not this one
+            continue
+        if size == vocab_size and isinstance(vocab, dict) and {**vocab, **added} == vocab_of(name):
+            return name
+    raise not_readable(
+        path,
+        f"its tokenizer.json is not a tiktoken encoding's with {vocab_size} ids, "
+        "as gptlab's data is",
+    )
+
+
+def initial_weights(path: str, data) -> Trained:
+    """init_from: the folder read (read_folder) and its vocabulary and length checked against the
+    run's data settings, before any data is read."""
+    trained = read_folder(path)
+    encoding, context_length = trained.tokenizer["encoding"], trained.model["context_length"]
+    if data.compact_vocab or data.encoding != encoding:
+        raise ConfigError(
+            f"init_from: '{path}' reads text with tiktoken's {encoding}, the whole vocabulary; "
+            f"train on it with data.encoding={encoding} data.compact_vocab=false."
+        )
+    if data.context_length > context_length:
+        raise ConfigError(
+            f"data.context_length={data.context_length}: the model of init_from '{path}' reads "
+            f"at most {context_length} tokens; give data.context_length={context_length} or less."
+        )
+    return trained

@@ -1,0 +1,278 @@
+"""gptlab-export and init_from (docs/export.md): transformers loads each exported folder offline,
+without remote code, and computes gptlab's log-probabilities; the folder reads back as the same
+weights; what no class holds is refused; a foreign run is only read."""
+
+import dataclasses
+import json
+import math
+import os
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("transformers", reason="needs the export extra: pip install -e '.[export]'")
+
+import torch  # noqa: E402
+from helpers import check, read_metrics, run_cli, run_main  # noqa: E402
+from safetensors.torch import load_file  # noqa: E402
+from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
+
+from gptlab.data.tokenizer import Tokenizer  # noqa: E402
+from gptlab.errors import ConfigError  # noqa: E402
+from gptlab.model.config import GPTConfig  # noqa: E402
+from gptlab.model.gpt import GPT  # noqa: E402
+from gptlab.model.hf import model_type, to_hf  # noqa: E402
+from gptlab.run.checkpoints import Trained  # noqa: E402
+from gptlab.run.hf_folder import check_exportable, read_folder, write_folder  # noqa: E402
+
+TASK = "gptlab_next_sentence"  # scripts/next_sentence_task.py's
+ENCODING = "cl100k_base"
+VOCAB = 100277  # cl100k_base's ids, the whole vocabulary (data.compact_vocab=false)
+LLAMA = dict(positional="rope", norm_layer="rmsnorm", activation="swiglu", bias=False)
+MODERN = dict(positional="rope", norm_layer="rmsnorm", activation="relu2", qk_norm=True)
+ARCHITECTURES = {  # the settings -> the class that holds them
+    "default": ({}, "GPT2LMHeadModel"),
+    "learned": (dict(positional="learned"), "GPT2LMHeadModel"),
+    "llama": (LLAMA, "LlamaForCausalLM"),
+    "post-LN tied": (dict(norm="post", tie_weights=True), "OPTForCausalLM"),
+    "modern, no bias": (dict(MODERN, bias=False), "ApertusForCausalLM"),
+    "qk_norm swiglu tied": (dict(LLAMA, qk_norm=True, tie_weights=True), "Qwen3ForCausalLM"),
+}
+
+
+@pytest.fixture(scope="module")
+def val_ids(corpus_text) -> list[int]:
+    """64 tokens of the val split (the last tenth of the book), as gptlab encodes them."""
+    ids = Tokenizer(ENCODING).encode(corpus_text)
+    return ids[int(len(ids) * 0.9) :][:64]
+
+
+def random_model(**settings) -> tuple[GPTConfig, GPT]:
+    """A debug-sized GPT whose every weight matters (no zeros, no ones left from init)."""
+    config = GPTConfig(vocab_size=VOCAB, context_length=64, d_model=32, num_heads=2, num_blocks=2)
+    config = dataclasses.replace(config, dropout=0.0, **settings)
+    torch.manual_seed(0)
+    model = GPT(config).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    return config, model
+
+
+def trained_of(config: GPTConfig, model: GPT) -> Trained:
+    """The model as run/checkpoints.read_trained gives a checkpoint's."""
+    weights = {f"model.{k}": v for k, v in model.state_dict().items()}
+    return Trained(dataclasses.asdict(config), {"encoding": ENCODING, "vocab": None}, weights, 7)
+
+
+@pytest.mark.parametrize("name", ARCHITECTURES)
+def test_transformers_computes_gptlab_log_probs(name, tmp_path, val_ids):
+    settings, expected = ARCHITECTURES[name]
+    config, model = random_model(**settings)
+    out = tmp_path / "exported"
+    write_folder(trained_of(config, model), out, "card\n")
+
+    hf, info = AutoModelForCausalLM.from_pretrained(
+        out, local_files_only=True, output_loading_info=True
+    )
+    assert type(hf).__name__ == expected
+    assert not any(info.values()), info  # no weight missing, unexpected or mismatched
+    tokenizer = AutoTokenizer.from_pretrained(out, local_files_only=True)
+    text = Tokenizer(ENCODING).decode(val_ids)
+    assert tokenizer(text)["input_ids"] == val_ids
+    ids = torch.tensor([val_ids])
+    with torch.no_grad():
+        ours = torch.log_softmax(model(ids), dim=-1)
+        theirs = torch.log_softmax(hf.eval()(ids).logits, dim=-1)
+    assert (ours - theirs).abs().max().item() <= 1e-4
+
+    # import: the same settings and weights; the token embedding as the model uses it (times
+    # sqrt(d_model), folded into the export) bit for bit, and a second export is the first
+    back = read_folder(out)
+    assert back.model == trained_of(config, model).model
+    original = trained_of(config, model).weights
+    assert set(back.weights) == set(original)
+    scale = math.sqrt(config.d_model)
+    for key, tensor in original.items():
+        if key in ("model.token_embedding.weight", "model.head.weight") or config.tie_weights:
+            continue
+        assert torch.equal(back.weights[key], tensor), key
+    embedding = "model.token_embedding.weight"
+    assert torch.equal(back.weights[embedding] * scale, original[embedding] * scale)
+    if not config.tie_weights:
+        assert torch.equal(back.weights["model.head.weight"], original["model.head.weight"])
+    written = load_file(out / "model.safetensors")
+    state = {k.removeprefix("model."): v for k, v in back.weights.items()}
+    again = to_hf(GPTConfig(**back.model), state)  # what a second export writes
+    assert set(written) <= set(again)
+    assert all(torch.equal(written[k], again[k]) for k in written)
+
+
+@pytest.mark.parametrize(
+    ("settings", "named"),
+    [
+        (dict(logit_softcap=30.0), "model.logit_softcap=30.0"),
+        (MODERN, "model.bias=True"),  # model=modern: ApertusForCausalLM has no FFN biases
+        (dict(norm="post", positional="rope", norm_layer="rmsnorm"), "model.norm=post"),
+    ],
+)
+def test_what_no_class_holds_is_refused(settings, named):
+    config = GPTConfig(vocab_size=VOCAB, d_model=32, num_heads=2, **settings)
+    with pytest.raises(ConfigError) as refused:
+        model_type(config)
+    message = str(refused.value)
+    assert named in message
+    assert "GPT2LMHeadModel" in message and "LlamaForCausalLM" in message
+
+
+def test_compact_vocabulary_is_refused():
+    config, model = random_model()
+    trained = trained_of(config, model)._replace(tokenizer={"encoding": ENCODING, "vocab": [1, 2]})
+    with pytest.raises(ConfigError, match="data.compact_vocab=false"):
+        check_exportable(trained)
+
+
+# ------------------------------------------------------------------------------------------------
+# the command line, on a real run of the whole vocabulary
+
+
+@pytest.fixture(scope="module")
+def full_vocab_run(tmp_path_factory) -> Path:
+    """gptlab-train debug=fast data.compact_vocab=false (the must-hold's run), exported once."""
+    cwd = tmp_path_factory.mktemp("full_vocab")
+    check(run_cli("debug=fast", "data.compact_vocab=false", "hydra.run.dir=run", cwd=cwd))
+    check(run_cli("ckpt_path=run", "out=exported", cwd=cwd, tool="gptlab-export"))
+    return cwd / "run"
+
+
+def test_export_gives_gptlab_eval_loss(full_vocab_run, corpus_text):
+    """The must-hold: the exported folder's loss on the val windows gptlab-eval scores (debug=fast
+    validates 4 batches of 8 windows of 32 tokens) is gptlab-eval's, within 1e-4."""
+    from gptlab.data.datamodule import GPTDataModule
+
+    cwd = full_vocab_run.parent
+    result = check(run_cli(f"ckpt_path={full_vocab_run}", cwd=cwd, tool="gptlab-eval"))
+    eval_loss = float(re.search(r"val loss: +([\d.]+)", result.stdout).group(1))
+    exported = cwd / "exported"
+    hf = AutoModelForCausalLM.from_pretrained(exported, local_files_only=True).eval()
+    data = GPTDataModule(compact_vocab=False, context_length=32, batch_size=8,
+                         data_dir=os.environ.get("GPTLAB_DATA_DIR", "data"),
+                         cache_dir=str(cwd / "cache"))  # fmt: skip
+    data.prepare_data()
+    data.setup("validate")
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for _, (x, y) in zip(range(4), data.val_dataloader(), strict=False):
+            logits = hf(x).logits
+            total += torch.nn.functional.cross_entropy(
+                logits.flatten(0, 1), y.flatten(), reduction="sum"
+            )
+            count += y.numel()
+    assert abs(total.item() / count - eval_loss) <= 1e-4
+    # the tokenizer: gptlab's ids on the whole book
+    tokenizer = AutoTokenizer.from_pretrained(exported, local_files_only=True)
+    assert tokenizer(corpus_text)["input_ids"] == Tokenizer(ENCODING).encode(corpus_text)
+    card = (exported / "README.md").read_text()
+    assert "gptlab-train debug=fast data.compact_vocab=false" in card
+    assert f"best val loss: {read_metrics(full_vocab_run)['best_val_loss']}" in card
+
+
+def test_export_refuses_a_folder_that_holds_something(full_vocab_run, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    result = run_main(
+        f"ckpt_path={full_vocab_run}", f"out={out}", cwd=tmp_path, tool="gptlab-export"
+    )
+    assert result.returncode == 2
+    assert "never overwrites" in result.stderr
+    assert [p.name for p in out.iterdir()] == ["notes.txt"]
+    assert (out / "notes.txt").read_text() == "mine"
+
+
+def snapshot(folder: Path) -> dict:
+    return {
+        str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in folder.rglob("*")
+    }
+
+
+def test_export_of_a_foreign_run_writes_only_into_out(full_vocab_run, tmp_path):
+    foreign = tmp_path / "foreign"
+    shutil.copytree(full_vocab_run, foreign, symlinks=True)  # a copy: not this user's run
+    before = snapshot(foreign)
+    check(run_cli(f"ckpt_path={foreign}", "out=out", cwd=tmp_path, tool="gptlab-export"))
+    assert snapshot(foreign) == before
+    card = (tmp_path / "out" / "README.md").read_text()
+    assert "not your run" in card  # its settings files were not read
+    assert AutoModelForCausalLM.from_pretrained(tmp_path / "out", local_files_only=True)
+
+
+def test_init_from_trains_on_from_the_folder(full_vocab_run, tmp_path):
+    exported = full_vocab_run.parent / "exported"
+    refused = run_main(f"init_from={exported}", "debug=fast", cwd=tmp_path)
+    assert refused.returncode == 2
+    assert "data.compact_vocab=false" in refused.stderr
+    args = (
+        f"init_from={exported}",
+        "debug=fast",
+        "data.compact_vocab=false",
+        "trainer.max_steps=3",
+    )
+    check(run_cli(*args, "hydra.run.dir=init", cwd=tmp_path))
+    # 3 steps from the folder's weights, not from a fresh model's ln(100277) = 11.5 nats
+    source = read_metrics(full_vocab_run)["best_val_loss"]
+    assert read_metrics(tmp_path / "init")["best_val_loss"] < source + 0.2 < math.log(VOCAB) - 1
+
+
+def test_lm_eval_runs_the_local_task_on_the_exported_folder(full_vocab_run, tmp_path, corpus_text):
+    """scripts/next_sentence_task.py writes the task; lm_eval --model hf runs it end to end."""
+    root = Path(__file__).resolve().parents[1]
+    script = root / "scripts" / "next_sentence_task.py"
+    made = check(run_cli(str(script), "--out", "tasks", cwd=tmp_path, tool="python"))
+    assert "documents from" in made.stdout
+    docs = [
+        json.loads(line) for line in (tmp_path / "tasks" / f"{TASK}.jsonl").read_text().splitlines()
+    ]
+    assert len(docs) > 100
+    squashed = " ".join(corpus_text.split())
+    for doc in docs:  # the true choice follows its passage in the book; the others do not
+        assert len(doc["choices"]) == 4
+        assert f"{doc['context']} {doc['choices'][doc['label']]}" in squashed
+        others = [c for i, c in enumerate(doc["choices"]) if i != doc["label"]]
+        assert not any(f"{doc['context']} {c}" in squashed for c in others)
+    exported = full_vocab_run.parent / "exported"
+    args = ("--model", "hf", "--model_args", f"pretrained={exported}", "--tasks", TASK)
+    args += (
+        "--include_path",
+        "tasks",
+        "--limit",
+        "8",
+        "--device",
+        "cpu",
+        "--output_path",
+        "results",
+    )
+    ran = check(run_cli(*args, cwd=tmp_path, tool="lm_eval", env={"HF_DATASETS_OFFLINE": "1"}))
+    assert TASK in ran.stdout
+    [saved] = (tmp_path / "results").rglob("results_*.json")
+    result = json.loads(saved.read_text())
+    assert result["n-samples"][TASK] == {"original": len(docs), "effective": 8}
+    assert 0.0 <= result["results"][TASK]["acc,none"] <= 1.0
+
+
+def test_import_refuses_what_gptlab_does_not_compute(tmp_path):
+    config, model = random_model()
+    out = tmp_path / "exported"
+    write_folder(trained_of(config, model), out, "card\n")
+    settings = json.loads((out / "config.json").read_text())
+    for change, named in (
+        ({"activation_function": "gelu_new"}, "'gelu_new'"),  # GPT-2's tanh GELU
+        ({"layer_norm_epsilon": 1e-6}, "layer_norm_epsilon=1e-06"),
+        ({"auto_map": {"AutoModelForCausalLM": "x.Y"}}, "without code"),
+    ):
+        (out / "config.json").write_text(json.dumps({**settings, **change}))
+        with pytest.raises(ConfigError, match=re.escape(named)):
+            read_folder(out)
