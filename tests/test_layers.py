@@ -96,3 +96,13 @@ def test_the_check_sees_an_upward_import(tmp_path, monkeypatch):
     monkeypatch.setattr(__import__(__name__), "SRC", tmp_path)
     assert "gptlab.training.x" in imports(package / "run" / "bad.py")
     assert layer_of("gptlab.training.x") < layer_of("gptlab.run.bad")
+
+
+def test_no_module_is_over_300_lines():
+    """One concern a file: a module past 300 lines holds two (split it where they part)."""
+    long = {
+        str(p.relative_to(SRC)): n
+        for p in SRC.rglob("*.py")
+        if (n := len(p.read_text().splitlines())) > 300
+    }
+    assert not long, f"split these modules: {long}"
