@@ -25,12 +25,12 @@ help: ## this list
 $(READY): pyproject.toml scripts/install_torch.sh
 	rm -rf $(VENV)
 	$(PYTHON) -m venv $(VENV)
-	# pip -qq: errors only (a machine's pip config can add a warning line per package, e.g. an
-	# extra index folder without it: 200 lines in a log)
+# pip -qq: errors only (a machine's pip config can add a warning line per package, e.g. an
+# extra index folder without it: 200 lines in a log)
 	-$(BIN)/python -m pip install -qq --disable-pip-version-check --upgrade pip
 	TORCH="$(TORCH)" bash scripts/install_torch.sh $(BIN)/python $(TORCH_VERSION)
-	# setuptools' notice that an editable install may be shadowed by a folder of the same name
-	# (the one warning left: conf/'s groups are named packages in pyproject.toml)
+# setuptools' notice that an editable install may be shadowed by a folder of the same name
+# (the one warning left: conf/'s groups are named packages in pyproject.toml)
 	PYTHONWARNINGS=ignore $(BIN)/python -m pip install -qq --disable-pip-version-check -e ".[dev]"
 	touch $(READY)
 
