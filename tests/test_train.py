@@ -189,20 +189,23 @@ def test_train_log_has_a_line_per_validation(fast_run):
     assert result.stderr.count("val loss ") >= 3  # the console too
 
 
+def train_fast(tmp_path, **streams) -> subprocess.CompletedProcess:
+    """`gptlab-train debug=fast` on one thread, its output where `streams` say."""
+    return subprocess.run(
+        [str(BIN / "gptlab-train"), "debug=fast", "hydra.run.dir=run"],
+        cwd=tmp_path,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        timeout=300,
+        **streams,
+    )
+
+
 def test_a_log_file_gets_plain_lines_not_a_progress_bar(tmp_path):
     """`gptlab-train debug=fast > log.txt 2>&1` (SLURM, CI, tee): stdout is no terminal, so a
     line every N steps instead of the bar, each validation's line whole, the log small."""
     log = tmp_path / "log.txt"
     with log.open("w") as out:
-        subprocess.run(
-            [str(BIN / "gptlab-train"), "debug=fast", "hydra.run.dir=run"],
-            cwd=tmp_path,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "OMP_NUM_THREADS": "1"},
-            timeout=300,
-            check=True,
-        )
+        train_fast(tmp_path, stdout=out, stderr=subprocess.STDOUT).check_returncode()
     text = log.read_text()
     assert log.stat().st_size < 20_000
     assert "\r" not in text and "it/s" not in text and "Validation" not in text  # no bar
@@ -235,14 +238,7 @@ def test_a_terminal_gets_the_progress_bar_not_lines(tmp_path):
 
     reader = threading.Thread(target=read)
     reader.start()
-    result = subprocess.run(
-        [str(BIN / "gptlab-train"), "debug=fast", "hydra.run.dir=run"],
-        cwd=tmp_path,
-        stdout=terminal,
-        stderr=subprocess.DEVNULL,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-        timeout=300,
-    )
+    result = train_fast(tmp_path, stdout=terminal, stderr=subprocess.DEVNULL)
     os.close(terminal)
     reader.join(timeout=60)
     os.close(master)
