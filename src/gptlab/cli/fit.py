@@ -34,8 +34,8 @@ def train(cfg: DictConfig) -> float:
     """Train one model as `cfg` says; return its best validation loss."""
     # the checked config (built first: cheap) and where this run starts from, before any download
     route_lightning_logs()
+    check_accelerator(cfg.trainer.get("accelerator"))  # this machine's, before anything is built
     cfg = checked(cfg)  # resolved once and checked: what is built below
-    check_accelerator(cfg.trainer.get("accelerator"))
     model, optim, datamodule = (build(cfg[group], group) for group in ("model", "optim", "data"))
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
