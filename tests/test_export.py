@@ -276,3 +276,17 @@ def test_import_refuses_what_gptlab_does_not_compute(tmp_path):
         (out / "config.json").write_text(json.dumps({**settings, **change}))
         with pytest.raises(ConfigError, match=re.escape(named)):
             read_folder(out)
+
+
+def test_import_counts_the_blocks_before_building_a_model(tmp_path):
+    """A config.json asking for 10**5 blocks beside the weights of a few: refused from the
+    weights file's header, in seconds, before any model of that depth is built."""
+    config, model = random_model()
+    out = tmp_path / "exported"
+    write_folder(trained_of(config, model), out, "card\n")
+    settings = json.loads((out / "config.json").read_text())
+    key = "n_layer" if "n_layer" in settings else "num_hidden_layers"
+    (out / "config.json").write_text(json.dumps({**settings, key: 100_000}))
+    held = f"config.json says 100000 blocks, but model.safetensors holds {config.num_blocks}"
+    with pytest.raises(ConfigError, match=re.escape(held)):
+        read_folder(out)

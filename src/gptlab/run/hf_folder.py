@@ -143,14 +143,40 @@ def read_config(path: Path) -> tuple[str, GPTConfig]:
         raise not_readable(path, f"its settings give no gptlab model: {e}") from None
 
 
+def weights_file_of(path: Path) -> Path:
+    weights_file = path / WEIGHTS
+    if not weights_file.is_file() or weights_file.is_symlink():
+        raise not_readable(path, f"no {WEIGHTS} (one file of weights)")
+    return weights_file
+
+
+def blocks_held(path: Path) -> int:
+    """The blocks (…h.<i>. or …layers.<i>.) model.safetensors names, from its header alone."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(weights_file_of(path), "pt") as f:
+            names = [name.split(".") for name in f.keys()]
+    except ConfigError:
+        raise
+    except Exception as e:  # safetensors' own errors: a damaged or foreign file
+        raise not_readable(path, f"{WEIGHTS} does not read ({type(e).__name__})") from None
+    return len(
+        {
+            parts[i + 1]
+            for parts in names
+            for i in range(len(parts) - 1)
+            if parts[i] in ("h", "layers") and parts[i + 1].isdigit()
+        }
+    )
+
+
 def read_weights(path: Path, gpt) -> dict:
     """model.safetensors (no pickle, no code), once the model it names (`gpt`, on the meta
     device) fits in memory and the file is not far larger than that model."""
     from safetensors.torch import load_file
 
-    weights_file = path / WEIGHTS
-    if not weights_file.is_file() or weights_file.is_symlink():
-        raise not_readable(path, f"no {WEIGHTS} (one file of weights)")
+    weights_file = weights_file_of(path)
     check_memory(gpt, 1, "init_from")
     carried = sum(p.numel() * 4 for p in gpt.parameters()) + FILE_SLACK  # fp32, tables, zeros
     if weights_file.stat().st_size > 2 * carried:
@@ -170,6 +196,11 @@ def read_folder(path: str | Path) -> Trained:
 
     path = Path(path).expanduser()
     kind, config = read_config(path)
+    held = blocks_held(path)  # counted before the model is built: num_blocks=10**5 would hang
+    if held != config.num_blocks:
+        raise not_readable(
+            path, f"config.json says {config.num_blocks} blocks, but {WEIGHTS} holds {held}"
+        )
     with torch.device("meta"):
         gpt = GPT(config)
     hf_state = read_weights(path, gpt)
