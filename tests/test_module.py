@@ -12,12 +12,14 @@ import lightning as L
 import numpy as np
 import pytest
 import torch
+from helpers import scalars
 from lightning.fabric.utilities.warnings import PossibleUserWarning
 from torch.utils.data import DataLoader, TensorDataset
 
 from gptlab.data.tokenizer import Tokenizer
 from gptlab.errors import ConfigError
 from gptlab.model.gpt import GPTConfig
+from gptlab.training.callbacks import LastCheckpoint
 from gptlab.training.module import GPTModule, OptimConfig, lr_factor
 from gptlab.training.optim_config import (
     branch_length,
@@ -25,6 +27,7 @@ from gptlab.training.optim_config import (
     check_schedule,
     cooldown_start,
 )
+from gptlab.training.trackers import RunTensorBoardLogger, StepLoggedBeforeSave
 
 os.environ.setdefault("TIKTOKEN_CACHE_DIR", "/work/shared/tiktoken_cache")
 torch.set_num_threads(1)  # small tensors: one thread is fastest, and robust to a busy machine
@@ -94,10 +97,10 @@ def make_module(
 
 def make_trainer(tmp_path, max_steps: int, **kwargs) -> L.Trainer:
     kwargs.setdefault("enable_checkpointing", False)
+    kwargs.setdefault("logger", False)
     return L.Trainer(
         accelerator="cpu",
         devices=1,
-        logger=False,
         enable_progress_bar=False,
         enable_model_summary=False,
         max_steps=max_steps,
@@ -341,6 +344,42 @@ def test_checkpoint_rebuilds_the_module_alone(corpus, tmp_path):
     assert text.startswith(prompt)
     assert text == module.sample(prompt, max_new_tokens=6, temperature=0)
     assert text != prompt
+
+
+@pytest.mark.parametrize("first", [True, False])
+def test_each_save_finds_its_step_already_in_tensorboard(corpus, tmp_path, first):
+    """Lightning logs a step after the checkpoint its end saves: a kill -9 between the two lost
+    the step from the curve for good (the resume starts at the next step). With
+    StepLoggedBeforeSave each save finds it in TensorBoard's file, and it is there once."""
+    tokenizer, ids = corpus
+    on_disk = {}  # global step of a save -> train/loss steps in the file then
+
+    class Probe(L.Callback):
+        def on_save_checkpoint(self, trainer, pl_module, checkpoint) -> None:
+            curve = scalars(tmp_path / "tb").get("train/loss", [])
+            on_disk[trainer.global_step] = [step for step, _ in curve]
+
+    last = LastCheckpoint(every_n_train_steps=4, dirpath=str(tmp_path / "checkpoints"))
+    callbacks = [StepLoggedBeforeSave()] * first + [Probe(), last]
+    logger = RunTensorBoardLogger(str(tmp_path), name="tb", version="")
+    fit(
+        make_module(tokenizer),
+        windows(ids),
+        tmp_path,
+        12,
+        batch_size=4,
+        logger=logger,
+        log_every_n_steps=2,
+        enable_checkpointing=True,
+        callbacks=callbacks,
+    )
+    logged = [1, 3, 5, 7, 9, 11]  # Lightning's: every 2nd step count, a step number less
+    assert [step for step, _ in scalars(tmp_path / "tb")["train/loss"]] == logged
+    assert sorted(on_disk) == [4, 8, 12]
+    if first:
+        assert on_disk == {4: [1, 3], 8: [1, 3, 5, 7], 12: logged}
+    else:  # the loss this guards against
+        assert on_disk[4] == [1] and on_disk[8] == [1, 3, 5]
 
 
 def test_model_checkpoint_callback_file_loads(corpus, tmp_path):

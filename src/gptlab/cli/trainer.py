@@ -26,6 +26,7 @@ from gptlab.training.checkpoint_io import RunCheckpointIO
 from gptlab.training.optim_config import branch_steps
 from gptlab.training.report import RunReport
 from gptlab.training.run_stats import RunStats
+from gptlab.training.trackers import StepLoggedBeforeSave
 
 
 def build_trainer(cfg: DictConfig, run_dir: Path, module, start, length) -> L.Trainer:
@@ -37,6 +38,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, module, start, length) -> L.Tr
     callbacks = [
         *callbacks,
         stats,
+        StepLoggedBeforeSave(),
         ValidationStep(),
         FinalValidation(),
         GracefulStop(),

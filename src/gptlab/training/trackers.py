@@ -25,14 +25,23 @@ RESULTS = "val_results"
 LOSS_CHART = {"losses": {"train and val loss": ["Multiline", ["^train/loss$", "^val/loss$"]]}}
 
 
+STEP_METRICS = ("train/", "vitals/")  # what a training step logs (the module, RunStats)
+
+
 class RunTensorBoardLogger(TensorBoardLogger):
     """Lightning's TensorBoard logger without `epoch` (always 0: training is one endless epoch);
-    the train and val loss on one chart; the HPARAMS tab in an event file replaced at each
-    start's end (TensorBoard keeps the first hparams it reads)."""
+    a metric once a step (StepLoggedBeforeSave may write it first); the train and val loss on
+    one chart; the HPARAMS tab in an event file replaced at each start's end (TensorBoard keeps
+    the first hparams it reads)."""
+
+    _written: dict[str, int | None] | None = None  # each metric's last step
 
     @rank_zero_only
     def log_metrics(self, metrics: dict, step: int | None = None) -> None:
-        super().log_metrics({k: v for k, v in metrics.items() if k != "epoch"}, step)
+        self._written = self._written or {}
+        fresh = {k: v for k, v in metrics.items() if k != "epoch" and self._written.get(k) != step}
+        self._written.update(dict.fromkeys(fresh, step))
+        super().log_metrics(fresh, step)
 
     @rank_zero_only
     def log_graph(self, model, input_array=None) -> None:
@@ -66,6 +75,22 @@ class RunTensorBoardLogger(TensorBoardLogger):
             writer.close()
             [written] = Path(fresh).iterdir()
             os.replace(written, folder / HPARAMS_EVENTS)  # the earlier start's, replaced
+
+
+class StepLoggedBeforeSave(L.Callback):
+    """Lightning logs a step's metrics after its callbacks save the step's checkpoint: a kill in
+    between would lose them for good (a resume starts at the next step). They reach TensorBoard's
+    file before each save; its logger skips Lightning's own write of them that follows."""
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint) -> None:
+        every = trainer.log_every_n_steps
+        if not trainer.training or not every or trainer.global_step % every:
+            return  # not a step Lightning logs (its rule: the step count, after the step)
+        metrics = {k: v for k, v in trainer.callback_metrics.items() if k.startswith(STEP_METRICS)}
+        for logger in trainer.loggers:
+            if isinstance(logger, RunTensorBoardLogger) and metrics:
+                logger.log_metrics(metrics, step=trainer.global_step - 1)  # Lightning's step
+                logger.save()  # flushed: on disk before the checkpoint is
 
 
 def hparams_summary(tag: str, **data) -> Summary:
