@@ -23,35 +23,42 @@ from gptlab.training.callbacks import (
     ValidationStep,
 )
 from gptlab.training.checkpoint_io import RunCheckpointIO
-from gptlab.training.optim_config import branch_steps
 from gptlab.training.report import RunReport
 from gptlab.training.run_stats import RunStats
 from gptlab.training.trackers import StepLoggedBeforeSave
 
 
 def build_trainer(cfg: DictConfig, run_dir: Path, module, start, length) -> L.Trainer:
-    """The Trainer for `module`, continuing `start`, on the processes `length` was counted for."""
-    loggers = build_loggers(cfg, start.step)
-    callbacks = build_callbacks(cfg, run_dir, with_loggers=bool(loggers))
-    plugin = RunCheckpointIO(run_dir, start, module.optim.name)
-    stats = RunStats(length.tokens_per_step, module.model.flops_per_token())
-    callbacks = [
-        *callbacks,
-        stats,
+    """The Trainer for `module`, continuing `start`, on the processes `length` was counted for:
+    the config's callbacks and loggers, then gptlab's own callbacks, then all of it built."""
+    folder = directory.checkpoint_dir(run_dir)
+    with_loggers = any("_target_" in node for node in cfg.logger.values())
+    configured = [*callback_nodes(cfg, folder, with_loggers), *logger_nodes(cfg, start.step)]
+    own_checkpoint_dir(folder)
+    ours = [
+        SpawnedRankLog(run_dir),
+        stats := RunStats(length.tokens_per_step, module.model.flops_per_token()),
         StepLoggedBeforeSave(),
         ValidationStep(),
         FinalValidation(),
         GracefulStop(),
         RngState(),
         DivergenceGuard(),
-        SpawnedRankLog(run_dir),
-        BranchCheckpoints(branch_steps(module.optim, length.max_steps), str(run_dir)),
+        BranchCheckpoints(length.branch_steps, str(run_dir)),
         RunReport(
             OmegaConf.to_container(cfg), str(run_dir), stats, job_overrides(), swept_overrides()
         ),
     ]
+    plugin = RunCheckpointIO(run_dir, start, module.optim.name)
+    built = [(key, build(node, key, **extra)) for key, node, extra in configured]
+    callbacks = [part for key, part in built if key.startswith("callbacks.")]
+    loggers = [part for key, part in built if key.startswith("logger.")]
     trainer = build(
-        cfg.trainer, "trainer", callbacks=callbacks, logger=loggers or False, plugins=[plugin]
+        cfg.trainer,
+        "trainer",
+        callbacks=[*callbacks, *ours],
+        logger=loggers or False,
+        plugins=[plugin],
     )
     if trainer.world_size != length.ranks:
         raise ConfigError(
@@ -62,12 +69,11 @@ def build_trainer(cfg: DictConfig, run_dir: Path, module, start, length) -> L.Tr
     return trainer
 
 
-def build_callbacks(cfg: DictConfig, run_dir: Path, with_loggers: bool) -> list:
-    """The callbacks group's, checkpoints into the run's own checkpoints/ (resume looks there); no
-    learning rate without a logger. A node without _target_ was removed (`callbacks=none`)."""
-    folder = directory.checkpoint_dir(run_dir)
-    own_checkpoint_dir(folder)
-    callbacks = []
+def callback_nodes(cfg: DictConfig, folder: Path, with_loggers: bool) -> list[tuple]:
+    """(key, node, extra) of the callbacks group's, checkpoints into the run's own checkpoints/
+    `folder` (resume looks there); no learning rate without a logger. A node without _target_
+    was removed (`callbacks=none`)."""
+    nodes = []
     for name, node in cfg.callbacks.items():
         kind = get_object(node._target_) if "_target_" in node else None
         if kind is None or (issubclass(kind, LearningRateMonitor) and not with_loggers):
@@ -80,14 +86,15 @@ def build_callbacks(cfg: DictConfig, run_dir: Path, with_loggers: bool) -> list:
             )
         if where and node.get("filename") is None and "filename" in signature(kind).parameters:
             where["filename"] = directory.BEST
-        callbacks.append(build(node, f"callbacks.{name}", **where))
-    return callbacks
+        nodes.append((f"callbacks.{name}", node, where))
+    return nodes
 
 
-def build_loggers(cfg: DictConfig, resume_step: int | None) -> list:
-    """The logger group's. A resumed TensorBoard log drops the steps after its checkpoint; a
-    sweep's job is a TensorBoard run named by its settings (unless the config names one)."""
-    loggers = []
+def logger_nodes(cfg: DictConfig, resume_step: int | None) -> list[tuple]:
+    """(key, node, extra) of the logger group's. A resumed TensorBoard log drops the steps after
+    its checkpoint; a sweep's job is a TensorBoard run named by its settings (unless the config
+    names one)."""
+    nodes = []
     for name, node in cfg.logger.items():
         if "_target_" not in node:  # an experiment may tune a logger that logger=none removed
             continue
@@ -97,5 +104,5 @@ def build_loggers(cfg: DictConfig, resume_step: int | None) -> list:
             folder = Path(str(node.get("save_dir"))) / str(node.get("name", "lightning_logs"))
             version = None if node.get("version") else tensorboard_version(folder)
             extra.update({"version": version} if version else {})
-        loggers.append(build(node, f"logger.{name}", **extra))
-    return loggers
+        nodes.append((f"logger.{name}", node, extra))
+    return nodes
