@@ -39,7 +39,9 @@ def train(cfg: DictConfig) -> float:
     model, optim, datamodule = (build(cfg[group], group) for group in ("model", "optim", "data"))
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
+    place.check_data_places(cfg.data.data_dir, cfg.data.cache_dir)
     run_dir = Path(cfg.paths.output_dir)
+    place.claim(run_dir)  # this start recorded in its directory before it writes there
     start = starting_point(cfg, run_dir)
     if start.init:  # init_from: the folder's architecture, the run's own training settings
         model = replace(model, **{k: start.init.model[k] for k in GPTConfig.architecture()})

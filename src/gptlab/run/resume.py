@@ -118,10 +118,8 @@ class Start(NamedTuple):
 
 
 def starting_point(cfg: DictConfig, run_dir: Path) -> Start:
-    """Everything a start's files can get wrong, before any data: the start claimed, its data's
-    places checked, the checkpoint it continues found and loaded."""
-    place.check_data_places(cfg.data.data_dir, cfg.data.cache_dir)
-    place.claim(run_dir)
+    """Everything a start's files can get wrong, before any data (its run directory claimed):
+    the checkpoint it continues found and loaded, or the folder init_from reads."""
     ckpt_path, whole = checkpoint_to_continue(cfg, run_dir)
     checkpoint = load_checkpoint(ckpt_path) if ckpt_path else None
     if cfg.get("branch_from") and not whole and step_of(checkpoint) != cfg.branch_step:
