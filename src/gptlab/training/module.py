@@ -193,15 +193,16 @@ class GPTModule(L.LightningModule):
 
 
 def build_module(model, optim, tokenizer: Tokenizer, batch_size: int, start) -> GPTModule:
-    """The GPTModule for the data's tokenizer once its memory is known to fit (meta device); a
-    checkpoint it starts from must hold this architecture (and, for its tensors, their shapes)."""
+    """The GPTModule for the data's tokenizer, built once its shapes (on the meta device) are
+    known to fit in memory and to be those of the checkpoint it starts from: architecture and,
+    for its tensors, their names and shapes."""
     model = replace(model, vocab_size=tokenizer.vocab_size)  # its settings final
-    with torch.device("meta"):
-        check_memory(GPT(replace(model, compile=False)), batch_size, "model")
     hparams = GPTModule.hparams_from(model, optim, tokenizer)
+    with torch.device("meta"):
+        shapes = GPT(replace(model, compile=False))
+    check_memory(shapes, batch_size, "model")
     if start.checkpoint:
         check_architecture(start.ckpt_path, start.checkpoint, hparams)
-    module = GPTModule(**hparams)
     if start.checkpoint and not start.whole:
-        check_weights(module.model, weights(start.checkpoint, start.ckpt_path), start.ckpt_path)
-    return module
+        check_weights(shapes, weights(start.checkpoint, start.ckpt_path), start.ckpt_path)
+    return GPTModule(**hparams)
