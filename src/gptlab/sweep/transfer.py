@@ -8,7 +8,6 @@ import statistics
 from pathlib import Path
 
 import numpy as np
-from matplotlib.figure import Figure
 
 from gptlab import files
 from gptlab.sweep.stats import bootstrap, number, percentile_interval, sort_key
@@ -95,8 +94,10 @@ def transfer_section(rows: list[dict], knobs: list[str], out: Path) -> list[str]
     ]
 
 
-def transfer_figure(found: dict, size: str) -> Figure:
+def transfer_figure(found: dict, size: str):
     """A panel per configuration: mean val loss against lr, a line per size, the best rate ×."""
+    from matplotlib.figure import Figure  # when a figure is drawn: every run loads this module
+
     fig = Figure(figsize=(5.5 * len(found), 4.5), layout="constrained")
     axes = fig.subplots(1, len(found), sharey=True, squeeze=False)[0]
     for ax, (panel, by_size) in zip(axes, found.items(), strict=True):
