@@ -43,21 +43,6 @@ def run_hydra_app(hydra_main: Callable[[], object], tool: str) -> None:
     hydra_main()
 
 
-def tool(task: Callable[[DictConfig], Any], config_name: str, log: logging.Logger):
-    """(run_job, main) of a tool that runs `task` once: its `@hydra.main` function (tests pass
-    it a composed cfg) and its console script, `gptlab-<config_name>`."""
-    import hydra
-
-    @hydra.main(version_base="1.3", config_path="pkg://gptlab.conf", config_name=config_name)
-    def run_job(cfg: DictConfig) -> Any:
-        return run_task(task, cfg, log)
-
-    def main() -> None:
-        run_hydra_app(run_job, f"gptlab-{config_name}")
-
-    return run_job, main
-
-
 def resolve_device(device: str) -> str:
     """auto -> cuda when available, else cpu. The name is checked before torch is imported."""
     if device not in ("auto", "cpu", "cuda"):

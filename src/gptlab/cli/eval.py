@@ -5,10 +5,11 @@ import logging
 import math
 from pathlib import Path
 
+import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from gptlab import files
-from gptlab.cli.app import resolve_device, tool
+from gptlab.cli.app import resolve_device, run_hydra_app, run_task
 from gptlab.config.schemas import register_configs
 from gptlab.errors import ConfigError
 from gptlab.run import directory, ownership, place
@@ -189,7 +190,13 @@ def check_split(split: str, data: dict, other: dict) -> str:
     return split
 
 
-run_job, main = tool(evaluate, "eval", log)  # main: the console script gptlab-eval
+@hydra.main(version_base="1.3", config_path="pkg://gptlab.conf", config_name="eval")
+def run_job(cfg: DictConfig) -> dict:  # tests pass it a composed cfg
+    return run_task(evaluate, cfg, log)
+
+
+def main() -> None:  # the console script gptlab-eval
+    run_hydra_app(run_job, "gptlab-eval")
 
 
 if __name__ == "__main__":

@@ -4,10 +4,11 @@ transformers loads with its Auto classes, offline, without remote code (docs/exp
 import logging
 from pathlib import Path
 
+import hydra
 from omegaconf import DictConfig
 
 from gptlab import files
-from gptlab.cli.app import tool
+from gptlab.cli.app import run_hydra_app, run_task
 from gptlab.cli.eval import run_of, run_settings
 from gptlab.config.schemas import register_configs
 from gptlab.errors import ConfigError
@@ -70,7 +71,13 @@ def export(cfg: DictConfig) -> Path:
     return out
 
 
-run_job, main = tool(export, "export", log)  # main: the console script gptlab-export
+@hydra.main(version_base="1.3", config_path="pkg://gptlab.conf", config_name="export")
+def run_job(cfg: DictConfig) -> Path:  # tests pass it a composed cfg
+    return run_task(export, cfg, log)
+
+
+def main() -> None:  # the console script gptlab-export
+    run_hydra_app(run_job, "gptlab-export")
 
 
 if __name__ == "__main__":

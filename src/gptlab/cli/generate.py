@@ -8,9 +8,10 @@ from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 from itertools import chain
 
+import hydra
 from omegaconf import DictConfig
 
-from gptlab.cli.app import resolve_device, tool
+from gptlab.cli.app import resolve_device, run_hydra_app, run_task
 from gptlab.config.resolvers import register
 from gptlab.errors import ConfigError, check_whole_number
 
@@ -104,7 +105,13 @@ def generate(cfg: DictConfig) -> list[str]:
     return texts
 
 
-run_job, main = tool(generate, "generate", log)  # main: the console script gptlab-generate
+@hydra.main(version_base="1.3", config_path="pkg://gptlab.conf", config_name="generate")
+def run_job(cfg: DictConfig) -> None:  # tests pass it a composed cfg
+    run_task(generate, cfg, log)
+
+
+def main() -> None:  # the console script gptlab-generate
+    run_hydra_app(run_job, "gptlab-generate")
 
 
 if __name__ == "__main__":

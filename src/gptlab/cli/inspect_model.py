@@ -6,13 +6,14 @@ import math
 from pathlib import Path
 from typing import NamedTuple
 
+import hydra
 import numpy as np
 import torch
 from omegaconf import DictConfig
 
 from gptlab import files
 from gptlab.cli import inspect_figures as draw
-from gptlab.cli.app import tool
+from gptlab.cli.app import run_hydra_app, run_task
 from gptlab.cli.coord_check import run_coord_check
 from gptlab.config.schemas import register_configs
 from gptlab.data.tokenizer import Tokenizer
@@ -211,7 +212,13 @@ def write_to_run(run_dir: str, figures: dict, step: int) -> None:
     log.info("Also in TensorBoard (IMAGES tab, inspect/*): tensorboard --logdir %s", run_dir)
 
 
-run_job, main = tool(look_inside, "inspect", log)  # main: the console script gptlab-inspect
+@hydra.main(version_base="1.3", config_path="pkg://gptlab.conf", config_name="inspect")
+def run_job(cfg: DictConfig) -> None:  # tests pass it a composed cfg
+    run_task(look_inside, cfg, log)
+
+
+def main() -> None:  # the console script gptlab-inspect
+    run_hydra_app(run_job, "gptlab-inspect")
 
 
 if __name__ == "__main__":
