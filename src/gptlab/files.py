@@ -147,14 +147,16 @@ def read_bytes(path: str | Path, limit: int = MAX_BYTES) -> bytes | None:
 
 
 def depth(data: Any) -> int:
-    """How deeply lists and dicts nest in `data` (without recursion)."""
+    """How deeply lists and dicts nest in `data` (without recursion; only the containers are
+    visited: a tokenizer.json's 10**5 strings cost no step each)."""
+    if not isinstance(data, dict | list):
+        return 0
     deepest, todo = 0, [(data, 1)]
     while todo:
         node, level = todo.pop()
+        deepest = max(deepest, level)
         children = node.values() if isinstance(node, dict) else node
-        if isinstance(node, dict | list):
-            deepest = max(deepest, level)
-            todo += [(child, level + 1) for child in children]
+        todo += [(child, level + 1) for child in children if isinstance(child, dict | list)]
     return deepest
 
 
