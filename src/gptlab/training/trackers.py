@@ -39,7 +39,11 @@ class RunTensorBoardLogger(TensorBoardLogger):
     @rank_zero_only
     def log_metrics(self, metrics: dict, step: int | None = None) -> None:
         self._written = self._written or {}
-        fresh = {k: v for k, v in metrics.items() if k != "epoch" and self._written.get(k) != step}
+        fresh = {
+            k: v
+            for k, v in metrics.items()
+            if k != "epoch" and (k not in self._written or self._written[k] != step)
+        }
         self._written.update(dict.fromkeys(fresh, step))
         super().log_metrics(fresh, step)
 
