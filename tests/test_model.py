@@ -427,11 +427,10 @@ def test_the_models_own_accounting_is_the_scaling_law_formula(overrides):
     """GPT.scaling_params: per block 4 d_model² (Wq, Wk, Wv, Wo) and the FFN's 2 (SwiGLU: 3)
     matrices of ffn_hidden x d_model, plus the head's vocab x d_model; GPT.flops_per_token: 6 per
     such weight plus attention's 12 num_blocks context_length d_model."""
-    from gptlab.model.config import ffn_hidden
 
     model = make_model(**overrides)
     c = model.config
-    ffn = (3 if c.activation == "swiglu" else 2) * ffn_hidden(c) * c.d_model
+    ffn = (3 if c.activation == "swiglu" else 2) * c.ffn_hidden * c.d_model
     expected = c.num_blocks * (4 * c.d_model**2 + ffn) + c.d_model * c.vocab_size
     assert model.scaling_params() == expected
     attention = 12 * c.num_blocks * c.context_length * c.d_model

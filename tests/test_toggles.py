@@ -17,7 +17,7 @@ from torch import nn
 
 from gptlab.cli.inspect_model import trace_forward
 from gptlab.errors import ConfigError
-from gptlab.model.gpt import GPT, GPTConfig, ffn_hidden
+from gptlab.model.gpt import GPT, GPTConfig
 from gptlab.model.position import Rotary, sinusoidal_angles
 from gptlab.run.checkpoints import check_architecture
 
@@ -198,7 +198,7 @@ def test_activation_formula_and_comparable_size(activation, formula):
     relu_size = sum(p.numel() for p in make_model().blocks[0].ffn.parameters())
     size = sum(p.numel() for p in ffn.parameters())
     assert abs(size - relu_size) / relu_size < 0.01  # SwiGLU's 2/3 width keeps the count
-    assert ffn_hidden(model.config) == (85 if activation == "swiglu" else 128)
+    assert model.config.ffn_hidden == (85 if activation == "swiglu" else 128)
 
 
 # ------------------------------------------------------------------ soft-capping, zero init

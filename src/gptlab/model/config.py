@@ -114,10 +114,11 @@ class GPTConfig:
     def head_size(self) -> int:
         return self.d_model // self.num_heads
 
-
-def ffn_hidden(config: GPTConfig) -> int:
-    """The FFN's width: ffn_mult * d_model. SwiGLU has three matrices instead of two, so it gets
-    2/3 of that width (rounded), which keeps its parameters and FLOPs about the same (LLaMA's)."""
-    if config.activation == "swiglu":
-        return round(2 * config.ffn_mult * config.d_model / 3)
-    return config.ffn_mult * config.d_model
+    @property
+    def ffn_hidden(self) -> int:
+        """The FFN's width: ffn_mult * d_model. SwiGLU has three matrices instead of two, so it
+        gets 2/3 of that width (rounded), which keeps its parameters and FLOPs about the same
+        (LLaMA's)."""
+        if self.activation == "swiglu":
+            return round(2 * self.ffn_mult * self.d_model / 3)
+        return self.ffn_mult * self.d_model

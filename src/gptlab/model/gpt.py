@@ -11,13 +11,70 @@ from torch import nn
 
 from gptlab.errors import ConfigError
 from gptlab.model import mup
-from gptlab.model.attention import MultiHeadAttention
 from gptlab.model.cache import KVCache
-from gptlab.model.config import GPTConfig, ffn_hidden
+from gptlab.model.config import GPTConfig
 from gptlab.model.position import POSITIONAL
 
 # the FFN's non-linearity: the articles' ReLU, GELU, or ReLU² (Primer; modded-nanogpt)
 ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "relu2": lambda x: F.relu(x).square()}
+
+
+class MultiHeadAttention(nn.Module):
+    """Masked multi-head attention: `manual` spells out the seed articles' steps one per line,
+    `sdpa` runs them fused; before either, each head's queries and keys get qk_norm, then rotary
+    (RoPE). A KV cache (generation) gives the keys and values of the tokens before x's."""
+
+    def __init__(self, config: GPTConfig, rotary: nn.Module, scale: float | None):
+        super().__init__()
+        self.num_heads = config.num_heads
+        self.head_size = config.head_size
+        self.attention = config.attention
+        self.scale = scale  # μP's 1/head_size; None: the article's 1/sqrt(head_size)
+        self.qkv = nn.Linear(config.d_model, 3 * config.d_model, bias=config.bias)  # Wq, Wk, Wv
+        self.proj = nn.Linear(config.d_model, config.d_model, bias=config.bias)  # Wo
+        self.attn_dropout = nn.Dropout(config.dropout)
+        self.resid_dropout = nn.Dropout(config.dropout)
+        # qk_norm: queries and keys at unit RMS keep the scores bounded (gains shared by the heads)
+        norm = nn.RMSNorm if config.qk_norm else nn.Identity
+        self.q_norm = norm(self.head_size)
+        self.k_norm = norm(self.head_size)
+        self.rotary = rotary  # position.Rotary (RoPE: one for all blocks), else Unchanged
+        if config.attention == "manual":  # sdpa masks inside its kernel (is_causal)
+            ones = torch.ones(config.context_length, config.context_length, dtype=torch.bool)
+            self.register_buffer("mask", ones.triu(diagonal=1), persistent=False)  # the future
+
+    def forward(self, x: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+        """x [batch, T, d_model]; with a cache (generation), x holds the tokens after its ones."""
+        batch, context_length, d_model = x.shape  # [batch, context_length, d_model]
+        start = cache.length if cache is not None else 0  # the position of x's first token
+        end = start + context_length
+        heads = (batch, context_length, self.num_heads, self.head_size)
+        q, k, v = self.qkv(x).split(d_model, dim=2)  # each [batch, context_length, d_model]
+        q = q.view(heads).transpose(1, 2)  # [batch, num_heads, context_length, head_size]
+        k = k.view(heads).transpose(1, 2)
+        v = v.view(heads).transpose(1, 2)
+        q = self.rotary(self.q_norm(q), start)  # QK-norm, then RoPE: each the identity when off
+        k = self.rotary(self.k_norm(k), start)
+        if cache is not None:  # the earlier tokens' keys and values, then these
+            k, v = cache.append(k, v)  # [batch, num_heads, end, head_size]
+
+        if self.attention == "sdpa":
+            dropout = self.attn_dropout.p if self.training else 0.0
+            # from position 0: the causal triangle; one new token after a cache: it sees them all
+            causal = start == 0
+            out = F.scaled_dot_product_attention(
+                q, k, v, dropout_p=dropout, is_causal=causal, scale=self.scale
+            )
+        else:
+            scores = q @ k.transpose(-2, -1)  # [batch, num_heads, T, end]
+            scores = scores * self.scale if self.scale else scores / math.sqrt(self.head_size)
+            scores = scores.masked_fill(self.mask[start:end, :end], float("-inf"))  # [T, end]
+            weights = F.softmax(scores, dim=-1)  # each row sums to 1
+            weights = self.attn_dropout(weights)
+            out = weights @ v  # [batch, num_heads, context_length, head_size]
+
+        out = out.transpose(1, 2).contiguous().view(batch, context_length, d_model)  # merge heads
+        return self.resid_dropout(self.proj(out))  # Wo: [batch, context_length, d_model]
 
 
 class FeedForward(nn.Module):
@@ -25,7 +82,7 @@ class FeedForward(nn.Module):
 
     def __init__(self, config: GPTConfig):
         super().__init__()
-        hidden = ffn_hidden(config)
+        hidden = config.ffn_hidden
         self.activation = config.activation
         self.up = nn.Linear(config.d_model, hidden, bias=config.bias)  # W1; SwiGLU's W3
         if config.activation == "swiglu":
@@ -53,14 +110,14 @@ def make_norm(config: GPTConfig) -> nn.Module:
 class Block(nn.Module):
     """Attention and feed-forward, each with a residual connection and a LayerNorm."""
 
-    def __init__(self, config: GPTConfig, rotary: nn.Module):
+    def __init__(self, config: GPTConfig, rotary: nn.Module, scales: mup.Scales):
         super().__init__()
         self.pre_norm = config.norm == "pre"
         self.ln1 = make_norm(config)
-        self.attn = MultiHeadAttention(config, rotary)
+        self.attn = MultiHeadAttention(config, rotary, scales.attention)
         self.ln2 = make_norm(config)
         self.ffn = FeedForward(config)
-        self.branch = mup.residual_multiplier(config)  # 1 but under mup's depth rule
+        self.branch = scales.residual  # 1 but under mup's depth rule
 
     def forward(self, x: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
         """[batch, context_length, d_model] -> the same shape; cache: this block's (generation)."""
@@ -77,12 +134,13 @@ class GPT(nn.Module):
         if config.vocab_size is None:
             raise ConfigError("model.vocab_size is not set; it comes from the data module.")
         self.config = config
+        scales = mup.scales(config)  # μP's multipliers, once (the article's under standard)
         added, rotary = POSITIONAL[config.positional]  # the one place the kind is chosen
         self.token_embedding = nn.Embedding(config.vocab_size, config.d_model)
         self.position_embedding = added(config)
         self.dropout = nn.Dropout(config.dropout)
         rotary = rotary(config)  # one for all blocks: the angles are computed once
-        self.blocks = nn.ModuleList(Block(config, rotary) for _ in range(config.num_blocks))
+        self.blocks = nn.ModuleList(Block(config, rotary, scales) for _ in range(config.num_blocks))
         self.ln_f = make_norm(config) if config.norm == "pre" else nn.Identity()
         self.head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         if config.tie_weights:
@@ -90,15 +148,19 @@ class GPT(nn.Module):
         self.apply(self._init_weights)
         # GPT-2's depth scaling keeps the residual stream's variance steady; zero_init: each
         # block starts as the identity and learns what to add (modded-nanogpt)
-        for block in self.blocks:
-            for proj in (block.attn.proj, block.ffn.down):
-                if config.zero_init:
-                    nn.init.zeros_(proj.weight)
-                else:
-                    nn.init.normal_(proj.weight, std=0.02 / math.sqrt(2 * config.num_blocks))
-        mup.rescale_init(self)  # μP's 1/fan_in variance (a no-op under standard)
-        self.embed_mult = mup.embedding_multiplier(config)  # sqrt(d_model); μP: sqrt(base_width)
-        self.output_mult = mup.output_multiplier(config)  # 1; μP: base_width / d_model
+        outputs = [w for b in self.blocks for w in (b.attn.proj.weight, b.ffn.down.weight)]
+        for weight in outputs:
+            if config.zero_init:
+                nn.init.zeros_(weight)
+            else:
+                nn.init.normal_(weight, std=0.02 / math.sqrt(2 * config.num_blocks))
+        with torch.no_grad():  # μP's (times 1 under standard): hidden variance ∝ 1/fan_in, and
+            for weight in self.block_matrices():  # the output projections' at the base depth
+                weight.mul_(scales.hidden_init)
+            for weight in outputs:
+                weight.mul_(scales.proj_init)
+        self.embed_mult = scales.embedding  # sqrt(d_model); μP: sqrt(base_width)
+        self.output_mult = scales.output  # 1; μP: base_width / d_model
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
@@ -143,10 +205,14 @@ class GPT(nn.Module):
         embedding = sum(p.numel() for module in embeddings for p in module.parameters())
         return {"total": total, "embedding": embedding, "non_embedding": total - embedding}
 
+    def block_matrices(self) -> list[nn.Parameter]:
+        """The blocks' weight matrices (Wq, Wk, Wv, Wo, the FFN's): μP's hidden weights, both of
+        whose dimensions grow with width, and Muon's share; not embeddings, head, biases, gains."""
+        return [p for p in self.blocks.parameters() if p.dim() == 2]
+
     def scaling_params(self) -> int:
         """A scaling law's N: the matrices whose FLOPs grow with every token (blocks', head)."""
-        matrices = [p for p in self.blocks.parameters() if p.dim() == 2] + [self.head.weight]
-        return sum(p.numel() for p in matrices)
+        return sum(p.numel() for p in [*self.block_matrices(), self.head.weight])
 
     def flops_per_token(self) -> int:
         """Training FLOPs per token: 6 per weight (forward 2, backward 4) + attention's."""

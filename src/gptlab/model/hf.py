@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from gptlab.errors import ConfigError
-from gptlab.model.config import GPTConfig, ffn_hidden
+from gptlab.model.config import GPTConfig
 from gptlab.model.position import SinusoidalEncoding
 
 ACTS = ("relu", "gelu", "relu2")  # transformers' ACT2FN names for gptlab's own functions
@@ -115,7 +115,7 @@ def hf_config(config: GPTConfig, eos_token_id: int | None) -> dict:
         sizes = dict(n_positions=config.context_length, n_embd=config.d_model)
         sizes.update(n_layer=config.num_blocks, n_head=config.num_heads)
         dropout = dict(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
-        act = dict(n_inner=ffn_hidden(config), activation_function=config.activation)
+        act = dict(n_inner=config.ffn_hidden, activation_function=config.activation)
         return dict(model_type=kind, **common, **sizes, **dropout, **act, layer_norm_epsilon=1e-5)
     sizes = dict(hidden_size=config.d_model, num_hidden_layers=config.num_blocks)
     sizes.update(
@@ -123,13 +123,13 @@ def hf_config(config: GPTConfig, eos_token_id: int | None) -> dict:
     )
     if kind == "opt":
         layout = dict(do_layer_norm_before=False, word_embed_proj_dim=config.d_model)
-        ffn = dict(ffn_dim=ffn_hidden(config), activation_function=config.activation)
+        ffn = dict(ffn_dim=config.ffn_hidden, activation_function=config.activation)
         return dict(
             model_type=kind, **common, **sizes, **layout, **ffn, dropout=0.0, pad_token_id=None
         )
     heads = dict(num_key_value_heads=config.num_heads, head_dim=config.head_size)
     act = "silu" if config.activation == "swiglu" else config.activation
-    ffn = dict(intermediate_size=ffn_hidden(config), hidden_act=act, mlp_bias=config.bias)
+    ffn = dict(intermediate_size=config.ffn_hidden, hidden_act=act, mlp_bias=config.bias)
     rope = dict(rope_parameters=ROPE, rms_norm_eps=RMS_EPS, attention_bias=config.bias)
     return dict(model_type=kind, **common, **sizes, **heads, **ffn, **rope)
 

@@ -4,8 +4,8 @@ ratio to the base shape (model.base_width, model.base_depth), so at the base sha
 standard parametrisation exactly, and a learning rate tuned there transfers (docs/model.md)."""
 
 import math
+from typing import NamedTuple
 
-import torch
 from torch import nn
 
 from gptlab.model.config import GPTConfig
@@ -25,48 +25,35 @@ def depth_mult(config: GPTConfig) -> float:
     return config.num_blocks / config.base_depth
 
 
-def embedding_multiplier(config: GPTConfig) -> float:
-    """The article's sqrt(d_model) grows with width; μP keeps each coordinate Θ(1): sqrt(base)."""
-    width = config.base_width if config.parametrization == "mup" else config.d_model
-    return math.sqrt(width)
+class Scales(NamedTuple):
+    """What μP changes in the model, computed once by `scales`: each the article's (or 1) under
+    standard and at the base shape."""
+
+    embedding: float  # times the token embedding
+    output: float  # times the logits
+    residual: float  # times each residual branch
+    attention: float | None  # times Q·Kᵀ; None: the article's 1/sqrt(head_size)
+    hidden_init: float  # times the hidden matrices' initial draw
+    proj_init: float  # times the output projections' (Wo, the FFN's last) initial draw
 
 
-def output_multiplier(config: GPTConfig) -> float:
-    """μP's readout multiplier 1/m (the logits' update stays Θ(1) as d_model grows)."""
-    return 1.0 / width_mult(config)
-
-
-def residual_multiplier(config: GPTConfig) -> float:
-    """CompleteP (α = 1): each residual branch times base_depth / num_blocks."""
-    return 1.0 / depth_mult(config)
-
-
-def attention_scale(config: GPTConfig) -> float | None:
-    """μP's 1/head_size (aligned queries and keys make Q·K grow as head_size, not its root),
-    equal to 1/sqrt(head_size) at the base width; None: the standard 1/sqrt(head_size)."""
-    if config.parametrization != "mup":
-        return None
-    base_head_size = config.base_width / config.num_heads
-    return math.sqrt(base_head_size) / config.head_size
-
-
-def hidden_matrices(model: nn.Module) -> list[nn.Parameter]:
-    """The blocks' weight matrices: μP's "hidden" weights, both of whose dimensions grow with
-    width (Wq, Wk, Wv, Wo and the FFN's); embeddings, readout, biases and gains are not."""
-    return [p for p in model.blocks.parameters() if p.dim() == 2]
-
-
-@torch.no_grad()
-def rescale_init(model: nn.Module) -> None:
-    """Hidden weights' variance ∝ 1/fan_in: the standard draw times 1/sqrt(m); with a base depth,
-    the output projections' GPT-2 depth factor 1/sqrt(2 num_blocks) becomes the base depth's
-    (CompleteP's branch multiplier scales them instead). A no-op at the base shape."""
-    config = model.config
-    for p in hidden_matrices(model):
-        p.mul_(1.0 / math.sqrt(width_mult(config)))
-    for block in model.blocks:
-        for proj in (block.attn.proj, block.ffn.down):
-            proj.weight.mul_(math.sqrt(depth_mult(config)))
+def scales(config: GPTConfig) -> Scales:
+    mup = config.parametrization == "mup"
+    # the article's sqrt(d_model) grows with width; μP keeps each coordinate Θ(1): sqrt(base)
+    embedding = math.sqrt(config.base_width if mup else config.d_model)
+    # μP's 1/head_size (aligned queries and keys make Q·K grow as head_size, not its root),
+    # equal to 1/sqrt(head_size) at the base width
+    attention = math.sqrt(config.base_width / config.num_heads) / config.head_size if mup else None
+    return Scales(
+        embedding=embedding,
+        output=1.0 / width_mult(config),  # μP's readout 1/m: the logits' update stays Θ(1)
+        residual=1.0 / depth_mult(config),  # CompleteP (α = 1): base_depth / num_blocks
+        attention=attention,
+        hidden_init=1.0 / math.sqrt(width_mult(config)),  # variance ∝ 1/fan_in
+        # GPT-2's 1/sqrt(2 num_blocks) becomes the base depth's: CompleteP's branch multiplier
+        # scales the branches instead
+        proj_init=math.sqrt(depth_mult(config)),
+    )
 
 
 def lr_groups(model: nn.Module, groups: list[dict], lr: float) -> list[dict]:
@@ -77,7 +64,7 @@ def lr_groups(model: nn.Module, groups: list[dict], lr: float) -> list[dict]:
     mult = width_mult(model.config)
     if mult == 1.0:
         return groups
-    hidden = {id(p) for p in hidden_matrices(model)}
+    hidden = {id(p) for p in model.block_matrices()}
     split = []
     for group in groups:
         rest = [p for p in group["params"] if id(p) not in hidden]

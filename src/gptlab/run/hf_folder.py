@@ -8,7 +8,7 @@ from pathlib import Path
 
 from gptlab import files
 from gptlab.errors import ConfigError
-from gptlab.model.config import GPTConfig, ffn_hidden
+from gptlab.model.config import GPTConfig
 from gptlab.model.hf import CLASSES, ROPE, from_hf, hf_config, model_type, to_hf
 from gptlab.run.bounds import check_memory
 from gptlab.run.checkpoints import Trained, bounded_model
@@ -81,7 +81,7 @@ def ffn_mult(d_model: int, width: int, activation: str) -> int | None:
     if activation not in ("relu", "gelu", "relu2", "swiglu"):
         return None
     for mult in range(1, 65):
-        if ffn_hidden(GPTConfig(d_model=d_model, ffn_mult=mult, activation=activation)) == width:
+        if GPTConfig(d_model=d_model, ffn_mult=mult, activation=activation).ffn_hidden == width:
             return mult
     return None
 

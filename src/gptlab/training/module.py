@@ -18,7 +18,7 @@ from gptlab.run.bounds import check_memory
 from gptlab.run.checkpoints import check_architecture, check_weights, weights
 from gptlab.run.restore import fit_loop_at
 from gptlab.training.optim_config import OptimConfig, lr_factor
-from gptlab.training.optimizers import MuonWithAdamW, block_matrices
+from gptlab.training.optimizers import MuonWithAdamW
 
 
 class GPTModule(L.LightningModule):
@@ -133,7 +133,7 @@ class GPTModule(L.LightningModule):
         """AdamW, weight decay on matrices only, fused (about 4x faster a step on CPU at 13M
         parameters) but not under mixed precision, where Lightning refuses to clip for it (it would
         unscale after clipping). optim=muon: the blocks' matrices go to Muon."""
-        muon_params = block_matrices(self.model) if self.optim.name == "muon" else []
+        muon_params = self.model.block_matrices() if self.optim.name == "muon" else []
         in_muon = {id(p) for p in muon_params}
         rest = [p for p in self.parameters() if p.requires_grad and id(p) not in in_muon]
         decay = [p for p in rest if p.dim() >= 2]

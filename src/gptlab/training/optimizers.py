@@ -32,8 +32,3 @@ class MuonWithAdamW(torch.optim.Optimizer):
         self.muon.load_state_dict(state_dict["muon"])
         self.adamw.load_state_dict(state_dict["adamw"])
         self.param_groups = self.muon.param_groups + self.adamw.param_groups
-
-
-def block_matrices(model: torch.nn.Module) -> list[torch.nn.Parameter]:
-    """The 2-D weights inside the blocks: Muon's share (it is meant for hidden layers only)."""
-    return [p for p in model.blocks.parameters() if p.requires_grad and p.dim() == 2]
