@@ -1,31 +1,25 @@
 """gptlab-train's task: one run, built in the order data flows, nothing patched after it is
 built (docs/architecture.md); every input is checked before the corpus is touched."""
 
-import contextlib
 import logging
-import sys
 from dataclasses import replace
 from pathlib import Path
 
 import lightning as L
 import torch
-from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
-from tqdm.contrib.logging import logging_redirect_tqdm
 
 from gptlab.cli.app import check_accelerator
 from gptlab.cli.trainer import build_trainer
 from gptlab.config.trust import build, checked
-from gptlab.exits import code_of_signal
 from gptlab.model.config import GPTConfig
 from gptlab.run import place
 from gptlab.run.logs import route_lightning_logs
 from gptlab.run.resume import starting_point
 from gptlab.run.screen import print_first_screen
 from gptlab.training.budget import run_length
-from gptlab.training.callbacks import GracefulStop
+from gptlab.training.fitting import fit
 from gptlab.training.module import build_module
-from gptlab.training.report import best_val_loss
 
 log = logging.getLogger("gptlab.train")
 
@@ -64,22 +58,4 @@ def train(cfg: DictConfig) -> float:
     if trainer.is_global_zero:
         print_first_screen(cfg, module.model, run_dir, datamodule)
 
-    fit(trainer, module, datamodule, start.ckpt_path, run_dir)
-    return best_val_loss(trainer, module)
-
-
-def fit(trainer: L.Trainer, module, datamodule, ckpt_path: str | None, run_dir: Path) -> None:
-    """trainer.fit; a stop (SIGTERM, Ctrl-C) ends the process with the command that continues it."""
-    console = logging_redirect_tqdm() if trainer.is_global_zero else contextlib.nullcontext()
-    try:
-        with console:
-            trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
-    except SIGTERMException:
-        stop = next(c for c in trainer.callbacks if isinstance(c, GracefulStop))
-        if trainer.is_global_zero:
-            where = place.sweep_dir() or run_dir  # a sweep's job continues with its sweep
-            log.warning(
-                f"Stopped by {stop.signal_name} after step {trainer.global_step}; saved its last "
-                f"checkpoint. Continue with:\n  gptlab-train resume={where}"
-            )
-        sys.exit(code_of_signal(stop.signal_name))
+    return fit(trainer, module, datamodule, start.ckpt_path, run_dir)

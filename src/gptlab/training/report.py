@@ -16,18 +16,12 @@ from gptlab.errors import ConfigError
 from gptlab.run import directory, ownership
 from gptlab.run.checkpoints import load_checkpoint
 from gptlab.run.restore import weights_only
+from gptlab.training.fitting import best_val_loss
 from gptlab.training.pruning import pruning_result
 from gptlab.training.run_stats import RunStats
 from gptlab.training.trackers import log_results
 
 log = logging.getLogger("gptlab.train")
-
-
-def best_val_loss(trainer: L.Trainer, module) -> float:
-    """The module's best val loss, which a spawned DDP rank hands back as val/best_loss (none
-    when resumed after the last step: then the module's own, from its checkpoint)."""
-    best = trainer.callback_metrics.get("val/best_loss")
-    return float(module.best_val_loss if best is None else best)
 
 
 class RunReport(L.Callback):
