@@ -19,7 +19,7 @@ from gptlab.cli.inspect_model import trace_forward
 from gptlab.errors import ConfigError
 from gptlab.model.gpt import GPT, GPTConfig
 from gptlab.model.position import Rotary, sinusoidal_angles
-from gptlab.run.checkpoints import check_architecture
+from gptlab.run.checkpoints import Trained, check_architecture
 
 os.environ.setdefault("TIKTOKEN_CACHE_DIR", "/work/shared/tiktoken_cache")
 torch.set_num_threads(1)
@@ -254,13 +254,13 @@ def test_ckpt_path_refuses_a_checkpoint_with_another_toggle(key, value):
     zero_init only sets the start, so a checkpoint continues under either."""
     saved = asdict(GPTConfig(vocab_size=V))
     tokenizer = {"encoding": "cl100k_base", "vocab": None}
-    checkpoint = {"hyper_parameters": {"model": saved, "tokenizer": tokenizer}}
+    trained = Trained(saved, tokenizer, {}, 0)
     with pytest.raises(ConfigError, match=f"model.{key}"):
         check_architecture(
-            "x.ckpt", checkpoint, {"model": {**saved, key: value}, "tokenizer": tokenizer}
+            "x.ckpt", trained, {"model": {**saved, key: value}, "tokenizer": tokenizer}
         )
     check_architecture(
-        "x.ckpt", checkpoint, {"model": {**saved, "zero_init": True}, "tokenizer": tokenizer}
+        "x.ckpt", trained, {"model": {**saved, "zero_init": True}, "tokenizer": tokenizer}
     )
 
 

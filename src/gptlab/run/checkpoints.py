@@ -186,11 +186,14 @@ class Trained(NamedTuple):
     step: int
 
 
-def read_trained(path: str | Path) -> Trained:
+def read_trained(path: str | Path, tensors: bool = True) -> Trained:
+    """A checkpoint's settings checked and, for its `tensors`, its weights bounded (their model
+    fits in memory) before any memory is taken for that model; without them, no weights."""
     checkpoint = load_checkpoint(path)
     model, tokenizer = model_settings(checkpoint, path)
-    state = weights(checkpoint, path)
-    bounded_model(model, state, path)  # before any memory is taken for it
+    state = weights(checkpoint, path) if tensors else {}
+    if tensors:
+        bounded_model(model, state, path)
     return Trained({**model, "compile": False}, tokenizer, state, step_of(checkpoint))
 
 
@@ -220,21 +223,20 @@ def step_of(checkpoint: dict) -> int:
     return step
 
 
-def check_architecture(path: str | Path, checkpoint: dict, hparams: dict) -> None:
+def check_architecture(path: str | Path, trained: Trained, hparams: dict) -> None:
     """Refuse a checkpoint trained with another architecture or vocabulary, naming what differs."""
-    saved_model, saved_tokenizer = model_settings(checkpoint, path)
     model = hparams["model"]
     differ = [
-        f"model.{k}: checkpoint {saved_model.get(k)!r}, now {model[k]!r}"
+        f"model.{k}: checkpoint {trained.model.get(k)!r}, now {model[k]!r}"
         for k in GPTConfig.architecture()
-        if saved_model.get(k) != model[k]
+        if trained.model.get(k) != model[k]
     ]
-    if saved_tokenizer != hparams["tokenizer"]:
+    if trained.tokenizer != hparams["tokenizer"]:
         differ.append("the tokenizer (data.encoding / data.compact_vocab / corpus)")
     # the checkpoint's own settings as overrides (the context length is the data's)
     wanted = [
         as_override("data.context_length" if k == "context_length" else f"model.{k}", v)
-        for k, v in saved_model.items()
+        for k, v in trained.model.items()
         if k in GPTConfig.architecture() and v != model[k] and k != "vocab_size"
     ]
     add = f"add its settings ({' '.join(wanted)}), or " if wanted else ""

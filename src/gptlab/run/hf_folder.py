@@ -211,8 +211,8 @@ def read_folder(path: str | Path) -> Trained:
     settings = detect(config, state)
     state = {f"model.{k}": v for k, v in state.items() if k in keys_of(settings)}
     model = dataclasses.asdict(GPTConfig(**settings))
-    bounded_model(model, state, path)  # names, shapes and memory, as a foreign checkpoint's
     tokenizer = {"encoding": encoding_of(path, config.vocab_size), "vocab": None}
+    bounded_model(model, state, path)  # names, shapes and memory, as a foreign checkpoint's
     return Trained(model, tokenizer, state, 0)
 
 

@@ -13,7 +13,7 @@ from gptlab.errors import ConfigError
 from gptlab.process import rank
 from gptlab.run import directory, ownership, place
 from gptlab.run.branch import branch_checkpoint
-from gptlab.run.checkpoints import Trained, find_checkpoint, load_checkpoint, step_of
+from gptlab.run.checkpoints import Trained, find_checkpoint, read_trained
 from gptlab.run.overrides import override_key
 from gptlab.run.settings import replayable
 
@@ -103,31 +103,36 @@ def resume_argv(argv: list[str]) -> list[str]:
 
 
 class Start(NamedTuple):
-    """Where a run starts from: nothing, a checkpoint continued whole or read for its tensors
-    (ckpt_path=, or a branch's trunk checkpoint: branch_from=), or a Hugging Face folder's weights
-    (init_from: its architecture too, a new run's step 0)."""
+    """Where a run starts from: nothing; a checkpoint continued whole (the run's own last.ckpt)
+    or read for its tensors (ckpt_path=, or a branch's trunk checkpoint: branch_from=), its
+    settings checked and those tensors bounded; or a Hugging Face folder's weights (init_from:
+    its architecture too, a new run's step 0)."""
 
     ckpt_path: str | None = None
     whole: bool = False
-    checkpoint: dict | None = None
-    init: Trained | None = None
+    trained: Trained | None = None  # the checkpoint's or the folder's: settings, tensors, step
 
     @property
     def step(self) -> int | None:
-        return None if self.checkpoint is None else step_of(self.checkpoint)
+        return self.trained.step if self.ckpt_path else None
+
+    @property
+    def init(self) -> Trained | None:
+        """init_from's folder: its architecture and weights start a new run."""
+        return None if self.ckpt_path else self.trained
 
 
 def starting_point(cfg: DictConfig, run_dir: Path) -> Start:
     """Everything a start's files can get wrong, before any data (its run directory claimed):
-    the checkpoint it continues found and loaded, or the folder init_from reads."""
-    ckpt_path, whole = checkpoint_to_continue(cfg, run_dir)
-    checkpoint = load_checkpoint(ckpt_path) if ckpt_path else None
-    if cfg.get("branch_from") and not whole and step_of(checkpoint) != cfg.branch_step:
+    the checkpoint it continues found and read, or the folder init_from reads."""
+    given, whole = checkpoint_to_continue(cfg, run_dir)
+    ckpt_path = str(find_checkpoint(given, prefer=directory.LAST)) if given else None
+    trained = read_trained(ckpt_path, tensors=not whole) if ckpt_path else None
+    if cfg.get("branch_from") and not whole and trained.step != cfg.branch_step:
         raise ConfigError(
-            f"branch_step={cfg.branch_step}: '{ckpt_path}' holds step {step_of(checkpoint)}, "
-            "not the step its name says: it was renamed or damaged. Give another branch_step."
+            f"branch_step={cfg.branch_step}: '{ckpt_path}' holds step {trained.step}, not the "
+            "step its name says: it was renamed or damaged. Give another branch_step."
         )
-    init = None
     if cfg.get("init_from") and not whole:  # a run continued whole has its own weights
         from gptlab.run.hf_folder import initial_weights
 
@@ -136,16 +141,16 @@ def starting_point(cfg: DictConfig, run_dir: Path) -> Start:
                 "init_from and ckpt_path (or branch_from) both name the weights to start from; "
                 "give one of them."
             )
-        init = initial_weights(cfg.init_from, cfg.data)
-    return Start(ckpt_path, whole, checkpoint, init)
+        trained = initial_weights(cfg.init_from, cfg.data)
+    return Start(ckpt_path, whole, trained)
 
 
 def checkpoint_to_continue(cfg: DictConfig, output_dir: Path) -> tuple[str | None, bool]:
     """(the checkpoint this start continues, whether whole): ckpt_path= for its tensors; the
     run's own last.ckpt whole when it continues in place; a branch's trunk checkpoint for its
     tensors; else a fresh start, not over a run."""
-    if cfg.ckpt_path:
-        return str(find_checkpoint(cfg.ckpt_path, prefer=directory.LAST)), False
+    if cfg.ckpt_path:  # a file, or a run directory's last.ckpt (else its best.ckpt)
+        return cfg.ckpt_path, False
     if directory.continues(output_dir, cfg.resume):
         own(output_dir, sweep=False)
         last = directory.last_checkpoint(output_dir)

@@ -15,7 +15,7 @@ from gptlab.model import mup
 from gptlab.model.config import GPTConfig
 from gptlab.model.gpt import GPT
 from gptlab.run.bounds import check_memory
-from gptlab.run.checkpoints import check_architecture, check_weights, weights
+from gptlab.run.checkpoints import check_architecture
 from gptlab.run.restore import fit_loop_at
 from gptlab.training.optim_config import OptimConfig, lr_factor
 from gptlab.training.optimizers import MuonWithAdamW
@@ -193,16 +193,14 @@ class GPTModule(L.LightningModule):
 
 
 def build_module(model, optim, tokenizer: Tokenizer, batch_size: int, start) -> GPTModule:
-    """The GPTModule for the data's tokenizer, built once its shapes (on the meta device) are
-    known to fit in memory and to be those of the checkpoint it starts from: architecture and,
-    for its tensors, their names and shapes."""
+    """The GPTModule for the data's tokenizer, built once the checkpoint it starts from is known
+    to hold the same architecture (its tensors were bounded when it was read) and its shapes (on
+    the meta device) to fit in memory."""
     model = replace(model, vocab_size=tokenizer.vocab_size)  # its settings final
     hparams = GPTModule.hparams_from(model, optim, tokenizer)
+    if start.ckpt_path:
+        check_architecture(start.ckpt_path, start.trained, hparams)
     with torch.device("meta"):
         shapes = GPT(replace(model, compile=False))
     check_memory(shapes, batch_size, "model")
-    if start.checkpoint:
-        check_architecture(start.ckpt_path, start.checkpoint, hparams)
-    if start.checkpoint and not start.whole:
-        check_weights(shapes, weights(start.checkpoint, start.ckpt_path), start.ckpt_path)
     return GPTModule(**hparams)
