@@ -191,8 +191,9 @@ def read_trained(path: str | Path, tensors: bool = True) -> Trained:
     fits in memory) before any memory is taken for that model; without them, no weights."""
     checkpoint = load_checkpoint(path)
     model, tokenizer = model_settings(checkpoint, path)
-    state = weights(checkpoint, path) if tensors else {}
+    state = {}
     if tensors:
+        state = weights(checkpoint, path)
         bounded_model(model, state, path)
     return Trained({**model, "compile": False}, tokenizer, state, step_of(checkpoint))
 
