@@ -1,5 +1,6 @@
-"""`optim=muon`: torch.optim.Muon for the blocks' matrices and AdamW for the rest, one optimizer to
-Lightning. Its parameter split, one schedule for both, a step count that is not doubled, gradient
+"""`optim=muon`: Muon (torch's, its Newton-Schulz iteration in float32 on CPU) for the blocks'
+matrices and AdamW for the rest, one optimizer to Lightning. Its update against torch's, its
+parameter split, one schedule for both, a step count that is not doubled, gradient
 clipping; then real gptlab-train runs: an exact resume, DDP over 2 CPU processes with bf16."""
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from test_module import corpus, fit, make_module, windows  # noqa: F401 - corpus
 
 from gptlab.errors import ConfigError
 from gptlab.training.module import OptimConfig, lr_factor
-from gptlab.training.optimizers import MuonWithAdamW
+from gptlab.training.optimizers import Muon, MuonWithAdamW, orthogonalise
 
 MUON = {"name": "muon", "lr": 1e-3, "min_lr": 1e-4, "warmup_steps": 2, "muon_lr": 0.02}
 TINY = [
@@ -91,6 +92,55 @@ def test_muon_keeps_the_loss_falling(corpus, tmp_path):  # noqa: F811
     with torch.no_grad():
         end = float(module.eval().loss((x, y)))
     assert end < start - 1.0
+
+
+@pytest.mark.parametrize("shape", [(384, 128), (128, 512)])
+def test_orthogonalise_runs_in_float32_on_cpu(shape):
+    """Newton-Schulz in float32 (torch's casts to bf16, slow on CPUs without bf16 instructions):
+    a gradient whose singular values span 10x comes out with them all near 1 (Keller Jordan's
+    coefficients leave them in about 0.5 to 1.5), pointing along the SVD's U V^T."""
+    torch.manual_seed(0)
+    u, _, v = torch.linalg.svd(torch.randn(shape), full_matrices=False)
+    spread = torch.logspace(0, 1, min(shape))
+    grad = u @ torch.diag(spread) @ v
+    out = orthogonalise(grad, (3.4445, -4.7750, 2.0315), steps=5, eps=1e-7)
+    assert out.dtype == torch.float32 and out.shape == grad.shape
+    singular = torch.linalg.svdvals(out)
+    assert singular.min() > 0.5 and singular.max() < 1.5
+    cosine = (out * (u @ v)).sum() / (out.norm() * (u @ v).norm())
+    assert cosine > 0.9
+
+
+@pytest.mark.parametrize("adjust", ["original", "match_rms_adamw"])
+def test_our_muon_steps_where_torchs_does_and_shares_its_state(adjust):
+    """Three steps (momentum, Nesterov, decoupled decay, lr by shape) on a tall and a wide matrix
+    land where torch.optim.Muon's land, to its bf16 rounding; each loads the other's state."""
+    torch.manual_seed(0)
+    shapes = [(384, 128), (128, 512)]
+    ours = [torch.nn.Parameter(torch.randn(s)) for s in shapes]
+    theirs = [torch.nn.Parameter(p.detach().clone()) for p in ours]
+    start = [p.detach().clone() for p in ours]
+    kwargs = {"lr": 0.02, "weight_decay": 0.5, "adjust_lr_fn": adjust}
+    mine, torchs = Muon(ours, **kwargs), torch.optim.Muon(theirs, **kwargs)
+    for _ in range(3):
+        for p, q in zip(ours, theirs, strict=True):
+            p.grad = torch.randn(p.shape)
+            q.grad = p.grad.clone()
+        mine.step()
+        torchs.step()
+    for p, q, p0 in zip(ours, theirs, start, strict=True):
+        moved = (q - p0).abs().max()
+        assert moved > 0.01
+        assert (p - q).abs().max() < 0.02 * moved  # bf16 keeps about 3 significant digits
+    theirs_state = torchs.state_dict()
+    again = Muon([torch.nn.Parameter(q.detach().clone()) for q in theirs], **kwargs)
+    again.load_state_dict(theirs_state)
+    torchs.load_state_dict(mine.state_dict())
+    for key in range(len(shapes)):
+        buffer = theirs_state["state"][key]["momentum_buffer"]
+        assert torch.equal(again.state_dict()["state"][key]["momentum_buffer"], buffer)
+        buffer = mine.state_dict()["state"][key]["momentum_buffer"]
+        assert torch.equal(torchs.state_dict()["state"][key]["momentum_buffer"], buffer)
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,7 @@ from gptlab.run.bounds import check_memory
 from gptlab.run.checkpoints import check_architecture
 from gptlab.run.restore import fit_loop_at
 from gptlab.training.optim_config import OptimConfig, lr_factor
-from gptlab.training.optimizers import MuonWithAdamW
+from gptlab.training.optimizers import Muon, MuonWithAdamW
 
 
 class GPTModule(L.LightningModule):
@@ -150,7 +150,7 @@ class GPTModule(L.LightningModule):
         if not muon_params:
             return adamw
         muon_lr = mup.muon_lr(self.config, self.optim.muon_lr, self.optim.muon_adjust_lr)
-        muon = torch.optim.Muon(
+        muon = Muon(
             [{"params": muon_params, "name": "muon"}],
             lr=muon_lr,
             weight_decay=self.optim.weight_decay * self.optim.lr / muon_lr,
