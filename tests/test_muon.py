@@ -213,3 +213,24 @@ def test_muon_trains_under_ddp_with_bf16(tmp_path):
     assert result.stderr.count("Done: ") == 1
     saved = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", weights_only=True)
     assert set(saved["optimizer_states"][0]) == {"muon", "adamw"}
+
+
+def test_the_speedrun_recipe_trains(tmp_path):
+    """`experiment=speedrun` as shipped (6 blocks, model=modern, Muon, weight decay 2.0), cut to
+    4 steps: it composes, trains with Muon's float32 step and says what it trained."""
+    check(
+        run_cli(
+            "experiment=speedrun",
+            "trainer.max_steps=4",
+            "trainer.val_check_interval=2",
+            "hydra.run.dir=run",
+            cwd=tmp_path,
+        )
+    )
+    metrics = read_metrics(tmp_path / "run")
+    assert metrics["status"] == "ok" and metrics["steps"] == 4
+    assert math.isfinite(metrics["best_val_loss"])
+    saved = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", weights_only=True)
+    config = saved["hyper_parameters"]
+    assert config["model"]["num_blocks"] == 6 and config["optim"]["weight_decay"] == 2.0
+    assert len(saved["optimizer_states"][0]["muon"]["state"]) == 6 * 4  # qkv, Wo, up, down
