@@ -223,6 +223,8 @@ def test_the_speedrun_recipe_trains(tmp_path):
             "experiment=speedrun",
             "trainer.max_steps=4",
             "trainer.val_check_interval=2",
+            "trainer.limit_val_batches=2",
+            "callbacks.text_sample.max_new_tokens=1",
             "hydra.run.dir=run",
             cwd=tmp_path,
         )
