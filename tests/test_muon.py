@@ -94,21 +94,37 @@ def test_muon_keeps_the_loss_falling(corpus, tmp_path):  # noqa: F811
     assert end < start - 1.0
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])  # CPU's, CUDA's
 @pytest.mark.parametrize("shape", [(384, 128), (128, 512)])
-def test_orthogonalise_runs_in_float32_on_cpu(shape):
-    """Newton-Schulz in float32 (torch's casts to bf16, slow on CPUs without bf16 instructions):
-    a gradient whose singular values span 10x comes out with them all near 1 (Keller Jordan's
-    coefficients leave them in about 0.5 to 1.5), pointing along the SVD's U V^T."""
+def test_orthogonalise_runs_in_the_dtype_it_is_given(shape, dtype):
+    """Newton-Schulz in float32 on CPU (torch's casts to bf16, slow on CPUs without bf16
+    instructions) and in bf16 as on CUDA: a gradient whose singular values span 10x comes out
+    with them all near 1 (Keller Jordan's coefficients leave them in about 0.5 to 1.5), pointing
+    along the SVD's U V^T."""
     torch.manual_seed(0)
     u, _, v = torch.linalg.svd(torch.randn(shape), full_matrices=False)
     spread = torch.logspace(0, 1, min(shape))
     grad = u @ torch.diag(spread) @ v
-    out = orthogonalise(grad, (3.4445, -4.7750, 2.0315), steps=5, eps=1e-7)
-    assert out.dtype == torch.float32 and out.shape == grad.shape
+    out = orthogonalise(grad, (3.4445, -4.7750, 2.0315), steps=5, eps=1e-7, dtype=dtype)
+    assert out.dtype == dtype and out.shape == grad.shape
+    out = out.float()
     singular = torch.linalg.svdvals(out)
     assert singular.min() > 0.5 and singular.max() < 1.5
     cosine = (out * (u @ v)).sum() / (out.norm() * (u @ v).norm())
     assert cosine > 0.9
+
+
+def test_our_muon_orthogonalises_in_float32_on_cpu():
+    """The step itself picks float32 on CPU: with float32 the update is exact to float32's
+    rounding, so it differs from the bf16 iteration's by more than float32 would."""
+    torch.manual_seed(0)
+    param = torch.nn.Parameter(torch.zeros(384, 128))
+    param.grad = torch.randn(384, 128)
+    Muon([param], lr=1.0, weight_decay=0.0, momentum=0.0, nesterov=False).step()
+    coefficients, factor = (3.4445, -4.7750, 2.0315), math.sqrt(384 / 128)
+    for dtype, close in ((torch.float32, True), (torch.bfloat16, False)):
+        expected = -factor * orthogonalise(param.grad, coefficients, 5, 1e-7, dtype).float()
+        assert torch.allclose(param.detach(), expected, rtol=0, atol=1e-5) is close, dtype
 
 
 @pytest.mark.parametrize("adjust", ["original", "match_rms_adamw"])

@@ -29,19 +29,22 @@ class Muon(torch.optim.Muon):
                 buf = state["momentum_buffer"]
                 buf.lerp_(p.grad, 1 - momentum)
                 update = p.grad.lerp(buf, momentum) if group["nesterov"] else buf
+                dtype = torch.bfloat16 if p.is_cuda else torch.float32  # torch's on CUDA
                 update = orthogonalise(
-                    update, group["ns_coefficients"], group["ns_steps"], group["eps"]
+                    update, group["ns_coefficients"], group["ns_steps"], group["eps"], dtype
                 )
                 p.mul_(1 - lr * group["weight_decay"])
                 p.add_(update.to(p.dtype), alpha=-lr * shape_factor(p.shape, group["adjust_lr_fn"]))
         return loss
 
 
-def orthogonalise(grad: torch.Tensor, coefficients, steps: int, eps: float) -> torch.Tensor:
+def orthogonalise(
+    grad: torch.Tensor, coefficients, steps: int, eps: float, dtype: torch.dtype
+) -> torch.Tensor:
     """Keller Jordan's quintic Newton-Schulz iteration: grad with its singular values pushed
-    towards 1 (about 0.5 to 1.5), as torch's Muon computes it, in float32 unless on CUDA."""
+    towards 1 (about 0.5 to 1.5), as torch's Muon computes it, in `dtype`."""
     a, b, c = coefficients
-    x = grad.to(torch.bfloat16 if grad.is_cuda else torch.float32)
+    x = grad.to(dtype)
     tall = x.size(0) > x.size(1)
     if tall:
         x = x.T  # (rows, cols) -> (cols, rows): the Gram matrix below is the smaller one
