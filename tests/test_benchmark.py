@@ -319,7 +319,7 @@ def test_quick_benchmark_writes_every_row(tmp_path: Path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OMP_", "GOMP_", "MALLOC_"))}
     command = [sys.executable, "-m", "scripts.benchmark", "--quick", "--threads", "1"]
     command += ["--workdir", str(tmp_path / "work"), "--out", str(out)]
-    command += ["--steps", "4", "--default-steps", "6", "--busy-steps", "6"]  # rows, not speed
+    command += ["--steps", "2", "--default-steps", "2", "--busy-steps", "2"]  # rows, not speed
     result = subprocess.run(
         command, cwd=REPO, env=env, capture_output=True, text=True, timeout=1200
     )
