@@ -39,11 +39,11 @@ def corpus_text(corpus_path: Path) -> str:
 def finished(tmp_path_factory) -> Path:
     """One finished debug=fast run of this user's (20 steps, validation over the whole val split),
     made once per test process; a test that changes it works on a copy (helpers.own_copy)."""
-    from helpers import check, run_cli
+    from helpers import check, run_main
 
     cwd = tmp_path_factory.mktemp("finished")
     args = ["debug=fast", "trainer.max_steps=20", "trainer.limit_val_batches=1.0"]
-    check(run_cli(*args, "hydra.run.dir=run", cwd=cwd))
+    check(run_main(*args, "hydra.run.dir=run", cwd=cwd))
     return cwd / "run"
 
 

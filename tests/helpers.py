@@ -1,5 +1,5 @@
-"""Running gptlab's console scripts as a user would: a real process in a chosen directory, or,
-for a command line that ends before any training, the same entry point in this process."""
+"""Running gptlab's console scripts as a user would: a real process in a chosen directory, or
+the same entry point in this process where the test is not about the process."""
 
 from __future__ import annotations
 
@@ -36,9 +36,12 @@ def run_main(
     *args: str, cwd: Path, tool: str = "gptlab-train", env: dict | None = None
 ) -> subprocess.CompletedProcess:
     """Run the console script `tool`'s entry point in this process, as `run_cli` does in a new
-    one: the same argv, directory, exit code, stdout and stderr, without the seconds a new
-    interpreter takes to import torch and Lightning. For command lines that end before training
-    (bad input)."""
+    one: the same argv, directory, exit code, stdout and stderr, and one torch thread, without the
+    seconds a new interpreter takes to import torch and Lightning (most of a debug run's). For any
+    command line but one whose test is about the process itself: a signal, a kill, DDP's ranks,
+    or what a process sets up at its start."""
+    import torch
+
     [script] = entry_points(group="console_scripts", name=tool)
     main = script.load()
     out = io.StringIO()
@@ -46,6 +49,7 @@ def run_main(
     code = 0
     with process_state(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         os.environ.update(env or {})
+        torch.set_num_threads(1)  # as run_cli's OMP_NUM_THREADS=1 (process_state restores it)
         os.chdir(cwd)
         sys.argv = [tool, *args]
         try:
@@ -59,7 +63,7 @@ def run_main(
 def process_state():
     """What a tool changes in its process, put back afterwards: the environment, argv, the
     working directory, the root logger (Hydra's job logging), warning filters, Hydra's global
-    state and job config and torch's thread count."""
+    state and job config, torch's thread count and its deterministic-algorithms switch."""
     import torch
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.hydra_config import HydraConfig
@@ -74,6 +78,7 @@ def process_state():
     saved_level = root.level
     saved_hydra_config = HydraConfig.instance().cfg
     saved_threads = torch.get_num_threads()  # num_threads is set before a data file is checked
+    saved_deterministic = torch.are_deterministic_algorithms_enabled()  # trainer.deterministic
     GlobalHydra.instance().clear()
     start_subdir_of.cache_clear()  # where a start saves its config: one per start
     try:
@@ -83,6 +88,7 @@ def process_state():
         GlobalHydra.instance().clear()
         HydraConfig.instance().cfg = saved_hydra_config  # --help and --cfg set it too
         torch.set_num_threads(saved_threads)
+        torch.use_deterministic_algorithms(saved_deterministic)
         sys.argv = saved_argv
         os.chdir(saved_cwd)
         os.environ.clear()

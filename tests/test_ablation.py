@@ -14,7 +14,7 @@ import statistics
 from pathlib import Path
 
 import pytest
-from helpers import check, read_metrics, run_cli
+from helpers import check, read_metrics, run_cli, run_main
 
 from gptlab.sweep.ablation import add_deltas
 from gptlab.sweep.curves import add_time_to_loss, mean_curve
@@ -88,7 +88,7 @@ def test_summary_has_deltas_and_verdicts_against_the_baseline(sweep_dir):
 def test_gptlab_eval_split_test_gives_the_runs_test_loss(sweep_dir):
     job = sweep_dir / "0"
     result = check(
-        run_cli(f"ckpt_path={job}", "split=test", cwd=sweep_dir.parent, tool="gptlab-eval")
+        run_main(f"ckpt_path={job}", "split=test", cwd=sweep_dir.parent, tool="gptlab-eval")
     )
     line = next(x for x in result.stdout.splitlines() if x.startswith("test loss:"))
     assert float(line.split(":")[1].split()[0]) == pytest.approx(

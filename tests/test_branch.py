@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import check, read_metrics, run_cli, run_main, scalars
+from helpers import check, read_metrics, run_main, scalars
 from test_resume import TINY, kill_at_save, start, weights
 
 from gptlab.training.optim_config import OptimConfig, lr_factor
@@ -34,14 +34,14 @@ def assert_same_run(a: Path, b: Path) -> None:
 @pytest.fixture(scope="module")
 def trunk(tmp_path_factory) -> Path:
     cwd = tmp_path_factory.mktemp("trunk")
-    check(run_cli(*WSD, "hydra.run.dir=run", cwd=cwd))
+    check(run_main(*WSD, "hydra.run.dir=run", cwd=cwd))
     return cwd / "run"
 
 
 @pytest.fixture(scope="module")
 def branch(trunk, tmp_path_factory) -> Path:
     cwd = tmp_path_factory.mktemp("branch")
-    check(run_cli(f"branch_from={trunk}", "branch_step=90", "hydra.run.dir=run", cwd=cwd))
+    check(run_main(f"branch_from={trunk}", "branch_step=90", "hydra.run.dir=run", cwd=cwd))
     return cwd / "run"
 
 
@@ -78,7 +78,7 @@ def test_wsd_resumes_exactly_after_kill_9(trunk, tmp_path):
     last = run_dir / "checkpoints" / "last.ckpt"
     stopped = kill_at_save(start(*WSD, f"hydra.run.dir={run_dir}", cwd=tmp_path), last, 65)
     assert 65 <= stopped < 120 and not (run_dir / "metrics.json").exists()
-    check(run_cli(f"resume={run_dir}", cwd=tmp_path))
+    check(run_main(f"resume={run_dir}", cwd=tmp_path))
     assert_same_run(trunk, run_dir)
     for step in KEPT:  # kept before the kill or after the resume: the same tensors
         name = f"checkpoints/branch-step={step}.ckpt"
@@ -92,7 +92,7 @@ def test_a_branch_resumes_exactly_after_kill_9(trunk, branch, tmp_path):
     proc = start(f"branch_from={trunk}", "branch_step=90", f"hydra.run.dir={run_dir}", cwd=tmp_path)
     stopped = kill_at_save(proc, last, 95)
     assert 95 <= stopped < 112 and not (run_dir / "metrics.json").exists()
-    check(run_cli(f"resume={run_dir}", cwd=tmp_path))
+    check(run_main(f"resume={run_dir}", cwd=tmp_path))
     assert_same_run(branch, run_dir)
     assert read_metrics(run_dir)["branched_from"] == read_metrics(branch)["branched_from"]
 

@@ -34,7 +34,7 @@ RUN = (
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory) -> Path:
     cwd = tmp_path_factory.mktemp("eval")
-    check(run_cli(*RUN, "hydra.run.dir=run", cwd=cwd))
+    check(run_main(*RUN, "hydra.run.dir=run", cwd=cwd))
     return cwd / "run"
 
 
@@ -125,7 +125,7 @@ def test_a_run_dir_that_cannot_be_written_leaves_the_result_in_the_output_dir(ru
     copy = tmp_path / "copy"
     shutil.copytree(run_dir, copy, ignore=shutil.ignore_patterns("eval.json"))
     (copy / "eval.json").mkdir()  # writing it fails as a read-only mount would (root ignores chmod)
-    result = check(run_cli(f"ckpt_path={copy}", cwd=tmp_path, tool="gptlab-eval"))
+    result = check(run_main(f"ckpt_path={copy}", cwd=tmp_path, tool="gptlab-eval"))
     written = Path(result.stdout.split("Written: ")[1].strip())
     assert written.parent.parent.parent.name == "eval" and json.loads(written.read_text())
     assert not list(copy.glob(".*.tmp"))  # the failed write left nothing in the run

@@ -142,8 +142,8 @@ def test_compact_vocabulary_is_refused():
 def full_vocab_run(tmp_path_factory) -> Path:
     """gptlab-train debug=fast data.compact_vocab=false (the must-hold's run), exported once."""
     cwd = tmp_path_factory.mktemp("full_vocab")
-    check(run_cli("debug=fast", "data.compact_vocab=false", "hydra.run.dir=run", cwd=cwd))
-    check(run_cli("ckpt_path=run", "out=exported", cwd=cwd, tool="gptlab-export"))
+    check(run_main("debug=fast", "data.compact_vocab=false", "hydra.run.dir=run", cwd=cwd))
+    check(run_main("ckpt_path=run", "out=exported", cwd=cwd, tool="gptlab-export"))
     return cwd / "run"
 
 
@@ -153,7 +153,7 @@ def test_export_gives_gptlab_eval_loss(full_vocab_run, corpus_text):
     from gptlab.data.datamodule import GPTDataModule
 
     cwd = full_vocab_run.parent
-    result = check(run_cli(f"ckpt_path={full_vocab_run}", cwd=cwd, tool="gptlab-eval"))
+    result = check(run_main(f"ckpt_path={full_vocab_run}", cwd=cwd, tool="gptlab-eval"))
     eval_loss = float(re.search(r"val loss: +([\d.]+)", result.stdout).group(1))
     exported = cwd / "exported"
     hf = AutoModelForCausalLM.from_pretrained(exported, local_files_only=True).eval()
@@ -221,7 +221,7 @@ def test_init_from_trains_on_from_the_folder(full_vocab_run, tmp_path):
         "data.compact_vocab=false",
         "trainer.max_steps=3",
     )
-    check(run_cli(*args, "hydra.run.dir=init", cwd=tmp_path))
+    check(run_main(*args, "hydra.run.dir=init", cwd=tmp_path))
     # 3 steps from the folder's weights, not from a fresh model's ln(100277) = 11.5 nats
     source = read_metrics(full_vocab_run)["best_val_loss"]
     assert read_metrics(tmp_path / "init")["best_val_loss"] < source + 0.2 < math.log(VOCAB) - 1

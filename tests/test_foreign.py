@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from helpers import LocalServer, check, own_copy, read_metrics, run_cli, run_main
+from helpers import LocalServer, check, own_copy, read_metrics, run_main
 
 from gptlab.errors import ConfigError
 from gptlab.run import ownership
@@ -108,7 +108,7 @@ def test_a_crafted_checkpoint_in_a_copied_run_is_refused_or_read_for_its_tensors
 
     new = tmp_path / "mine"
     trained = check(
-        run_cli(
+        run_main(
             f"ckpt_path={copy}", *FAST, "trainer.max_steps=30", f"hydra.run.dir={new}", cwd=tmp_path
         )
     )
@@ -129,7 +129,7 @@ def test_an_own_run_forgets_remembered_paths_outside_its_checkpoints(finished, t
     manifest = ownership.Manifest.load(own)
     manifest.record("checkpoints/last.ckpt")  # accepted as the run's own
     manifest.save()
-    result = check(run_cli(f"resume={own}", "trainer.max_steps=40", cwd=tmp_path))
+    result = check(run_main(f"resume={own}", "trainer.max_steps=40", cwd=tmp_path))
     assert_untouched(victim)
     assert server.hits == []
     assert "they are forgotten, never deleted or read" in result.stderr
@@ -261,7 +261,7 @@ def test_a_planted_start_folder_is_never_read(finished, tmp_path, server):
     planted.mkdir()
     overrides, marker = evil_overrides(tmp_path, server)
     (planted / "overrides.yaml").write_text(yaml.safe_dump([*overrides, "trainer.max_steps=999"]))
-    check(run_cli(f"resume={run}", "trainer.max_steps=25", cwd=tmp_path, env=ENV))
+    check(run_main(f"resume={run}", "trainer.max_steps=25", cwd=tmp_path, env=ENV))
     assert read_metrics(run)["steps"] == 25
     assert not marker.exists() and not (tmp_path / "elsewhere").exists()
     assert server.hits == []
@@ -278,7 +278,7 @@ def test_eval_generate_and_inspect_read_a_foreign_run_for_its_tensors_only(
     from the checkpoint's tensors and the default data settings; nothing is written into either
     directory; nothing is fetched."""
     owner = own_copy(finished, tmp_path / "owner")
-    own_eval = check(run_cli(f"ckpt_path={owner}", tool="gptlab-eval", cwd=tmp_path))
+    own_eval = check(run_main(f"ckpt_path={owner}", tool="gptlab-eval", cwd=tmp_path))
     stranger = tmp_path / "stranger"
     shutil.copytree(finished, stranger)
     config = yaml.safe_load((stranger / ".hydra" / "config.yaml").read_text())
@@ -291,15 +291,15 @@ def test_eval_generate_and_inspect_read_a_foreign_run_for_its_tensors_only(
     before = {"owner": snapshot(owner), "stranger": snapshot(stranger)}
 
     foreign_eval = check(
-        run_cli(f"ckpt_path={stranger}", tool="gptlab-eval", cwd=tmp_path, env=ENV)
+        run_main(f"ckpt_path={stranger}", tool="gptlab-eval", cwd=tmp_path, env=ENV)
     )
     loss = [line for line in own_eval.stdout.splitlines() if line.startswith("val loss")]
     assert loss and loss == [
         line for line in foreign_eval.stdout.splitlines() if "val loss" in line
     ]
     assert "Written: " + str(tmp_path / "outputs" / "eval") in foreign_eval.stdout
-    check(run_cli(f"ckpt_path={stranger}", "num_samples=1", tool="gptlab-generate", cwd=tmp_path))
-    check(run_cli(f"ckpt_path={stranger}", tool="gptlab-inspect", cwd=tmp_path))
+    check(run_main(f"ckpt_path={stranger}", "num_samples=1", tool="gptlab-generate", cwd=tmp_path))
+    check(run_main(f"ckpt_path={stranger}", tool="gptlab-inspect", cwd=tmp_path))
     assert {"owner": snapshot(owner), "stranger": snapshot(stranger)} == before
     assert server.hits == []
     for result in (foreign_eval,):

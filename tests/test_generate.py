@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import re
 import shutil
-from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 
 import pytest
 import torch
-from helpers import check, run_cli, run_main
+from helpers import check, run_main
 from hydra import compose, initialize_config_module
 
 from gptlab.cli.generate import decode_stream, run_job, sample_texts
@@ -25,7 +24,7 @@ HEADER = re.compile(r"^--- sample \d+ of \d+ ---\n", re.MULTILINE)
 def run_dir(tmp_path_factory):
     """One debug=fast training run, the checkpoint every test below samples from."""
     cwd = tmp_path_factory.mktemp("generate")
-    check(run_cli("debug=fast", f"hydra.run.dir={cwd / 'run'}", cwd=cwd))
+    check(run_main("debug=fast", f"hydra.run.dir={cwd / 'run'}", cwd=cwd))
     return cwd / "run"
 
 
@@ -44,7 +43,7 @@ TOOL = "gptlab-generate"
 
 
 def generate(*args: str, cwd):
-    return run_cli(*args, cwd=cwd, tool=TOOL, timeout=120)
+    return run_main(*args, cwd=cwd, tool=TOOL)
 
 
 def samples(stdout: str) -> list[str]:
@@ -57,10 +56,7 @@ def samples(stdout: str) -> list[str]:
 def test_samples_from_run_dir_and_file_start_with_the_prompt_and_repeat(run_dir, module, tmp_path):
     args = (f"prompt={PROMPT}", "max_new_tokens=12", "num_samples=3", "seed=3")
     paths = [run_dir, run_dir / "checkpoints" / "best.ckpt"]
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        by_dir, by_file = pool.map(
-            lambda p: check(generate(f"ckpt_path={p}", *args, cwd=tmp_path)), paths
-        )
+    by_dir, by_file = (check(generate(f"ckpt_path={p}", *args, cwd=tmp_path)) for p in paths)
     texts = samples(by_dir.stdout)
     assert len(texts) == 3
     assert all(t.startswith(PROMPT) and len(t) > len(PROMPT) for t in texts), texts
@@ -81,11 +77,7 @@ def test_greedy_text_is_the_same_with_and_without_the_kv_cache(run_dir, tmp_path
     """debug=fast's context_length is 32: 40 new tokens slide the window."""
     args = (f"ckpt_path={run_dir}", f"prompt={PROMPT}", "max_new_tokens=40", "num_samples=1")
     args += ("temperature=0",)
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        on, off = pool.map(
-            lambda cache: check(generate(*args, f"kv_cache={cache}", cwd=tmp_path)),
-            ("true", "false"),
-        )
+    on, off = (check(generate(*args, f"kv_cache={c}", cwd=tmp_path)) for c in ("true", "false"))
     assert on.stdout == off.stdout
     assert on.stdout.startswith(PROMPT) and len(on.stdout) > len(PROMPT) + 40
     for result, state in ((on, "on"), (off, "off")):

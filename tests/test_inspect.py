@@ -8,7 +8,7 @@ import matplotlib.image
 import numpy as np
 import pytest
 import torch
-from helpers import check, run_cli, sign_run
+from helpers import check, run_main, sign_run
 from hydra import compose, initialize_config_module
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -41,7 +41,7 @@ SHAPE_LINE = re.compile(r"^(?P<label>.+?)\s+(?P<shape>\[[\d, ]+\])\s")
 
 
 def inspect_cli(*args: str, cwd):
-    return run_cli(*args, cwd=cwd, tool="gptlab-inspect", timeout=120)
+    return run_main(*args, cwd=cwd, tool="gptlab-inspect")
 
 
 def shape_lines(stdout: str) -> list[tuple[str, list[int]]]:

@@ -12,7 +12,7 @@ import time
 
 import pytest
 import torch
-from helpers import BIN, check, read_metrics, run_cli
+from helpers import BIN, check, read_metrics, run_cli, run_main
 from test_module import corpus, fit, make_module, windows  # noqa: F401 - corpus is a fixture
 
 from gptlab.errors import ConfigError
@@ -178,7 +178,7 @@ def test_muon_run_killed_at_a_save_resumes_exactly(tmp_path):
     """20 steps in one go, against a run SIGKILLed once its first last.ckpt is written, then
     continued with `resume=`: the same weights, as both optimizers' states (Muon's momentum,
     AdamW's moments) and the schedule come back from the checkpoint."""
-    check(run_cli(*TINY, "hydra.run.dir=whole", cwd=tmp_path))
+    check(run_main(*TINY, "hydra.run.dir=whole", cwd=tmp_path))
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
     killed = subprocess.Popen(
         [str(BIN / "gptlab-train"), *TINY, "hydra.run.dir=killed"],
@@ -196,7 +196,7 @@ def test_muon_run_killed_at_a_save_resumes_exactly(tmp_path):
     assert last.exists()
     stopped_at = torch.load(last, weights_only=True)["global_step"]
     assert stopped_at < 20  # killed before the end
-    check(run_cli(f"resume={tmp_path / 'killed'}", cwd=tmp_path))
+    check(run_main(f"resume={tmp_path / 'killed'}", cwd=tmp_path))
     whole, resumed = (
         torch.load(tmp_path / run / "checkpoints" / "last.ckpt", weights_only=True)
         for run in ("whole", "killed")
@@ -235,7 +235,7 @@ def test_the_speedrun_recipe_trains(tmp_path):
     """`experiment=speedrun` as shipped (6 blocks, model=modern, Muon, weight decay 2.0), cut to
     4 steps: it composes, trains with Muon's float32 step and says what it trained."""
     check(
-        run_cli(
+        run_main(
             "experiment=speedrun",
             "trainer.max_steps=4",
             "trainer.val_check_interval=2",

@@ -8,7 +8,7 @@ import time
 
 import pytest
 import torch
-from helpers import check, read_metrics, run_cli, run_main
+from helpers import check, read_metrics, run_main
 from hydra import compose, initialize_config_module
 from test_resume import TINY, start, step_of, wait_for, weights
 
@@ -148,7 +148,7 @@ def test_coord_check_flat_under_mup_growing_under_standard():
 
 def test_mup_trains_from_the_command_line(tmp_path):
     args = ["model.parametrization=mup", "model.base_width=64", "model.d_model=256", "debug=fast"]
-    done = run_cli(*args, "hydra.run.dir=run", cwd=tmp_path)
+    done = run_main(*args, "hydra.run.dir=run", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert math.isfinite(metrics["best_val_loss"]) and metrics["best_val_loss"] < 7.0
@@ -158,7 +158,7 @@ def test_mup_resumes_exactly_after_kill_9(tmp_path):
     """μP's own learning-rate groups come back from last.ckpt: kill -9 at step 20 or later,
     resume=, and end with the uninterrupted run's weights and val loss."""
     mup = [*TINY, "trainer.max_steps=40", "model.parametrization=mup", "model.base_width=16"]
-    check(run_cli(*mup, "hydra.run.dir=whole", cwd=tmp_path))
+    check(run_main(*mup, "hydra.run.dir=whole", cwd=tmp_path))
     run_dir = tmp_path / "killed"
     last = run_dir / "checkpoints" / "last.ckpt"
     proc = start(*mup, f"hydra.run.dir={run_dir}", cwd=tmp_path)
@@ -169,7 +169,7 @@ def test_mup_resumes_exactly_after_kill_9(tmp_path):
     proc.kill()
     proc.communicate()
     assert 20 <= step_of(last) < 40 and not (run_dir / "metrics.json").exists()
-    check(run_cli(f"resume={run_dir}", cwd=tmp_path))
+    check(run_main(f"resume={run_dir}", cwd=tmp_path))
     whole, resumed = weights(tmp_path / "whole/checkpoints/last.ckpt"), weights(last)
     assert max((whole[k] - resumed[k]).abs().max().item() for k in whole) <= 1e-6
     assert (

@@ -62,7 +62,7 @@ def weights(checkpoint: Path) -> dict[str, torch.Tensor]:
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory) -> Path:
     cwd = tmp_path_factory.mktemp("whole")
-    check(run_cli(*TINY, "hydra.run.dir=run", cwd=cwd))
+    check(run_main(*TINY, "hydra.run.dir=run", cwd=cwd))
     return cwd / "run"
 
 
@@ -77,7 +77,7 @@ def test_sigterm_then_resume_matches_an_uninterrupted_run(tmp_path, uninterrupte
     stopped_at = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)["global_step"]
     assert 0 < stopped_at < 120
 
-    check(run_cli(f"resume={run_dir}", cwd=tmp_path))
+    check(run_main(f"resume={run_dir}", cwd=tmp_path))
     whole = weights(uninterrupted / "checkpoints" / "last.ckpt")
     resumed = weights(run_dir / "checkpoints" / "last.ckpt")
     assert whole.keys() == resumed.keys()
@@ -101,7 +101,7 @@ def test_resume_applies_new_overrides_on_top(tmp_path, uninterrupted):
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err[-3000:]
     every = "callbacks.progress_bar.line_every_n_steps=10"
-    result = check(run_cli(f"resume={run_dir}", "trainer.max_steps=150", every, cwd=tmp_path))
+    result = check(run_main(f"resume={run_dir}", "trainer.max_steps=150", every, cwd=tmp_path))
     assert read_metrics(run_dir)["steps"] == 150
     # stdout is no terminal: progress lines, counting to the total from where the run stopped,
     # with the time left (not Lightning's `100/?`), and no bar
@@ -151,7 +151,7 @@ def test_sigkill_at_a_periodic_save_then_resume_is_exact(tmp_path, uninterrupted
     stopped_at = kill_at_save(start(*TINY, f"hydra.run.dir={run_dir}", cwd=tmp_path), last, kill_at)
     assert kill_at <= stopped_at < 120 and not (run_dir / "metrics.json").exists()
 
-    check(run_cli(f"resume={run_dir}", cwd=tmp_path))
+    check(run_main(f"resume={run_dir}", cwd=tmp_path))
     whole, resumed = weights(uninterrupted / "checkpoints" / "last.ckpt"), weights(last)
     assert max((whole[k] - resumed[k]).abs().max().item() for k in whole) <= 1e-6
     for key in ("steps", "tokens_seen", "best_val_loss", "final_val_loss"):
@@ -181,7 +181,7 @@ def test_sigkill_while_a_checkpoint_is_written_keeps_the_previous_one(tmp_path):
 
 
 def test_nan_loss_stops_with_a_clear_message(tmp_path):
-    result = run_cli(
+    result = run_main(
         "debug=fast",
         "optim.lr=1e30",
         "optim.warmup_steps=0",

@@ -242,7 +242,7 @@ def test_killed_before_metrics_json_resume_restores_them(finished, tmp_path):
     whose name Hydra's grammar would misread."""
     run_dir = own_copy(finished, tmp_path / "it's a run")
     (run_dir / "metrics.json").unlink()
-    check(run_cli(f"resume={run_dir}", cwd=tmp_path))
+    check(run_main(f"resume={run_dir}", cwd=tmp_path))
     whole = read_metrics(finished)
     restored = finite_metrics(run_dir)
     for key in ("best_val_loss", "final_val_loss", "best_val_bpb", "final_val_bpb"):
@@ -264,14 +264,14 @@ def test_a_directory_named_with_an_interpolation_is_refused_clearly(finished, tm
 def test_a_sweep_job_killed_before_metrics_json_is_repaired_by_resume(tmp_path):
     sweep = tmp_path / "sweep"
     grid = ["-m", *FAST, "trainer.max_steps=10", "model.num_heads=1,2", f"hydra.sweep.dir={sweep}"]
-    check(run_cli(*grid, cwd=tmp_path))
+    check(run_main(*grid, cwd=tmp_path))
     whole = read_metrics(sweep / "0")
     kept = (sweep / "1" / "metrics.json").read_bytes()
     (sweep / "0" / "metrics.json").unlink()
 
     refused = run_main(*grid, cwd=tmp_path)  # the same sweep again, fresh: refused
     assert refused.returncode == 2 and f"resume={sweep}" in refused.stderr
-    check(run_cli(f"resume={sweep}", cwd=tmp_path))
+    check(run_main(f"resume={sweep}", cwd=tmp_path))
     repaired = finite_metrics(sweep / "0")
     assert repaired["status"] == "ok"
     assert abs(repaired["best_val_loss"] - whole["best_val_loss"]) <= 1e-6

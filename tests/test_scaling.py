@@ -268,7 +268,7 @@ def isoflop_sweep(tmp_path_factory):
     cwd = tmp_path_factory.mktemp("isoflop")
     grid = ("model.d_model=16,32,64", "flops_budget=5e9,1e10", "+ablation=baseline,rope")
     quiet = ("callbacks=none", "logger=none", "trainer.val_check_interval=50")
-    result = check(run_cli("-m", "debug=fast", *grid, *quiet, "hydra.sweep.dir=sweep", cwd=cwd))
+    result = check(run_main("-m", "debug=fast", *grid, *quiet, "hydra.sweep.dir=sweep", cwd=cwd))
     return cwd, cwd / "sweep", result
 
 

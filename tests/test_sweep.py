@@ -49,7 +49,7 @@ def grid(tmp_path_factory):
     cwd = tmp_path_factory.mktemp("grid")
     sweep = cwd / "sweep"
     result = check(
-        run_cli(
+        run_main(
             "-m",
             *FAST,
             "model.num_heads=1,2",
@@ -319,7 +319,7 @@ def seed_grid(tmp_path_factory):
     cwd = tmp_path_factory.mktemp("seeds")
     sweep_dir = cwd / "sweep"
     result = check(
-        run_cli(
+        run_main(
             "-m", *FAST, "model.num_heads=2,4", "seed=1,2", f"hydra.sweep.dir={sweep_dir}", cwd=cwd
         )
     )
@@ -583,7 +583,7 @@ def test_a_sweep_stopped_by_sigterm_continues_with_resume_and_keeps_finished_job
     )  # stopped (or killed before it trained)
     kept = first.read_bytes(), first.stat().st_mtime_ns
 
-    result = check(run_cli(f"resume={sweep_dir}", cwd=tmp_path))
+    result = check(run_main(f"resume={sweep_dir}", cwd=tmp_path))
     assert [read_metrics(sweep_dir / str(i))["status"] for i in range(3)] == ["ok"] * 3
     assert (first.read_bytes(), first.stat().st_mtime_ns) == kept
     assert "Kept job 0" in result.stderr

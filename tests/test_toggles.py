@@ -12,7 +12,7 @@ from dataclasses import asdict
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import check, read_metrics, run_cli, run_main
+from helpers import check, read_metrics, run_main
 from torch import nn
 
 from gptlab.cli.inspect_model import trace_forward
@@ -290,7 +290,7 @@ def test_bad_toggle_exits_2_before_any_data_work(tmp_path, overrides, needle):
 
 def test_model_modern_trains_with_debug_fast(tmp_path):
     """The preset end to end: a real run directory, a finite loss that fell, the toggles saved."""
-    check(run_cli("debug=fast", "model=modern", "hydra.run.dir=run", cwd=tmp_path))
+    check(run_main("debug=fast", "model=modern", "hydra.run.dir=run", cwd=tmp_path))
     metrics = read_metrics(tmp_path / "run")
     assert metrics["status"] == "ok" and math.isfinite(metrics["best_val_loss"])
     assert metrics["best_val_loss"] < math.log(3771)  # below a uniform guess over the vocabulary

@@ -17,7 +17,7 @@ import gptlab.conf
 import pytest
 import torch
 import yaml
-from helpers import BIN, check, read_metrics, run_cli, run_main, scalars, tensorboard_runs, umask
+from helpers import BIN, check, read_metrics, run_main, scalars, tensorboard_runs, umask
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -60,7 +60,7 @@ def fast_run(tmp_path_factory):
     cwd = tmp_path_factory.mktemp("fast")
     run_dir = cwd / "run"
     with umask(0o022):  # files for a colleague to read: test_what_a_run_writes_...
-        result = check(run_cli("debug=fast", f"hydra.run.dir={run_dir}", cwd=cwd))
+        result = check(run_main("debug=fast", f"hydra.run.dir={run_dir}", cwd=cwd))
     return run_dir, result
 
 
@@ -89,7 +89,7 @@ def test_checkpoints_are_exactly_best_and_last(fast_run):
 
 def test_best_checkpoint_exists_when_training_ends_before_the_first_validation(tmp_path):
     check(
-        run_cli(
+        run_main(
             "debug=fast",
             "trainer.max_steps=7",
             "trainer.val_check_interval=20",
@@ -421,6 +421,6 @@ def test_bad_model_config_fails_before_any_data_work(tmp_path):
 
 
 def test_debug_overfit_drives_the_train_loss_towards_zero(tmp_path):
-    check(run_cli("debug=overfit", "hydra.run.dir=run", cwd=tmp_path))
+    check(run_main("debug=overfit", "hydra.run.dir=run", cwd=tmp_path))
     train_loss = scalars(tmp_path / "run" / "tensorboard")["train/loss"]
     assert train_loss[0][1] > 5.0 and train_loss[-1][1] < 0.1  # the same 2 batches, memorised

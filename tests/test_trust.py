@@ -292,5 +292,5 @@ def test_a_corrupt_eval_json_is_refused_before_the_evaluation_and_kept(finished,
     assert corrupt.read_bytes() == before
     assert not (out / "eval.json").exists()
     corrupt.unlink()  # the fix the message gives works
-    check(run_cli(*args, cwd=tmp_path, tool="gptlab-eval", timeout=180))
+    check(run_main(*args, cwd=tmp_path, tool="gptlab-eval"))
     assert any(label.startswith("best.ckpt on") for label in json.loads(corrupt.read_text()))
