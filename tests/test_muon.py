@@ -36,7 +36,7 @@ def test_muon_takes_the_block_matrices_and_adamw_the_rest(corpus, tmp_path):  # 
     trainer = fit(module, windows(ids), tmp_path, max_steps=1)
     optimizer = trainer.optimizers[0]
     assert isinstance(optimizer, MuonWithAdamW)
-    assert isinstance(optimizer.muon, torch.optim.Muon)
+    assert type(optimizer.muon) is Muon  # ours: the float32 Newton-Schulz step on CPU
     assert isinstance(optimizer.adamw, torch.optim.AdamW)
     (muon_group,) = optimizer.muon.param_groups
     named = dict(module.model.named_parameters())
