@@ -7,11 +7,11 @@ import os
 from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
-from hydra.types import RunMode
 from omegaconf import OmegaConf
 
 from gptlab.process import rank
 from gptlab.run import directory, ownership
+from gptlab.run.place import in_multirun
 
 
 def unique_dir(path: str) -> str:
@@ -65,7 +65,7 @@ def _dirs() -> tuple[Path, Path | None, Path] | None:
     if OmegaConf.is_missing(hc.runtime, "output_dir"):
         return None
     out = Path(hc.runtime.output_dir).resolve()
-    return out, out.parent if hc.mode == RunMode.MULTIRUN else None, Path(hc.runtime.cwd).resolve()
+    return out, out.parent if in_multirun() else None, Path(hc.runtime.cwd).resolve()
 
 
 def _relative(path: Path, root: Path) -> str:
