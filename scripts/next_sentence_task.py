@@ -14,8 +14,10 @@ import random
 import re
 from pathlib import Path
 
-from gptlab import files
 from gptlab.data.tokenizer import Tokenizer
+from gptlab.errors import ConfigError
+from gptlab.exits import BAD_INPUT
+from gptlab.run.place import PLACE
 
 TASK = "gptlab_next_sentence"
 CHOICES = 4
@@ -85,6 +87,10 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=24, help="the longest choice")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
+    try:
+        out = PLACE.admit(args.out, "--out")  # a new or empty folder: nothing is overwritten
+    except ConfigError as e:
+        parser.exit(BAD_INPUT, f"{parser.prog}: {e}\n")
     text = Path(args.corpus).read_text(encoding="utf-8")
     sentences = sentences_of(val_text(text, args.encoding, args.val_fraction))
     tokenizer = Tokenizer(args.encoding)
@@ -93,10 +99,9 @@ def main() -> None:
         for s in sentences
     ]
     docs = documents(sentences, short, args.context, args.seed)
-    out = Path(args.out).absolute()
     data = out / f"{TASK}.jsonl"
-    files.write_text(data, "".join(json.dumps(d) + "\n" for d in docs))
-    files.write_text(out / f"{TASK}.yaml", YAML.format(task=TASK, data=json.dumps(str(data))))
+    PLACE.write_text(data, "".join(json.dumps(d) + "\n" for d in docs))
+    PLACE.write_text(out / f"{TASK}.yaml", YAML.format(task=TASK, data=json.dumps(str(data))))
     print(f"{len(docs)} documents from {len(sentences)} val sentences: {out}")  # noqa: T201
 
 

@@ -23,6 +23,18 @@ def pytest_unconfigure(config) -> None:
     shutil.rmtree(KEY_FOLDER, ignore_errors=True)
 
 
+@pytest.fixture(autouse=True)
+def places(tmp_path):
+    """Where this test's own calls into gptlab may write (gptlab.run.place admits every tool's
+    places; a test calling a writer directly is no tool): its tmp_path. A tool the test runs in
+    this process (helpers.run_main) starts with no places and admits its own."""
+    from gptlab.run.place import PLACE
+
+    PLACE.__init__()
+    PLACE.roots.append(tmp_path)
+    yield PLACE
+
+
 @pytest.fixture(scope="session")
 def corpus_path() -> Path:
     """Absolute path of the shared sales_textbook.txt (tests may change directory)."""

@@ -69,6 +69,7 @@ def process_state():
     from hydra.core.hydra_config import HydraConfig
 
     from gptlab.config.resolvers import start_subdir_of
+    from gptlab.run.place import PLACE
 
     saved_env = dict(os.environ)
     saved_argv = sys.argv
@@ -79,6 +80,8 @@ def process_state():
     saved_hydra_config = HydraConfig.instance().cfg
     saved_threads = torch.get_num_threads()  # num_threads is set before a data file is checked
     saved_deterministic = torch.are_deterministic_algorithms_enabled()  # trainer.deterministic
+    saved_place = dict(vars(PLACE))  # this test's places: a tool run admits its own
+    PLACE.__init__()
     GlobalHydra.instance().clear()
     start_subdir_of.cache_clear()  # where a start saves its config: one per start
     try:
@@ -89,6 +92,7 @@ def process_state():
         HydraConfig.instance().cfg = saved_hydra_config  # --help and --cfg set it too
         torch.set_num_threads(saved_threads)
         torch.use_deterministic_algorithms(saved_deterministic)
+        vars(PLACE).update(saved_place)
         sys.argv = saved_argv
         os.chdir(saved_cwd)
         os.environ.clear()
@@ -136,23 +140,14 @@ def umask(mask: int):
         os.umask(previous)
 
 
-def own_copy(run_dir: Path, place: Path) -> Path:
+def own_copy(run_dir: Path, place: Path, kind: str = "run") -> Path:
     """A copy of an own run directory that is the user's own at its new place too: copied, then
     signed for that place with this session's key, as if gptlab had trained it there (a copy
     alone is foreign). Saves the tests a training run where the copy's place is not the point."""
     import shutil
 
-    from gptlab.run import ownership
-
     shutil.copytree(run_dir, place, symlinks=True)
-    for manifest_file in sorted(place.rglob(ownership.MANIFEST)):
-        folder = manifest_file.parent
-        original = run_dir / folder.relative_to(place)
-        manifest = ownership.Manifest.load(original)
-        manifest.root = ownership.canonical(folder)
-        manifest.data["dir"] = str(manifest.root)
-        manifest.save()
-    return place
+    return sign_run(place, kind)
 
 
 class LocalServer:
@@ -206,14 +201,13 @@ class LocalServer:
         self.httpd.server_close()
 
 
-def sign_run(run_dir: Path) -> Path:
-    """Record a run directory made by hand as the user's own, as gptlab-train does when it
-    writes one: its manifest, with the checkpoints and metrics.json in it."""
+def sign_run(run_dir: Path, kind: str = "run") -> Path:
+    """A run directory made by hand signed as the user's own, as gptlab-train signs one when it
+    makes it: its manifest.json, for its place, with this session's key."""
+    import json
+
     from gptlab.run import ownership
 
-    ownership.claim(run_dir, None)
-    manifest = ownership.Manifest.load(run_dir)
-    for rel in ownership.relied_files(Path(run_dir)):
-        manifest.record(rel)
-    manifest.save()
+    manifest = ownership.manifest(Path(run_dir).resolve(), kind)
+    (Path(run_dir) / "manifest.json").write_text(json.dumps(manifest))
     return Path(run_dir)

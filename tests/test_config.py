@@ -12,19 +12,17 @@ from helpers import run_main
 from hydra import compose, initialize_config_module
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import ConfigCompositionException
-from omegaconf import MISSING, OmegaConf
+from omegaconf import OmegaConf
 
 from gptlab.config import resolvers
 from gptlab.config.schemas import (
-    DATA_MODULE,
-    TRAINER,
-    TRAINER_EXCLUDED,
+    TrainerSettings,
     TrainSchema,
     omegaconf_type,
     register_configs,
     schema_for,
-    source_schema,
 )
+from gptlab.data.config import DataConfig
 from gptlab.data.datamodule import GPTDataModule
 from gptlab.model.config import GPTConfig
 from gptlab.training.optim_config import OptimConfig
@@ -94,70 +92,51 @@ def test_the_optim_schema_has_the_optimizer_defaults():
     assert schema["betas"].type == list[float]
 
 
-def signature_fields(target: type, exclude=frozenset()) -> dict[str, tuple]:
-    """(type, default) of each constructor argument, from the class itself (inspect): what the
-    schema read from the source must agree with."""
-    parameters = inspect.signature(target.__init__, eval_str=True).parameters
-    return {
-        name: (omegaconf_type(p.annotation), MISSING if p.default is p.empty else p.default)
+def test_the_trainer_schema_is_lightnings_own_signature():
+    """The Trainer's keyword arguments are listed by hand (composing imports no Lightning): the
+    same names, OmegaConf types and defaults as Lightning's signature, but the callbacks and
+    loggers gptlab passes itself."""
+    parameters = inspect.signature(L.Trainer.__init__, eval_str=True).parameters
+    lightning = {
+        name: (omegaconf_type(p.annotation), p.default)
         for name, p in list(parameters.items())[1:]
-        if name not in exclude and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+        if name not in ("callbacks", "logger")
     }
+    schema = fields_of(schema_for(TrainerSettings, "lightning.Trainer"))
+    listed = {name: (f.type, f.default) for name, f in schema.items() if name != "_target_"}
+    assert listed == lightning
+    assert schema["max_steps"].type is int and schema["_target_"].default == "lightning.Trainer"
 
 
-@pytest.mark.parametrize(
-    ("where", "target", "exclude"),
-    [(TRAINER, L.Trainer, TRAINER_EXCLUDED), (DATA_MODULE, GPTDataModule, frozenset())],
-)
-def test_a_schema_read_from_the_source_is_the_classs_real_signature(where, target, exclude):
-    """The Trainer's and the data module's schemas come from their source files (no import):
-    the same names, types and defaults as the imported class's signature."""
-    schema = fields_of(source_schema(*where, exclude))
-    read = {name: (f.type, f.default) for name, f in schema.items() if name != "_target_"}
-    assert read == signature_fields(target, exclude)
-    assert exclude.isdisjoint(schema)
-
-
-def test_the_trainer_and_data_schemas_type_what_overrides_set():
-    trainer = fields_of(source_schema(*TRAINER, TRAINER_EXCLUDED))
-    assert trainer["max_steps"].type is int and trainer["max_steps"].default == -1
-    data = fields_of(source_schema(*DATA_MODULE))
-    assert data["batch_size"].type is int and data["batch_size"].default == 16
-    assert data["path"].type == Optional[str]  # noqa: UP045
-    assert data["tokenizer"].type is Any
-
-
-def test_a_constructor_argument_without_default_is_mandatory(tmp_path, monkeypatch):
-    (tmp_path / "needs_module.py").write_text(
-        "SIZE = 3\n"
-        "class Needs:\n"
-        "    def __init__(self, size: int, name: str = 'x', *args, other: int = SIZE, **kw):\n"
-        "        pass\n"
-    )
-    monkeypatch.syspath_prepend(str(tmp_path))
-    schema = fields_of(source_schema("needs_module", "Needs"))
-    assert list(schema) == ["_target_", "size", "name", "other"]  # *args, **kwargs left out
-    assert schema["size"].default is MISSING and schema["other"].default == 3
-    structured = OmegaConf.structured(source_schema("needs_module", "Needs"))
-    assert OmegaConf.is_missing(structured, "size")
+def test_the_data_schema_is_the_data_modules_settings():
+    """The data group's schema: DataConfig's fields and defaults, built as GPTDataModule."""
+    schema = fields_of(composed().data._metadata.object_type)
+    assert [name for name in schema if name != "_target_"] == [
+        f.name for f in dataclasses.fields(DataConfig)
+    ]
+    assert schema["batch_size"].type is int and schema["batch_size"].default == 16
+    assert schema["path"].type == Optional[str]  # noqa: UP045
+    assert schema["tokenizer"].type is Any
+    assert vars(GPTDataModule(batch_size=4))["batch_size"] == 4
 
 
 def test_the_entry_points_check_a_command_line_without_torch_or_lightning(tmp_path):
-    """A config mistake is reported before the heavy imports: the thin entry points and what
-    composing and checking a command line needs import neither torch nor Lightning."""
+    """A config mistake is reported by Hydra's own composition before the heavy imports: exit
+    code 2, one paragraph with "did you mean", and neither torch nor Lightning loaded."""
     import subprocess
     import sys
 
     code = (
-        "import sys; import gptlab.cli.train, gptlab.cli.eval, gptlab.cli.generate; "
-        "from gptlab.cli.compose import check_command_line as check\n"
-        "try: check('gptlab-train', ['gptlab-train', 'model.num_head=8'])\n"
-        "except Exception as e: print(e)\n"
+        "import sys; sys.argv = ['gptlab-train', 'model.num_head=8']\n"
+        "from gptlab.cli.train import main\n"
+        "try: main()\n"
+        "except SystemExit as e: print(e.code)\n"
         "print(sorted(m for m in ('torch', 'lightning') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
-    assert out.returncode == 0, out.stderr
-    assert "did you mean num_heads?" in out.stdout and out.stdout.endswith("[]\n")
+    assert out.stdout == "2\n[]\n", out.stderr
+    assert "did you mean num_heads?" in out.stderr and len(out.stderr.splitlines()) == 1
+    assert not list(tmp_path.iterdir())  # nothing made
 
 
 def test_the_top_level_schema_types_the_keys_of_train_yaml():

@@ -17,8 +17,9 @@ import torch
 from helpers import LocalServer
 
 from gptlab.data import datamodule
+from gptlab.data.config import SALES_TEXTBOOK_SHA256
 from gptlab.data.corpus import check_url, download, resolve_corpus, sha256_of
-from gptlab.data.datamodule import SALES_TEXTBOOK_SHA256, GPTDataModule
+from gptlab.data.datamodule import GPTDataModule
 from gptlab.data.tokenizer import Tokenizer
 from gptlab.data.windows import RandomWindowSampler
 from gptlab.errors import ConfigError

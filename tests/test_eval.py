@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers import check, read_metrics, run_cli, run_main, umask
+from helpers import check, own_copy, read_metrics, run_cli, run_main, umask
 from hydra import compose, initialize_config_module
 
 import gptlab.cli.eval as gptlab_eval
@@ -139,13 +139,28 @@ def test_bad_input_is_one_paragraph_and_exit_code_2(run_dir, tmp_path):
         ([f"ckpt_path={run_dir}", f"data.path={alien}"], "data.compact_vocab=false"),
         ([f"ckpt_path={run_dir}", "device=tpu"], "device='tpu'"),
         # gptlab-train's group: another text is data.path alone
-        ([f"ckpt_path={run_dir}", "data=text_file"], "gptlab-eval has no data group"),
-        (
-            ["data=text_file", f"data.path={alien}"],
-            "or data.url=https://... alone; drop data=text_file",
-        ),
+        ([f"ckpt_path={run_dir}", "data=text_file"], "Could not override 'data'"),
     ):
         result = run_main(*args, cwd=tmp_path, tool="gptlab-eval")
         assert (
             result.returncode == 2 and needle in result.stderr and "Traceback" not in result.stderr
         )
+
+
+def test_a_corrupt_eval_json_is_refused_before_the_evaluation_and_kept(finished, tmp_path):
+    finished_run = own_copy(finished, tmp_path / "run")
+    corrupt = finished_run / "eval.json"
+    corrupt.write_text('{"best.ckpt": {"val_loss": 4.2')  # cut off mid-write
+    before = corrupt.read_bytes()
+    out = tmp_path / "out"
+    args = [f"ckpt_path={finished_run}", f"hydra.run.dir={out}"]
+    result = run_main(*args, cwd=tmp_path, tool="gptlab-eval")
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert f"'{corrupt}' is not gptlab-eval's JSON record" in result.stderr
+    assert "Move it away" in result.stderr and "Traceback" not in result.stderr
+    assert "val loss" not in result.stdout  # refused before the evaluation
+    assert corrupt.read_bytes() == before
+    assert not (out / "eval.json").exists()
+    corrupt.unlink()  # the fix the message gives works
+    check(run_main(*args, cwd=tmp_path, tool="gptlab-eval"))
+    assert any(label.startswith("best.ckpt on") for label in json.loads(corrupt.read_text()))

@@ -187,7 +187,7 @@ def test_export_refuses_a_folder_that_holds_something(full_vocab_run, tmp_path):
         f"ckpt_path={full_vocab_run}", f"out={out}", cwd=tmp_path, tool="gptlab-export"
     )
     assert result.returncode == 2
-    assert "never overwrites" in result.stderr
+    assert "already holds files" in result.stderr
     assert [p.name for p in out.iterdir()] == ["notes.txt"]
     assert (out / "notes.txt").read_text() == "mine"
 

@@ -14,7 +14,8 @@ from hydra import compose, initialize_config_module
 from gptlab.cli.generate import decode_stream, run_job, sample_texts
 from gptlab.data.tokenizer import Tokenizer
 from gptlab.errors import ConfigError
-from gptlab.run.checkpoints import find_checkpoint, load_checkpoint, load_model
+from gptlab.reader import load_checkpoint
+from gptlab.run.checkpoints import find_checkpoint, load_model
 
 PROMPT = "The salesperson"
 HEADER = re.compile(r"^--- sample \d+ of \d+ ---\n", re.MULTILINE)

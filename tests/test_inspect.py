@@ -125,10 +125,10 @@ def test_cli_prints_the_articles_shapes_in_order_and_draws_the_figures(tmp_path)
         ("model.d_model=30", "model.d_model=30"),
     ],
 )
-def test_bad_arguments_exit_2_with_one_paragraph(override, message, caplog):
+def test_bad_arguments_exit_2_with_one_paragraph(override, message, caplog, tmp_path):
     """The tool's own task function on the composed config (a process per case is too slow)."""
     with initialize_config_module("gptlab.conf", version_base="1.3"):
-        cfg = compose("inspect", overrides=[override])
+        cfg = compose("inspect", overrides=[override, f"output_dir={tmp_path}"])
     with pytest.raises(SystemExit) as exit_info:
         run_job(cfg)
     assert exit_info.value.code == 2

@@ -17,7 +17,7 @@ LAYERS = [
     ("training",),
     ("run",),
     ("data", "model"),
-    ("errors", "exits", "files", "noise", "process", "__init__"),  # the bottom
+    ("errors", "exits", "files", "noise", "process", "reader", "__init__"),  # the bottom
 ]
 
 

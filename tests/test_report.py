@@ -20,6 +20,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from gptlab.config.schemas import register_configs
 from gptlab.data.tokenizer import Tokenizer
 from gptlab.model.gpt import GPTConfig
+from gptlab.run.place import PLACE
 from gptlab.run.screen import GROUPS, config_tree
 from gptlab.training.module import GPTModule, OptimConfig
 from gptlab.training.report import RunReport
@@ -147,6 +148,7 @@ def windows(ids: np.ndarray) -> TensorDataset:
 def fitted(tmp_path_factory):
     """A tiny GPT fitted for STEPS steps with RunStats and RunReport, as gptlab-train adds them."""
     out = tmp_path_factory.mktemp("run")
+    PLACE.admit(out, "the test's run directory")  # as gptlab-train's callback admits it
     tiktoken_ids = Tokenizer("cl100k_base").encode_tiktoken(TEXT)
     tokenizer = Tokenizer.fit("cl100k_base", tiktoken_ids, compact=True)
     data = windows(np.asarray(tokenizer.encode(TEXT), dtype=np.int64))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import pickle
 import shutil
 import signal
 import subprocess
@@ -15,11 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from helpers import BIN, check, own_copy, read_metrics, run_cli, run_main, scalars
+from helpers import BIN, check, read_metrics, run_cli, run_main, scalars
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
-
-from gptlab.run import ownership
 
 # A tiny model that takes a few seconds: long enough to interrupt, deterministic on CPU, with
 # dropout so that a resume must also restore the random state.
@@ -205,8 +202,6 @@ def bad_files(tmp_path_factory, uninterrupted) -> dict[str, Path]:
     (d / "garbage.ckpt").write_bytes(os.urandom(4096))
     (d / "no_ckpt_run" / ".hydra").mkdir(parents=True)
     (d / "no_ckpt_run" / ".hydra" / "overrides.yaml").write_text("- debug=fast\n")
-    # a pickle that would leave a file behind if anything unpickled it
-    (d / "evil.pkl").write_bytes(pickle.dumps(Touch(d / "PWNED")))
     return {"dir": d, "good": good}
 
 
@@ -227,23 +222,6 @@ def bad_files(tmp_path_factory, uninterrupted) -> dict[str, Path]:
         (["data.path={dir}/empty.txt"], "give data=text_file data.path=<file>"),
         (["resume={dir}/no_ckpt_run"], "no_ckpt_run"),
         (["resume={dir}/nope"], "does not exist"),
-        (["callbacks.text_sample._target_=os.system"], "callbacks.text_sample._target_"),
-        (
-            [
-                "+callbacks.evil._target_=torch.load",
-                "+callbacks.evil.f={dir}/evil.pkl",
-                "+callbacks.evil.weights_only=false",
-            ],
-            "callbacks.evil._target_='torch.load'",
-        ),
-        (["+callbacks.evil._target_=torch.hub.load"], "torch.hub.load"),
-        (
-            [
-                "+callbacks.evil._target_=torch.distributed.elastic.multiprocessing.subprocess_handler"
-                ".SubprocessHandler"
-            ],
-            "SubprocessHandler",
-        ),
     ],
 )
 def test_bad_input_fails_clearly_before_training(tmp_path, bad_files, overrides, needle):
@@ -255,23 +233,11 @@ def test_bad_input_fails_clearly_before_training(tmp_path, bad_files, overrides,
     assert "Traceback" not in result.stderr
     assert not list((tmp_path / "run").rglob("*.ckpt"))
     assert bad_files["good"].read_bytes() == good_bytes  # nothing overwritten
-    assert not (bad_files["dir"] / "PWNED").exists()
-
-
-class Touch:
-    """Unpickling this creates a file: proof that something ran the pickle."""
-
-    def __init__(self, path: Path):
-        self.path = str(path)
-
-    def __reduce__(self):
-        return (Path.touch, (Path(self.path),))
 
 
 def test_a_planted_run_directory_runs_nothing(tmp_path, uninterrupted):
     """resume= of a directory someone handed over, overrides planted that could run code: refused
-    whole (it is not the user's own: gptlab.run.ownership). Even in the user's own run such
-    overrides (recorded as its own) are skipped and named; the rest of the run continues."""
+    whole, before anything is composed (it is not the user's own: gptlab.run.ownership)."""
     planted = [
         "debug=fast",
         "trainer.max_steps=125",
@@ -286,15 +252,3 @@ def test_a_planted_run_directory_runs_nothing(tmp_path, uninterrupted):
     refused = run_cli(f"resume={handed}", cwd=tmp_path)
     assert refused.returncode == 2 and "ckpt_path=" in refused.stderr
     assert "PWNED" not in refused.stdout + refused.stderr
-
-    run_dir = own_copy(uninterrupted, tmp_path / "own")
-    (run_dir / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(planted))
-    manifest = ownership.Manifest.load(run_dir)
-    manifest.record(".hydra/overrides.yaml")
-    manifest.save()
-    result = check(run_cli(f"resume={run_dir}", cwd=tmp_path))
-    [skipped] = [line for line in result.stderr.splitlines() if "not re-applying" in line]
-    assert "not re-applying 4 setting(s)" in skipped and "PWNED-TRAINER" in skipped
-    rest = (result.stdout + result.stderr).replace(skipped, "")
-    assert "PWNED" not in rest  # builtins.print never ran
-    assert read_metrics(run_dir)["steps"] == 125

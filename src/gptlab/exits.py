@@ -1,5 +1,5 @@
 """The exit codes of every tool: 0 done; 1 a failed sweep job or an unexpected error; 2 bad
-input (Hydra's own 1 for a command line it cannot compose never comes: gptlab.cli.compose); 130
+input (Hydra's own 1 for a command line it cannot compose never comes: gptlab.cli.app); 130
 Ctrl-C, 143 SIGTERM."""
 
 FAILED = 1

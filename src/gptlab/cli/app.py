@@ -1,46 +1,98 @@
-"""What every command-line tool shares: the exit-code protocol (gptlab.exits) around Hydra, and
-the device it runs on."""
+"""What every command-line tool shares: Hydra composes its command line and runs its task; bad
+input ends in one paragraph with exit code 2 (gptlab.exits), whether Hydra's composition found it
+or the task; Ctrl-C during the start in one line; a failed start leaves nothing it made
+(gptlab.run.place). And the device a tool runs on."""
 
+import difflib
 import logging
 import os
 import sys
 from collections.abc import Callable
 from typing import Any
 
-from omegaconf import DictConfig
+from hydra.errors import HydraException, MissingConfigException
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
-from gptlab.cli.compose import check_command_line, output_place
-from gptlab.errors import ConfigError
-from gptlab.exits import BAD_INPUT
-from gptlab.run import place
-from gptlab.run.ownership import RUN, SWEEP
+from gptlab.errors import ConfigError, Refusal
+from gptlab.exits import BAD_INPUT, CTRL_C
+from gptlab.run.overrides import override_key
+from gptlab.run.place import PLACE
+
+FULL_ERROR = "HYDRA_FULL_ERROR"  # Hydra's switch: raise its errors, do not print them
 
 
 def run_task(task: Callable[[DictConfig], Any], cfg: DictConfig, log: logging.Logger) -> Any:
-    """A tool's Hydra task; a ConfigError ends it with exit code 2, its start's stub removed."""
+    """A tool's Hydra task; a ConfigError ends it with exit code 2, what its start made removed."""
     try:
         return task(cfg)
     except ConfigError as e:
         log.error("%s", e)
-        if os.environ.get(place.OUTPUT_DIR):
-            place.undo(os.environ[place.OUTPUT_DIR])
+        PLACE.undo()
         sys.exit(BAD_INPUT)
 
 
 def run_hydra_app(hydra_main: Callable[[], object], tool: str) -> None:
-    """Run a `@hydra.main` function once its command line is checked (gptlab.cli.compose) and its
-    output directory made (gptlab.run.place): a mistake ends before Hydra runs, exit code 2."""
+    """Run a `@hydra.main` function; Hydra's own errors (a key, a group's option, a value's type)
+    come back as exceptions, said here in one paragraph, exit code 2."""
+    users = os.environ.get(FULL_ERROR)  # the user's wish for whole tracebacks stays theirs
+    os.environ[FULL_ERROR] = "1"
     try:
-        composed = check_command_line(tool, sys.argv)
-        if composed is not None and not composed[0].get("resume"):
-            cfg, multirun = composed  # resume= found its directory own already
-            where, key = output_place(cfg, multirun)
-            kind = None if tool != "gptlab-train" else SWEEP if multirun else RUN
-            sys.argv = [*sys.argv, place.prepare(where, key, kind)]
-    except ConfigError as e:
+        hydra_main()
+    except (ConfigError, Refusal) as e:
+        PLACE.undo()
         print(f"{tool}: {e}", file=sys.stderr)
         sys.exit(BAD_INPUT)
-    hydra_main()
+    except KeyboardInterrupt:
+        PLACE.undo()
+        print(f"{tool}: stopped by Ctrl-C.", file=sys.stderr)
+        sys.exit(CTRL_C)
+    except (HydraException, OmegaConfBaseException) as e:
+        if users or PLACE.roots:  # not a command line Hydra could not compose: a traceback
+            PLACE.undo()
+            raise
+        print(f"{tool}: {explain(tool, e)}", file=sys.stderr)
+        sys.exit(BAD_INPUT)
+    except Exception:  # a crash before training: its traceback, and nothing it made left
+        PLACE.undo()
+        raise
+    finally:
+        if users is None:
+            os.environ.pop(FULL_ERROR, None)
+
+
+def did_you_mean(name: str, candidates) -> str:
+    close = difflib.get_close_matches(name, [str(c) for c in candidates], n=3, cutoff=0.6)
+    return f"; did you mean {' or '.join(close)}?" if close else ""
+
+
+def given(key: str) -> str:
+    """The command line's override of `key` as it was written, else the key."""
+    return next((a for a in sys.argv[1:] if override_key(a) == key and "=" in a), key)
+
+
+def explain(tool: str, error: Exception) -> str:
+    """Hydra's composition error as one paragraph, from the exception's own fields: the key or
+    the group's option, the reason, "did you mean" among its neighbours."""
+    cause = error.__cause__
+    if isinstance(error, MissingConfigException) and "/" in str(error.missing_cfg_file):
+        group, option = str(error.missing_cfg_file).rsplit("/", 1)
+        options = list(error.options or [])
+        where = f"{group}={option}"
+        reason = f"the {group} group has no option {option!r}{did_you_mean(option, options)}"
+        reason += f" (its options: {', '.join(options)})" if options else ""
+    elif isinstance(cause, ConfigAttributeError | ConfigKeyError) and cause.full_key:
+        where, parent = given(str(cause.full_key)), cause.parent_node
+        keys = list(parent.keys()) if OmegaConf.is_dict(parent) else []
+        node = where.rpartition(".")[0]
+        node = f"the {node} node" if node else "the top level"
+        reason = f"{node} has no key {str(cause.key)!r}{did_you_mean(str(cause.key), keys)}"
+    elif isinstance(cause, OmegaConfBaseException) and cause.full_key:
+        where, reason = given(str(cause.full_key)), str(cause.msg).splitlines()[0]
+    else:
+        where, reason = "the command line", " ".join(str(error).split())
+    end = "" if reason.endswith(("?", ".")) else "."
+    return f"{where}: {reason}{end} `{tool} --help` lists the groups, options and keys."
 
 
 def resolve_device(device: str) -> str:
@@ -54,6 +106,27 @@ def resolve_device(device: str) -> str:
             "device=cuda: torch sees no CUDA device here. Use device=cpu or device=auto."
         )
     return "cuda" if device != "cpu" and torch.cuda.is_available() else "cpu"
+
+
+OFFLINE = ("offline", "disabled", "dryrun")  # W&B modes that need no login
+
+
+def check_logins(loggers: DictConfig) -> None:
+    """logger=wandb needs a W&B login or its offline mode (else W&B fails in the first step)."""
+    for node in (loggers or {}).values():
+        offline = node.get("offline") is True or os.environ.get("WANDB_MODE", "") in OFFLINE
+        if not str(node.get("_target_", "")).endswith("WandbLogger") or offline:
+            continue
+        import wandb
+
+        try:
+            wandb.login(verify=False)  # finds a key (WANDB_API_KEY, ~/.netrc) or asks at a tty
+        except wandb.errors.UsageError as e:
+            raise ConfigError(
+                f"logger=wandb: W&B has no login here ({e}). Run `wandb login` (or set "
+                "WANDB_API_KEY), or log without an account: WANDB_MODE=offline keeps the run on "
+                "disk and `wandb sync <run dir>/wandb/offline-run-*` uploads it later."
+            ) from None
 
 
 def check_accelerator(accelerator: str | None) -> None:

@@ -11,9 +11,9 @@ import torch
 import torch.nn.functional as F
 from matplotlib.figure import Figure
 
-from gptlab import files
 from gptlab.data.tokenizer import Tokenizer
 from gptlab.model.config import GPTConfig
+from gptlab.run.place import PLACE
 from gptlab.training.module import GPTModule
 from gptlab.training.optim_config import OptimConfig
 
@@ -138,6 +138,6 @@ def run_coord_check(cfg, out_dir: Path) -> dict:
         slopes = "  ".join(f"{n} {slope(results[n], layer):+.2f}" for n in PARAMETRIZATIONS)
         print(f"  {layer:<28} {slopes}")
     path = out_dir / "coord_check.png"
-    files.save_figure(coord_figure(results, settings), path, dpi=90)
+    PLACE.save_figure(coord_figure(results, settings), path, dpi=90)
     print(f"Figure: {path}")
     return results

@@ -3,17 +3,20 @@ byte, by the run's own validation step on its own windows (split=test: its test 
 
 import logging
 import math
+import os
 from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from gptlab import files
+from gptlab import reader
 from gptlab.cli.app import resolve_device, run_hydra_app, run_task
+from gptlab.config.build import resolved
 from gptlab.config.schemas import register_configs
 from gptlab.errors import ConfigError
-from gptlab.run import directory, ownership, place
-from gptlab.run.settings import WHERE, literal_node
+from gptlab.run import directory, ownership
+from gptlab.run.directory import saved_by_latest_start
+from gptlab.run.place import PLACE, STORE_KEYS
 
 log = logging.getLogger("gptlab.eval")
 register_configs()  # the unique_dir resolver of the output directory
@@ -23,7 +26,7 @@ def read_results(path: Path) -> dict:
     """The results saved in `path` before ({} if none); anything else there is refused, not lost."""
     if not path.is_file() or path.is_symlink():  # never read through a link
         return {}
-    saved = files.read_json(path)
+    saved = reader.read_json(path)
     if not isinstance(saved, dict):
         raise ConfigError(
             f"'{path}' is not gptlab-eval's JSON record of results, so the new result cannot be "
@@ -32,67 +35,93 @@ def read_results(path: Path) -> dict:
     return saved
 
 
-def run_of(checkpoint: Path) -> tuple[Path | None, ownership.Manifest | None]:
-    """The checkpoint's run directory (links not followed) and its manifest if it is the user's."""
+def own_run_of(checkpoint: Path) -> Path | None:
+    """The run directory of a checkpoint in the checkpoints/ of a run of the user's own (its
+    settings are read), else None."""
     if checkpoint.parent.name != directory.CHECKPOINTS:
-        return None, None
+        return None
     run_dir = checkpoint.parent.parent
-    try:
-        return run_dir, ownership.check_run(run_dir)
-    except ownership.ForeignDirectory as e:
+    found = ownership.owner(Path(os.path.realpath(run_dir)))
+    if isinstance(found, str):
         log.info(
-            "'%s' is not a run directory of yours (%s): its settings are not read.", run_dir, e
+            "'%s' is not a run directory of yours (%s): its settings are not read.", run_dir, found
         )
-        return run_dir, None
+        return None
+    return run_dir
 
 
 def evaluate(cfg: DictConfig) -> dict:
     """Validate the checkpoint as its run did; print and write the result; return it."""
     device = resolve_device(cfg.device)
-    import lightning as L
-
-    from gptlab.data.datamodule import GPTDataModule
-    from gptlab.run.checkpoints import find_checkpoint, read_trained
+    from gptlab.run.checkpoints import find_checkpoint
     from gptlab.run.logs import route_lightning_logs
-    from gptlab.training.module import GPTModule
 
     route_lightning_logs()  # Lightning's messages as the run's, its known noise left out
-
-    place.check_data_places(cfg.data.data_dir, cfg.data.cache_dir)
+    cfg = resolved(cfg)
+    PLACE.check_config(OmegaConf.to_container(cfg))
     checkpoint = Path(find_checkpoint(cfg.ckpt_path).absolute())
-    run_dir, manifest = run_of(checkpoint)
-    data, trainer_cfg = run_settings(manifest)
-    given = OmegaConf.to_container(cfg.data, resolve=True)
-    other = {k: v for k, v in given.items() if v is not None and k not in WHERE}
+    run_dir = own_run_of(checkpoint)
+    data, trainer_cfg = run_settings(run_dir)
+    given = OmegaConf.to_container(cfg.data)
+    other = {k: v for k, v in given.items() if v is not None and k not in STORE_KEYS}
+    if other:  # the run's limit on validation batches is for its own data
+        trainer_cfg.pop("limit_val_batches", None)
     if "path" in other or "url" in other:  # another text: none of the run's corpus, all of the text
         data.update(url=None, path=None, sha256=None, val_fraction=1.0, val_tokens=None)
     data.update(data_dir=cfg.data.data_dir, cache_dir=cfg.data.cache_dir)  # eval's, not the run's
-    own = manifest is not None
-    places = ([run_dir] if own else []) + [Path(cfg.output_dir)]
+    places = [PLACE.admit(run_dir, "ckpt_path", own=True)] if run_dir else []
+    places.append(PLACE.run_dir or Path(cfg.output_dir))
     read_results(places[0] / directory.EVAL)  # a corrupt one is refused before the long part
     split = check_split(cfg.split, data, other)
+    result, datamodule = score(checkpoint, split, {**data, **other}, trainer_cfg, device)
+    own = run_dir is not None
+    lines = [
+        f"Checkpoint: {checkpoint} (step {result['step']})",
+        f"Data: {f'the {split} split' if datamodule.val_fraction < 1 else 'all'} of "
+        f"{result['corpus']}{'' if own or other else ' (default data settings: not your run)'}",
+        f"{split} loss:  {' ' * (split == 'val')}{result[f'{split}_loss']:.6f} nats per token",
+        f"perplexity: {result[f'{split}_perplexity']:.4f}",
+        f"bpb:        {result[f'{split}_bpb']:.6f} bits per byte",
+    ]
+    lines += logged_line(run_dir, checkpoint, split, result["step"]) if own and not other else []
+    label = f"{checkpoint.name} on {result['corpus']} (val_fraction {datamodule.val_fraction})"
+    label = label if split == "val" else f"{label}, test split"
+    lines += write_result(places, label, result)
+    print("\n".join(lines), flush=True)
+    return result
+
+
+def score(checkpoint: Path, split: str, data: dict, trainer_cfg: dict, device: str):
+    """(the result, the data module): the checkpoint's weights, bounded, on its own windows."""
+    import lightning as L
+
+    from gptlab.data.datamodule import GPTDataModule
+    from gptlab.model.config import GPTConfig
+    from gptlab.run.checkpoints import bounded, read_trained
+    from gptlab.training.module import GPTModule
+
     trained = read_trained(checkpoint)
+    bounded(GPTConfig(**trained.model), trained.weights, checkpoint)
     module = GPTModule(model=trained.model, optim={}, tokenizer=trained.tokenizer)
     module.load_state_dict(trained.weights)
     most = module.config.context_length  # windows of the model's length unless the run or cfg says
-    settings = {"context_length": most, **data, **other, "tokenizer": module.tokenizer_state}
+    settings = {"context_length": most, **data, "tokenizer": module.tokenizer_state}
     if settings["context_length"] > most:
         raise ConfigError(
             f"data.context_length={settings['context_length']}: the model reads at most "
             f"{most} tokens at a time; give that or less."
         )
     datamodule = GPTDataModule(**settings)
-    own_data = own and not other
     trainer = L.Trainer(
         accelerator=device,
         devices=1,
         precision=trainer_cfg.get("precision") or "32-true",
-        limit_val_batches=(trainer_cfg.get("limit_val_batches") if own_data else None) or 1.0,
+        limit_val_batches=trainer_cfg.get("limit_val_batches") or 1.0,
         limit_test_batches=trainer_cfg.get("limit_test_batches") or 1.0,
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,
-        default_root_dir=cfg.output_dir,
+        default_root_dir=PLACE.run_dir,
     )  # not the cwd, where SLURM leaves hpc_ckpt files
     (trainer.test if split == "test" else trainer.validate)(module, datamodule, verbose=False)
     loss, bpb = (float(trainer.callback_metrics[f"{split}/{k}"]) for k in ("loss", "bpb"))
@@ -106,27 +135,14 @@ def evaluate(cfg: DictConfig) -> dict:
         f"{split}_perplexity": math.exp(loss),
         f"{split}_bpb": bpb,
     }
-    lines = [
-        f"Checkpoint: {checkpoint} (step {result['step']})",
-        f"Data: {f'the {split} split' if datamodule.val_fraction < 1 else 'all'} of "
-        f"{result['corpus']}{'' if own or other else ' (default data settings: not your run)'}",
-        f"{split} loss:  {' ' * (split == 'val')}{loss:.6f} nats per token",
-        f"perplexity: {math.exp(loss):.4f}",
-        f"bpb:        {bpb:.6f} bits per byte",
-    ]
-    lines += logged_line(run_dir, checkpoint, split, result["step"]) if own_data else []
-    label = f"{checkpoint.name} on {result['corpus']} (val_fraction {datamodule.val_fraction})"
-    label = label if split == "val" else f"{label}, test split"
-    lines += write_result(places, label, result)
-    print("\n".join(lines), flush=True)
-    return result
+    return result, datamodule
 
 
 def logged_line(run_dir: Path, checkpoint: Path, split: str, step: int) -> list[str]:
     """What the run itself logged for these weights, from its own metrics.json (read as data)."""
     from gptlab.sweep.stats import number
 
-    metrics = files.read_json(directory.metrics_file(run_dir))
+    metrics = reader.read_json(directory.metrics_file(run_dir))
     metrics = metrics if isinstance(metrics, dict) else {}
     best = checkpoint == directory.best_checkpoint(run_dir)
     logged = {"val": ("best_val_loss", "final_val_loss"), "test": ("test_loss", None)}[split]
@@ -144,35 +160,33 @@ def write_result(outs: list[Path], label: str, result: dict) -> list[str]:
         eval_file = out / directory.EVAL
         try:
             saved = read_results(eval_file)
-            files.write_json(eval_file, {**saved, label: result})
+            PLACE.write_json(eval_file, {**saved, label: result})
             return [*notes, f"Written: {eval_file}"]
         except OSError as e:
             notes.append(f"Could not write {eval_file} ({e.strerror}).")
     return notes
 
 
-def run_settings(manifest: ownership.Manifest | None) -> tuple[dict, dict]:
-    """An own run's data and trainer settings from its latest recorded saved config, as literal
-    data, never resolved (where data goes is eval's own); anyone else's run: none."""
-    if manifest is None:
-        return {}, {}
-    recorded = manifest.data["files"]
-    starts = [s for s in manifest.starts if f"{s}/{directory.SAVED_CONFIG}" in recorded]
-    path = directory.saved_config(manifest.root, starts[-1]) if starts else None
-    saved = files.read_yaml(path) if path is not None else None
+def run_settings(run_dir: Path | None) -> tuple[dict, dict]:
+    """An own run's data and trainer settings from its latest start's saved config, as literal
+    values (where its data lay is eval's own to say; nothing is resolved); anyone else's: none."""
+    saved = saved_by_latest_start(run_dir, directory.SAVED_CONFIG) if run_dir else None
     saved = saved if isinstance(saved, dict) else {}
-    data, dropped = literal_node(saved.get("data"), "data")
-    trainer, _ = literal_node(saved.get("trainer"), "trainer")
-    dropped = [d for d in dropped if d.split(".")[-1] not in (*WHERE, "seed", "_target_")]
-    if dropped:
+    found = [literal(saved.get(group)) for group in ("data", "trainer")]
+    unresolved = [f"data.{k}" for k, v in found[0].items() if isinstance(v, str) and "${" in v]
+    if unresolved:
         raise ConfigError(
-            f"ckpt_path: the run's config '{path}' sets {', '.join(dropped)} to something other "
-            "than a literal value (an interpolation or a node); gptlab-eval reads a run's "
-            "settings as data and resolves nothing. Give the text to evaluate instead: "
+            f"ckpt_path: the run's config sets {', '.join(unresolved)} by an interpolation, which "
+            "gptlab-eval does not resolve from a saved config. Give the text to evaluate instead: "
             "data.path=/some/file.txt (or data.url=https://...)."
         )
-    data = {k: v for k, v in data.items() if k not in (*WHERE, "seed", "_target_")}
-    return data, trainer
+    return found[0], found[1]
+
+
+def literal(node) -> dict:
+    """A saved config node's settings, but where it wrote and how it was built and seeded."""
+    node = node if isinstance(node, dict) else {}
+    return {k: v for k, v in node.items() if k not in (*STORE_KEYS, "seed", "_target_")}
 
 
 def check_split(split: str, data: dict, other: dict) -> str:

@@ -7,12 +7,14 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from gptlab import files
+from gptlab import reader
 from gptlab.cli.app import run_hydra_app, run_task
-from gptlab.cli.eval import run_of, run_settings
+from gptlab.cli.eval import own_run_of, run_settings
 from gptlab.config.schemas import register_configs
 from gptlab.errors import ConfigError
 from gptlab.run import directory
+from gptlab.run.directory import latest_overrides
+from gptlab.run.place import PLACE
 
 log = logging.getLogger("gptlab.export")
 register_configs()  # the unique_dir resolver of the output directory
@@ -20,14 +22,12 @@ register_configs()  # the unique_dir resolver of the output directory
 
 def model_card(checkpoint: Path, step: int, settings: dict) -> str:
     """README.md: what the model is and how it was made, from an own run's records only."""
-    run_dir, manifest = run_of(checkpoint)
-    data, _ = run_settings(manifest)
+    run_dir = own_run_of(checkpoint)
+    data, _ = run_settings(run_dir)
     corpus = data.get("path") or data.get("url") or data.get("name") or "unknown (not your run)"
-    metrics = files.read_json(directory.metrics_file(run_dir)) if manifest else None
+    metrics = reader.read_json(directory.metrics_file(run_dir)) if run_dir else None
     metrics = metrics if isinstance(metrics, dict) else {}
-    saved = directory.saved_overrides(run_dir) if manifest else None
-    overrides = files.read_yaml(saved) if saved and saved.is_file() else None
-    command = ["gptlab-train", *overrides] if isinstance(overrides, list) else None
+    command = ["gptlab-train", *latest_overrides(run_dir)] if run_dir else None
     lines = [
         "---",
         "library_name: transformers",
@@ -53,18 +53,18 @@ def export(cfg: DictConfig) -> Path:
     """Check the arguments, read the checkpoint's tensors and checked settings, write `out`."""
     if not cfg.out or not str(cfg.out).strip():
         raise ConfigError("out is not set. Give the folder to write, e.g. out=exported.")
-    from gptlab.run.checkpoints import find_checkpoint, read_trained
-    from gptlab.run.hf_folder import check_exportable, check_out, write_folder
-
-    out = Path(str(cfg.out)).expanduser().absolute()
-    check_out(out)
-    checkpoint = Path(find_checkpoint(cfg.ckpt_path).absolute())
-    trained = read_trained(checkpoint)
-    check_exportable(trained)
     from gptlab.model.config import GPTConfig
     from gptlab.model.hf import CLASSES, model_type
+    from gptlab.run.checkpoints import bounded, find_checkpoint, read_trained
+    from gptlab.run.hf_folder import check_exportable, write_folder
 
-    name = CLASSES[model_type(GPTConfig(**trained.model))][0]
+    checkpoint = Path(find_checkpoint(cfg.ckpt_path).absolute())
+    out = PLACE.admit(str(cfg.out), "out")  # new or empty, in no one else's run: never overwritten
+    trained = read_trained(checkpoint)
+    check_exportable(trained)
+    config = GPTConfig(**trained.model)
+    bounded(config, trained.weights, checkpoint)
+    name = CLASSES[model_type(config)][0]
     card = model_card(checkpoint, trained.step, {**trained.model, "model_type": name})
     write_folder(trained, out, card)
     print(f"Exported {checkpoint} (step {trained.step}) as {name} to {out}", flush=True)

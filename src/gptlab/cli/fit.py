@@ -2,19 +2,16 @@
 built (docs/architecture.md); every input is checked before the corpus is touched."""
 
 import logging
-from dataclasses import replace
-from pathlib import Path
 
 import lightning as L
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from gptlab.cli.app import check_accelerator
+from gptlab.cli.app import check_accelerator, check_logins
 from gptlab.cli.trainer import build_trainer
-from gptlab.config.trust import build, checked
-from gptlab.model.config import GPTConfig
-from gptlab.run import place
+from gptlab.config.build import build, resolved
 from gptlab.run.logs import route_lightning_logs
+from gptlab.run.place import PLACE
 from gptlab.run.resume import starting_point
 from gptlab.run.screen import print_first_screen
 from gptlab.training.budget import run_length
@@ -26,30 +23,25 @@ log = logging.getLogger("gptlab.train")
 
 def train(cfg: DictConfig) -> float:
     """Train one model as `cfg` says; return its best validation loss."""
-    # the checked config (built first: cheap) and where this run starts from, before any download
+    # this machine, the config resolved once and what it builds, where the run writes, and where
+    # it starts from: all checked before any download
     route_lightning_logs()
-    check_accelerator(cfg.trainer.get("accelerator"))  # this machine's, before anything is built
-    cfg = checked(cfg)  # resolved once and checked: what is built below
+    check_accelerator(cfg.trainer.get("accelerator"))
+    check_logins(cfg.logger)
+    cfg = resolved(cfg)
     model, optim, datamodule = (build(cfg[group], group) for group in ("model", "optim", "data"))
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
-    place.check_data_places(cfg.data.data_dir, cfg.data.cache_dir)
-    run_dir = Path(cfg.paths.output_dir)
-    place.claim(run_dir)  # this start recorded in its directory before it writes there
+    run_dir = PLACE.check_config(OmegaConf.to_container(cfg))
     start = starting_point(cfg, run_dir)
-    if start.init:  # init_from: the folder's architecture, the run's own training settings
-        model = replace(model, **{k: start.init.model[k] for k in GPTConfig.architecture()})
 
     # the data: the corpus tokenized once and split; the vocabulary known
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     datamodule.prepare_data()
     datamodule.setup("fit")
 
-    # the model, its settings final
+    # the model, its settings final (init_from: the folder's architecture), built once
     module = build_module(model, optim, datamodule.tokenizer, datamodule.batch_size, start)
-    if start.init:
-        module.load_state_dict(start.init.weights)
-        log.info("Starting from the weights of init_from=%s", cfg.init_from)
 
     # the run's length, then the Trainer built once with it
     length = run_length(cfg, module.model.flops_per_token(), module.optim)
@@ -58,4 +50,4 @@ def train(cfg: DictConfig) -> float:
     if trainer.is_global_zero:
         print_first_screen(cfg, module.model, run_dir, datamodule)
 
-    return fit(trainer, module, datamodule, start.ckpt_path, run_dir)
+    return fit(trainer, module, datamodule, start, run_dir)

@@ -9,18 +9,19 @@ from typing import NamedTuple
 import hydra
 import numpy as np
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
-from gptlab import files
 from gptlab.cli import inspect_figures as draw
 from gptlab.cli.app import run_hydra_app, run_task
 from gptlab.cli.coord_check import run_coord_check
+from gptlab.config.build import resolved
 from gptlab.config.schemas import register_configs
 from gptlab.data.tokenizer import Tokenizer
 from gptlab.errors import ConfigError, check_whole_number
 from gptlab.model.gpt import GPT, GPTConfig
-from gptlab.run import directory, ownership
+from gptlab.run import directory
 from gptlab.run.checkpoints import find_checkpoint, load_model
+from gptlab.run.place import PLACE
 
 log = logging.getLogger("gptlab.inspect")
 register_configs()  # the unique_dir resolver of the run directory
@@ -160,8 +161,10 @@ def random_model(
 
 def look_inside(cfg: DictConfig) -> None:
     """Build or load the model, print the steps, write the figures (also to a run's TensorBoard)."""
+    cfg = resolved(cfg)
+    out_dir = PLACE.check_config(OmegaConf.to_container(cfg)) or Path(cfg.output_dir)
     if cfg.coord_check:
-        run_coord_check(cfg, Path(cfg.output_dir))
+        run_coord_check(cfg, out_dir)
         return
     check_whole_number(cfg, "block", 0, "the block whose attention is drawn")
     if cfg.ckpt_path:
@@ -189,9 +192,8 @@ def look_inside(cfg: DictConfig) -> None:
     for name in draw.ATTENTION_FIGURES:
         figure = draw.attention_figure(trace, tokens, name, cfg.block)
         figures[f"attention_block{cfg.block}_{name}"] = figure
-    out_dir = Path(cfg.output_dir)
     for stem, fig in figures.items():  # tight: long token labels stay whole
-        files.save_figure(fig, out_dir / f"{stem}.png", dpi=100, bbox_inches="tight")
+        PLACE.save_figure(fig, out_dir / f"{stem}.png", dpi=100, bbox_inches="tight")
     log.info("Figures:\n%s", "\n".join(f"  {out_dir / stem}.png" for stem in figures))
     if cfg.ckpt_path and Path(cfg.ckpt_path).is_dir() and cfg.tensorboard:
         write_to_run(cfg.ckpt_path, figures, step)
@@ -202,9 +204,9 @@ def write_to_run(run_dir: str, figures: dict, step: int) -> None:
     from torch.utils.tensorboard import SummaryWriter
 
     try:
-        ownership.check_run(run_dir)
-    except ownership.ForeignDirectory as e:
-        log.info("Not writing to '%s' (not a run directory of yours: %s)", run_dir, e)
+        PLACE.admit(run_dir, "ckpt_path", own=True)
+    except ConfigError:
+        log.info("Not writing to '%s': not a run directory of yours", run_dir)
         return
     with SummaryWriter(log_dir=str(directory.tensorboard_run(run_dir))) as writer:
         for stem, fig in figures.items():

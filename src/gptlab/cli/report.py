@@ -7,8 +7,10 @@ import time
 from pathlib import Path
 
 from gptlab.config.resolvers import unique_dir
+from gptlab.errors import ConfigError
 from gptlab.exits import BAD_INPUT
 from gptlab.run import directory, ownership
+from gptlab.run.place import PLACE, where
 from gptlab.sweep.scaling import METRICS, TooFewPoints
 from gptlab.sweep.summary import write_summary
 
@@ -16,17 +18,16 @@ from gptlab.sweep.summary import write_summary
 def report_dir(sweep_dir: Path) -> Path:
     """Where the report goes: the sweep directory when it is the user's own; for anyone else's
     (read, never written) a new folder under ./outputs/sweep_report/."""
-    try:
-        ownership.check_sweep(sweep_dir)
-        return sweep_dir
-    except ownership.ForeignDirectory as e:
-        out = Path(unique_dir(time.strftime("outputs/sweep_report/%Y-%m-%d/%H-%M-%S")))
-        print(
-            f"{sweep_dir}: not a sweep directory gptlab made here for you ({e}); it is read as "
-            f"data and its report written to {out}.",
-            file=sys.stderr,
-        )
-        return out
+    found = ownership.owner(where(sweep_dir))
+    if not isinstance(found, str):
+        return PLACE.admit(sweep_dir, "sweep_dir", own=True)
+    out = PLACE.admit(unique_dir(time.strftime("outputs/sweep_report/%Y-%m-%d/%H-%M-%S")), "out")
+    print(
+        f"{sweep_dir}: not a sweep directory gptlab made here for you ({found}); it is read as "
+        f"data and its report written to {out}.",
+        file=sys.stderr,
+    )
+    return out
 
 
 def report(sweep_dir: Path, args: argparse.Namespace) -> int:
@@ -34,7 +35,11 @@ def report(sweep_dir: Path, args: argparse.Namespace) -> int:
     if not any(directory.saved_config(job).is_file() for job in ownership.job_dirs(sweep_dir)):
         print(f"{sweep_dir}: no sweep jobs here (no */.hydra/config.yaml)", file=sys.stderr)
         return 1
-    out = report_dir(sweep_dir)
+    try:
+        out = report_dir(sweep_dir)
+    except ConfigError as e:
+        print(f"gptlab-report: {e}", file=sys.stderr)
+        return BAD_INPUT
     head, status = [], 0
     try:
         _, head = write_summary(

@@ -1,6 +1,6 @@
-"""gptlab-train: `resume=` and `branch_from=` turned into overrides, the command line checked,
-then gptlab.cli.fit's training; torch and Lightning load only after the checks, so a mistake is
-reported at once."""
+"""gptlab-train: `resume=` and `branch_from=` turned into overrides, then Hydra composes the
+command line and gptlab.cli.fit trains; torch and Lightning load only in the task, so a mistake
+is reported at once."""
 
 import logging
 import sys
@@ -24,7 +24,7 @@ def run_job(cfg: DictConfig) -> float:
     """Bad input: one paragraph and exit code 2, or in a multirun a failed job and the sweep on."""
     from gptlab.cli.fit import train
     from gptlab.run.place import in_multirun
-    from gptlab.sweep.jobs import sweep_job
+    from gptlab.sweep.jobs import sweep_job  # torch and Lightning: only now
 
     return sweep_job(train, cfg) if in_multirun() else run_task(train, cfg, log)
 

@@ -9,10 +9,10 @@ from hydra.utils import get_object
 from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
-from gptlab.config.trust import build
+from gptlab.config.build import build
 from gptlab.errors import ConfigError
 from gptlab.run import directory
-from gptlab.run.logs import SpawnedRankLog, own_checkpoint_dir
+from gptlab.run.logs import SpawnedRank, own_checkpoint_dir
 from gptlab.sweep.jobs import job_overrides, swept_overrides, tensorboard_version
 from gptlab.training.callbacks import (
     BranchCheckpoints,
@@ -29,14 +29,14 @@ from gptlab.training.trackers import StepLoggedBeforeSave
 
 
 def build_trainer(cfg: DictConfig, run_dir: Path, module, start, length) -> L.Trainer:
-    """The Trainer for `module`, continuing `start`, on the processes `length` was counted for:
+    """The Trainer for `module`, starting at `start`, on the processes `length` was counted for:
     the config's callbacks and loggers, then gptlab's own callbacks, then all of it built."""
     folder = directory.checkpoint_dir(run_dir)
     with_loggers = any("_target_" in node for node in cfg.logger.values())
     configured = [*callback_nodes(cfg, folder, with_loggers), *logger_nodes(cfg, start.step)]
     own_checkpoint_dir(folder)
     ours = [
-        SpawnedRankLog(run_dir),
+        SpawnedRank(run_dir),
         stats := RunStats(length.tokens_per_step, module.model.flops_per_token()),
         StepLoggedBeforeSave(),
         ValidationStep(),
@@ -49,7 +49,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, module, start, length) -> L.Tr
             OmegaConf.to_container(cfg), str(run_dir), stats, job_overrides(), swept_overrides()
         ),
     ]
-    plugin = RunCheckpointIO(run_dir, start, module.optim.name)
+    plugin = RunCheckpointIO(run_dir)
     built = [(key, build(node, key, **extra)) for key, node, extra in configured]
     callbacks = [part for key, part in built if key.startswith("callbacks.")]
     loggers = [part for key, part in built if key.startswith("logger.")]

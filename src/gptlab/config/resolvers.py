@@ -10,7 +10,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
 
 from gptlab.process import rank
-from gptlab.run import directory, ownership
+from gptlab.run import directory
 from gptlab.run.place import in_multirun
 
 
@@ -37,15 +37,13 @@ def start_subdir() -> str | None:
 
 @functools.cache
 def start_subdir_of(output_dir: str) -> str | None:
-    """`.hydra` for a directory's first start, a new folder for a later one (none overwrites
-    another's); None on other ranks and in a directory not the user's own (its start is refused)."""
+    """`.hydra` for a job's first start, a new folder for a later one (a sweep continued, a
+    requeue: none overwrites another's); None on other ranks. A single run's start has its own
+    pinned by gptlab.run.place."""
     if rank() > 0:
         return None
-    run_dir = Path(output_dir)
-    if not os.path.lexists(run_dir / directory.HYDRA):
+    if not os.path.lexists(Path(output_dir) / directory.HYDRA):
         return directory.HYDRA
-    if ownership.own_manifest(run_dir) is None and not directory.is_stub(run_dir):
-        return None  # a foreign directory; a stub is a job that never got as far as a manifest
     return directory.later_start_subdir()
 
 

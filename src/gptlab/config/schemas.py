@@ -1,28 +1,22 @@
-"""Typed schemas derived from the classes a group builds: a mistyped key or type fails when
-Hydra composes. Nothing heavy is imported (signatures read with `ast` from their source)."""
+"""Typed schemas, plain dataclasses registered with Hydra: a mistyped key or type fails when Hydra
+composes, before torch or Lightning loads. The model's, optimizer's and data's come from their
+settings' dataclasses; the Trainer's keyword arguments are listed here (a test holds them to
+Lightning's own signature)."""
 
-import ast
 import dataclasses
-import importlib.util
 import types
 import typing
-from pathlib import Path
 from typing import Any, Optional, Union
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING
 
 from gptlab.config import resolvers as r
+from gptlab.data.config import DataConfig
 from gptlab.model.config import GPTConfig
 from gptlab.training.optim_config import OptimConfig
 from hydra_plugins.gptlab_optuna_sweeper import register as register_optuna_sweeper
 
 PRIMITIVES = (int, float, bool, str)
-BY_NAME = {t.__name__: t for t in PRIMITIVES} | {"List": list}
-# Passed to the Trainer by gptlab itself, from the callbacks/ and logger/ groups.
-TRAINER_EXCLUDED = {"callbacks", "logger"}
-DATA_MODULE = ("gptlab.data.datamodule", "GPTDataModule")
-TRAINER = ("lightning.pytorch.trainer.trainer", "Trainer")
 
 
 @dataclasses.dataclass
@@ -48,6 +42,52 @@ class TrainSchema:
     logger: Any = None
 
 
+@dataclasses.dataclass
+class TrainerSettings:
+    """lightning.Trainer's keyword arguments and defaults, but callbacks and logger (gptlab
+    passes those, from the callbacks/ and logger/ groups). A union is Any: OmegaConf types none."""
+
+    accelerator: Any = "auto"
+    strategy: Any = "auto"
+    devices: Any = "auto"
+    num_nodes: int = 1
+    precision: Any = None
+    fast_dev_run: Any = False
+    max_epochs: int | None = None
+    min_epochs: int | None = None
+    max_steps: int = -1
+    min_steps: int | None = None
+    max_time: Any = None
+    limit_train_batches: Any = None
+    limit_val_batches: Any = None
+    limit_test_batches: Any = None
+    limit_predict_batches: Any = None
+    overfit_batches: Any = 0.0
+    val_check_interval: Any = None
+    check_val_every_n_epoch: int | None = 1
+    num_sanity_val_steps: int | None = None
+    log_every_n_steps: int | None = None
+    enable_checkpointing: bool | None = None
+    enable_progress_bar: bool | None = None
+    enable_model_summary: bool | None = None
+    accumulate_grad_batches: int = 1
+    gradient_clip_val: Any = None
+    gradient_clip_algorithm: str | None = None
+    deterministic: Any = None
+    benchmark: bool | None = None
+    inference_mode: bool = True
+    use_distributed_sampler: bool = True
+    profiler: Any = None
+    detect_anomaly: bool = False
+    barebones: bool = False
+    plugins: Any = None
+    sync_batchnorm: bool = False
+    reload_dataloaders_every_n_epochs: int = 0
+    default_root_dir: Any = None
+    enable_autolog_hparams: bool = True
+    model_registry: str | None = None
+
+
 def omegaconf_type(annotation: Any) -> Any:
     """The closest type OmegaConf can check: primitives, Optional ones, lists of them."""
     if annotation in PRIMITIVES:
@@ -63,76 +103,16 @@ def omegaconf_type(annotation: Any) -> Any:
     return Any
 
 
-def schema_for(target: type) -> type:
-    """A dataclass with `_target_` plus one typed field per field of the dataclass `target`."""
-    fields = [
-        ("_target_", str, dataclasses.field(default=f"{target.__module__}.{target.__qualname__}"))
-    ]
-    hints = typing.get_type_hints(target)
-    for f in dataclasses.fields(target):
+def schema_for(settings: type, target: str | None = None) -> type:
+    """A dataclass with `_target_` (the settings' own class, or `target`) plus one typed field
+    per field of the dataclass `settings`."""
+    target = target or f"{settings.__module__}.{settings.__qualname__}"
+    fields = [("_target_", str, dataclasses.field(default=target))]
+    hints = typing.get_type_hints(settings)
+    for f in dataclasses.fields(settings):
         default = dataclasses.field(default=f.default, default_factory=f.default_factory)
         fields.append((f.name, omegaconf_type(hints[f.name]), default))
-    return dataclasses.make_dataclass(f"{target.__name__}Schema", fields)
-
-
-def annotation_type(node: ast.expr | None) -> Any:
-    """omegaconf_type of an annotation as the source writes it (a name unknown here: Any)."""
-    if node is None:
-        return Any
-    text = node.value if isinstance(node, ast.Constant) else ast.unparse(node)  # "a string"
-    names = {**BY_NAME, "None": None, "Optional": Optional, "Union": Union, "list": list}
-    try:
-        return omegaconf_type(eval(str(text), {"__builtins__": {}}, names))  # noqa: S307
-    except Exception:  # noqa: BLE001 - a name of the module's own (a class, a typing alias)
-        return Any
-
-
-def source_of(module: str) -> Path:
-    """A module's source file, found without importing it or its packages."""
-    top, *rest = module.split(".")
-    origin = Path(importlib.util.find_spec(top).origin)  # a package's __init__.py, or a file
-    if not rest:
-        return origin
-    path = origin.parent.joinpath(*rest)
-    return path.with_suffix(".py") if path.with_suffix(".py").is_file() else path / "__init__.py"
-
-
-def constructor_fields(module: str, name: str) -> list[tuple[str, Any, Any]]:
-    """(name, OmegaConf type, default or MISSING) of each argument of `module.name.__init__`."""
-    tree = ast.parse(source_of(module).read_text())
-    constants = {}
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1:
-            try:
-                constants[getattr(node.targets[0], "id", "")] = ast.literal_eval(node.value)
-            except ValueError:
-                pass
-    [cls] = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name]
-    [init] = [n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"]
-    args = init.args
-    positional = args.args[1:]  # not self
-    defaults = [MISSING] * (len(positional) - len(args.defaults)) + list(args.defaults)
-    pairs = [
-        *zip(positional, defaults, strict=True),
-        *zip(args.kwonlyargs, args.kw_defaults, strict=True),
-    ]
-    fields = []
-    for arg, default in pairs:
-        if isinstance(default, ast.Name) and default.id in constants:
-            value = constants[default.id]
-        else:
-            value = MISSING if default in (MISSING, None) else ast.literal_eval(default)
-        fields.append((arg.arg, annotation_type(arg.annotation), value))
-    return fields
-
-
-def source_schema(module: str, name: str, exclude: set[str] = frozenset()) -> type:
-    """schema_for a class's constructor, read from its source."""
-    fields = [("_target_", str, dataclasses.field(default=f"{module}.{name}"))]
-    for arg, kind, default in constructor_fields(module, name):
-        if arg not in exclude:
-            fields.append((arg, kind, dataclasses.field(default=default)))
-    return dataclasses.make_dataclass(f"{name}Schema", fields)
+    return dataclasses.make_dataclass(f"{settings.__name__}Schema", fields)
 
 
 def register_configs() -> None:
@@ -140,8 +120,10 @@ def register_configs() -> None:
     register_optuna_sweeper()  # an editable install hides it from Hydra's plugin scan
     cs = ConfigStore.instance()
     cs.store(name="train_schema", node=TrainSchema)
-    cs.store(name="data_schema", node=source_schema(*DATA_MODULE))
+    cs.store(
+        name="data_schema", node=schema_for(DataConfig, "gptlab.data.datamodule.GPTDataModule")
+    )
     cs.store(name="model_schema", node=schema_for(GPTConfig))
     cs.store(name="optim_schema", node=schema_for(OptimConfig))
-    cs.store(name="trainer_schema", node=source_schema(*TRAINER, TRAINER_EXCLUDED))
+    cs.store(name="trainer_schema", node=schema_for(TrainerSettings, "lightning.Trainer"))
     r.register()

@@ -15,7 +15,7 @@ from tqdm.auto import tqdm
 from urllib3.util import parse_url
 
 from gptlab.errors import ConfigError
-from gptlab.files import sha256_of
+from gptlab.reader import sha256_of
 
 log = logging.getLogger(__name__)
 

@@ -11,6 +11,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader
 
+from gptlab.data.config import DataConfig
 from gptlab.data.sources import find_corpus, is_many
 from gptlab.data.store import TokenStore, open_store, remove_stale, store_folder, store_key
 from gptlab.data.store import write_store as write_token_store
@@ -21,14 +22,6 @@ from gptlab.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-SALES_TEXTBOOK_URL = (
-    "https://huggingface.co/datasets/goendalf666/sales-textbook_for_convincing_and_selling"
-    "/resolve/main/sales_textbook.txt"
-)
-SALES_TEXTBOOK_SHA256 = "1994f20f5becd3f0b3d7a632e5a68513cc38cf6c9737a9f38243f1b652e962da"
-# tokens a validation (or test) covers: all of the book's val split (7,792), seconds on any corpus
-EVAL_TOKENS = 65_536
-
 # how to give a split that is too short more tokens (train gets what val and test leave)
 SPLIT_SIZE = {
     "train": "lower data.val_fraction or data.test_fraction",
@@ -37,62 +30,18 @@ SPLIT_SIZE = {
 }
 
 
-def check_settings(settings: dict) -> None:
-    """Every setting that can be checked without the data, before any download or tokenization."""
-    for key in ("batch_size", "context_length"):
-        if settings[key] < 1:
-            raise ConfigError(f"data.{key}={settings[key]}: it must be a positive integer.")
-    val_fraction = settings["val_fraction"]
-    test_fraction = settings["test_fraction"]
-    if not 0.0 < val_fraction <= 1.0:
-        raise ConfigError(
-            f"data.val_fraction={val_fraction}: it must lie in (0, 1] (1: no train split)."
-        )
-    if not 0.0 <= test_fraction < 1.0 or val_fraction + test_fraction > 1.0:
-        raise ConfigError(
-            f"data.test_fraction={test_fraction}: it must lie in [0, 1) and leave "
-            f"data.val_fraction={val_fraction} room (their sum at most 1; 0: no test split)."
-        )
-    for key in ("val_tokens", "test_tokens", "repeat_batches"):
-        if settings[key] is not None and settings[key] < 1:
-            raise ConfigError(f"data.{key}={settings[key]}: it must be positive or null.")
-    if settings["num_workers"] < 0:
-        raise ConfigError(f"data.num_workers={settings['num_workers']}: it must be 0 or more.")
-
-
 class GPTDataModule(L.LightningDataModule):
     """The tokenized corpus, its splits and their loaders; the tokenizer for generation too."""
 
-    def __init__(
-        self,
-        url: str | None = SALES_TEXTBOOK_URL,
-        path: str | None = None,  # a text file, a folder, a glob, .jsonl(.gz) or .parquet
-        sha256: str | None = SALES_TEXTBOOK_SHA256,  # None skips the check
-        name: str | None = None,  # a Hugging Face dataset: a hub id or a local folder (data=hf)
-        split: str = "train",  # the dataset's split
-        text_field: str = "text",  # the JSONL field, Parquet or dataset column holding the text
-        encoding: str = "cl100k_base",  # any tiktoken encoding, e.g. o200k_base
-        compact_vocab: bool = True,  # keep only the ids that occur: 3,771 rows instead of 100,070
-        val_fraction: float = 0.1,
-        test_fraction: float = 0.0,  # the last tokens, after val: 0 keeps the articles' 90/10 split
-        val_tokens: int | None = EVAL_TOKENS,  # a validation covers this prefix of val; null: all
-        test_tokens: int | None = EVAL_TOKENS,  # the same for the test split
-        batch_size: int = 16,  # per device
-        context_length: int = 64,
-        num_workers: int = 0,  # batches are tiny: worker processes cost more than they save
-        data_dir: str = "data",
-        cache_dir: str = "data/cache",
-        seed: int = 0,
-        repeat_batches: int | None = None,  # N: the same N batches over and over (debug=overfit)
-        tokenizer: dict | None = None,  # a checkpoint's (gptlab-eval): the text is encoded with it
-    ):
+    def __init__(self, **settings):
+        """The settings of gptlab.data.config.DataConfig (its defaults, its checks)."""
         super().__init__()
-        settings = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
-        check_settings(settings)
-        check_encoding(encoding)
-        self.given_tokenizer = settings.pop("tokenizer")
-        # every other setting is an attribute of its name, the two folders as paths
-        vars(self).update(settings, data_dir=Path(data_dir), cache_dir=Path(cache_dir))
+        config = DataConfig(**settings)
+        check_encoding(config.encoding)
+        self.given_tokenizer = config.tokenizer
+        # every setting is an attribute of its name, the two folders as paths
+        folders = {key: Path(getattr(config, key)) for key in ("data_dir", "cache_dir")}
+        vars(self).update(vars(config), **folders)
         self._corpus = None  # the sources, found and checked once
         self._store: TokenStore | None = None
         self._store_folder: Path | None = None  # kept when pickled: a DDP rank maps it itself

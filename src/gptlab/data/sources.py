@@ -19,7 +19,7 @@ from gptlab.data.formats import (
     text_blocks,
 )
 from gptlab.errors import ConfigError
-from gptlab.files import sha256_of
+from gptlab.reader import sha256_of
 
 FOLDER_SUFFIXES = (".txt", ".jsonl", ".jsonl.gz", ".parquet")  # what a folder contributes
 ROWS = 1024  # rows of a dataset converted to Python strings at a time

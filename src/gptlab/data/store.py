@@ -15,9 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
-from gptlab import files
+from gptlab import files, reader
 from gptlab.data.corpus import gone
-from gptlab.data.tokenizer import unseen_tokens_error
+from gptlab.data.tokenizer import check_state, unseen_tokens_error
 from gptlab.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -54,13 +54,16 @@ def store_folder(cache_dir: Path, key: str, encoding: str, vocab_mode: str) -> P
 
 def open_store(folder: Path) -> TokenStore | None:
     """The store in `folder`, mapped read-only; None when it is missing or damaged."""
-    meta = files.read_json(folder / META)
+    meta = reader.read_json(folder / META)  # a cache's: anyone's, bounded
     tokens = folder / TOKENS
     try:
         dtype = np.dtype(meta["dtype"])
         count = int(meta["count"])
         if meta["version"] != VERSION or dtype not in (np.uint16, np.uint32) or count < 1:
             raise ValueError("an unknown layout")
+        problem = check_state({"encoding": meta["encoding"], "vocab": meta["vocab"]})
+        if problem:
+            raise ValueError(problem)
         if tokens.stat().st_size != count * dtype.itemsize:
             raise ValueError(f"{TOKENS} holds {tokens.stat().st_size} bytes, not {count} ids")
         mapped = np.memmap(tokens, dtype=dtype, mode="r", shape=(count,))
@@ -111,8 +114,9 @@ def write_store(
         dtype = np.dtype(np.uint16 if size <= UINT16_IDS else np.uint32)
         remap(tmp / RAW, tmp / TOKENS, table, dtype)
         count = int(counts.sum())
-        meta = {**meta, "version": VERSION, "count": count, "dtype": dtype.name, "vocab": kept}
-        files.write_json(tmp / META, meta)
+        meta = {**meta, "version": VERSION, "encoding": encoding.name, "count": count}
+        meta.update(dtype=dtype.name, vocab=kept)
+        files.write_text(tmp / META, files.as_json(meta))
         publish(tmp, folder)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -55,6 +55,24 @@ def load_encoding(name: str, offline: bool = False) -> tiktoken.Encoding:
         ) from e
 
 
+def check_state(state) -> str | None:
+    """What is wrong with a tokenizer's state read from a file (a checkpoint's, a token store's),
+    or None: a tiktoken encoding already on this machine (nothing a file names is downloaded)
+    and, for a compact vocabulary, a sorted list of its ids."""
+    if not isinstance(state, dict) or set(state) != {"encoding", "vocab"}:
+        return "no tokenizer settings"
+    encoding, vocab = state["encoding"], state["vocab"]
+    if encoding not in tiktoken.list_encoding_names():
+        return f"an unknown tiktoken encoding {encoding!r}"
+    size = load_encoding(encoding, offline=True).n_vocab
+    if vocab is not None:
+        ordered = isinstance(vocab, list) and all(type(i) is int for i in vocab)
+        ordered = ordered and all(0 <= a < b for a, b in zip(vocab, vocab[1:], strict=False))
+        if not ordered or not vocab or vocab[-1] >= size:
+            return "a compact vocabulary that is not a sorted list of token ids"
+    return None
+
+
 def unseen_tokens_error(encoding, ids) -> ConfigError:
     """The error of text whose tiktoken `ids` a compact vocabulary has never seen."""
     pieces = sorted({encoding.decode([int(t)]) for t in ids})

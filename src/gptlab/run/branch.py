@@ -1,20 +1,24 @@
 """Cooldown branches (docs/training.md): a branch starts from a wsd run's kept stable-phase
-checkpoint, the trunk read as foreign input: its recorded settings as data (what resume= would
-re-apply), its checkpoint for its tensors only."""
+checkpoint, in a new run directory: the trunk, a run of the user's own, gives its latest
+recorded overrides (but its length) and that checkpoint's whole training state."""
 
 import re
 from pathlib import Path
 
 from omegaconf import DictConfig
 
-from gptlab import files
 from gptlab.errors import ConfigError
-from gptlab.run import directory
-from gptlab.run.overrides import override_key
-from gptlab.run.settings import replayable
+from gptlab.run import directory, ownership
+from gptlab.run.directory import latest_overrides
+from gptlab.run.overrides import NOT_REPLAYED, override_key
 
 # the trunk's length: not a branch's, whose length its step decides (training/budget.py)
 LENGTH_KEYS = ("flops_budget", "trainer.max_steps")
+FOREIGN_TRUNK = (
+    "A branch goes on with its trunk's whole training state, which gptlab takes from your own "
+    "runs only; `gptlab-train ckpt_path=<its checkpoints/branch-step=N.ckpt>` trains on from "
+    "its weights instead."
+)
 
 
 def branch_argv(argv: list[str]) -> list[str]:
@@ -32,10 +36,9 @@ def branch_argv(argv: list[str]) -> list[str]:
         raise ConfigError(
             "branch_from= and ckpt_path= both name where the run starts: give one of them."
         )
-    saved_file = directory.saved_overrides(Path(requests[-1]).expanduser())
-    saved = files.read_yaml(saved_file) if saved_file.is_file() else []
-    saved = replayable(saved if isinstance(saved, list) else [], saved_file)
-    trunk = [o for o in saved if override_key(o) not in LENGTH_KEYS]
+    root, _ = ownership.own(Path(requests[-1]).expanduser(), "branch_from", way=FOREIGN_TRUNK)
+    saved = latest_overrides(root)
+    trunk = [o for o in saved if override_key(o) not in (*LENGTH_KEYS, *NOT_REPLAYED)]
     flags = [a for a in args if a.startswith("-")]
     merged = {override_key(o): o for o in [*trunk, *args] if o not in flags}
     return [argv[0], *flags, *merged.values()]

@@ -1,18 +1,21 @@
-"""Finding and loading gptlab checkpoints: anyone's, so loaded with `weights_only=True` and
-what gptlab builds from them checked first. Light to import: torch comes in when needed."""
+"""A gptlab checkpoint read for a tool: found, read by gptlab.reader (bounded, nothing
+unpickled), its settings checked and the model its weights describe bounded before it is built.
+Light to import: torch comes in when needed."""
 
 import dataclasses
-import pickle
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from gptlab import reader
+from gptlab.data.tokenizer import check_state
 from gptlab.errors import ConfigError
 from gptlab.model.config import GPTConfig
 from gptlab.run import directory
-from gptlab.run.bounds import check_archive, check_memory, check_plain_size, not_a_checkpoint
+from gptlab.run.bounds import check_memory
 from gptlab.run.overrides import as_override
 
 BUFFER_SLACK = 256 << 20  # bytes of tables a model may hold beyond the weights it carries
+MAX_BLOCKS = 1024  # blocks a file may ask gptlab to build (real GPTs have a hundred at most)
 
 MAX_STEP = 2**53  # a step counter beyond any run
 
@@ -45,34 +48,6 @@ def find_checkpoint(path: str | Path | None, prefer: str = directory.BEST) -> Pa
     )
 
 
-def first_line(error: Exception) -> str:
-    return f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else 'no details'}"
-
-
-def load_checkpoint(path: str | Path) -> dict:
-    """torch.load on the CPU with weights_only=True, between the bounds of gptlab.run.bounds."""
-    import torch
-
-    check_archive(path)
-    try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError:
-        raise ConfigError(
-            f"ckpt_path: '{path}' holds Python objects besides tensors and plain values. gptlab "
-            "never unpickles them (unpickling runs whatever code the file names), and every "
-            "checkpoint gptlab-train saves holds none. Use one saved by gptlab-train."
-        ) from None
-    except RecursionError:
-        raise not_a_checkpoint(path, "its settings are nested too deeply") from None
-    except Exception as e:  # zip, EOF and storage errors all mean the same thing here
-        reason = first_line(e).split(" Please ")[0].split(" (1) ")[0]  # not torch's advice
-        raise not_a_checkpoint(path, f"it is truncated or not a checkpoint ({reason})") from None
-    if not isinstance(checkpoint, dict):
-        raise not_a_checkpoint(path, f"it holds a {type(checkpoint).__name__}")
-    check_plain_size(checkpoint, path)
-    return checkpoint
-
-
 def not_gptlab(path: str | Path, what: str) -> ConfigError:
     return ConfigError(
         f"ckpt_path: '{path}' does not hold a gptlab model this version can rebuild ({what}); "
@@ -94,23 +69,11 @@ def checked_model(model: Any, path: str | Path) -> dict:
 
 
 def checked_tokenizer(tokenizer: Any, path: str | Path) -> dict:
-    """A tiktoken encoding gptlab knows and, for a compact vocabulary, its sorted id list."""
-    import tiktoken
-
-    from gptlab.data.tokenizer import load_encoding
-
-    if not isinstance(tokenizer, dict) or set(tokenizer) != {"encoding", "vocab"}:
-        raise not_gptlab(path, "no tokenizer settings")
-    encoding, vocab = tokenizer["encoding"], tokenizer["vocab"]
-    if encoding not in tiktoken.list_encoding_names():
-        raise not_gptlab(path, f"an unknown tiktoken encoding {encoding!r}")
-    size = load_encoding(encoding, offline=True).n_vocab  # nothing a checkpoint names is fetched
-    if vocab is not None:
-        ordered = isinstance(vocab, list) and all(type(i) is int for i in vocab)
-        ordered = ordered and all(0 <= a < b for a, b in zip(vocab, vocab[1:], strict=False))
-        if not ordered or not vocab or vocab[-1] >= size:
-            raise not_gptlab(path, "a compact vocabulary that is not a sorted list of token ids")
-    return {"encoding": encoding, "vocab": vocab}
+    """A tiktoken encoding on this machine and, for a compact vocabulary, its sorted id list."""
+    problem = check_state(tokenizer)
+    if problem:
+        raise not_gptlab(path, problem)
+    return {"encoding": tokenizer["encoding"], "vocab": tokenizer["vocab"]}
 
 
 def model_settings(checkpoint: dict, path: str | Path) -> tuple[dict, dict]:
@@ -152,29 +115,38 @@ def check_weights(gpt, state: dict, path: str | Path) -> None:
             raise not_gptlab(path, f"{name} is {shapes}")
 
 
-def bounded_model(model: dict, state: dict, path: str | Path) -> None:
-    """The GPT a checkpoint's settings ask for, on the meta device: the model its weights carry
-    (blocks counted first), its tables within BUFFER_SLACK of them, the whole within memory."""
+def count_blocks(model: dict, state: dict, path: str | Path) -> None:
+    """The blocks a checkpoint's weights name, counted before any model is built: as many as
+    its settings say, and few enough to build (a file naming 20,000 would take minutes)."""
+    blocks = {k.split(".")[2] for k in state if k.startswith("model.blocks.")}
+    if len(blocks) > MAX_BLOCKS:
+        raise not_gptlab(path, f"its weights name {len(blocks):,} blocks")
+    if model["num_blocks"] != len(blocks):
+        found = f"model.num_blocks is {model['num_blocks']} but its weights hold {len(blocks)}"
+        raise not_gptlab(path, found)
+
+
+def bounded(config: GPTConfig, state: dict, path: str | Path, batch_size: int = 1) -> None:
+    """The GPT `config` asks for, on torch's meta device (no memory): `state`'s names and shapes
+    its own, its tables within BUFFER_SLACK of those weights, the whole (and one forward pass of
+    `batch_size`) within the memory this machine has. A model's one meta copy."""
     import torch
 
     from gptlab.model.gpt import GPT
 
-    blocks = {k.split(".")[2] for k in state if k.startswith("model.blocks.")}
-    if model["num_blocks"] != len(blocks):
-        found = f"model.num_blocks is {model['num_blocks']} but its weights hold {len(blocks)}"
-        raise not_gptlab(path, found)
     with torch.device("meta"):
-        gpt = GPT(GPTConfig(**{**model, "compile": False}))
-    check_weights(gpt, state, path)
-    carried = sum(t.numel() * t.element_size() for t in state.values())
-    tables = sum(b.numel() * b.element_size() for b in gpt.buffers())
-    if tables > carried + BUFFER_SLACK:
-        raise not_gptlab(
-            path,
-            f"model.context_length={model['context_length']} asks for {tables / 2**20:,.0f} MiB "
-            f"of tables beside {carried / 2**20:,.0f} MiB of weights",
-        )
-    check_memory(gpt, 1, "ckpt_path")
+        gpt = GPT(dataclasses.replace(config, compile=False))
+    if state:
+        check_weights(gpt, state, path)
+        carried = reader.stored_bytes(state)
+        tables = sum(b.numel() * b.element_size() for b in gpt.buffers())
+        if tables > carried + BUFFER_SLACK:
+            raise not_gptlab(
+                path,
+                f"model.context_length={config.context_length} asks for {tables / 2**20:,.0f} "
+                f"MiB of tables beside {carried / 2**20:,.0f} MiB of weights",
+            )
+    check_memory(gpt, batch_size, "ckpt_path" if state else "model")
 
 
 class Trained(NamedTuple):
@@ -187,14 +159,14 @@ class Trained(NamedTuple):
 
 
 def read_trained(path: str | Path, tensors: bool = True) -> Trained:
-    """A checkpoint's settings checked and, for its `tensors`, its weights bounded (their model
-    fits in memory) before any memory is taken for that model; without them, no weights."""
-    checkpoint = load_checkpoint(path)
+    """A checkpoint's settings checked and, for its `tensors`, its weights (dense, finite, the
+    blocks its settings say); the model they describe is bounded() by whoever builds it."""
+    checkpoint = reader.load_checkpoint(path)
     model, tokenizer = model_settings(checkpoint, path)
     state = {}
     if tensors:
         state = weights(checkpoint, path)
-        bounded_model(model, state, path)
+        count_blocks(model, state, path)
     return Trained({**model, "compile": False}, tokenizer, state, step_of(checkpoint))
 
 
@@ -205,7 +177,9 @@ def load_model(path: str | Path, map_location="cpu"):
     from gptlab.model.gpt import GPT
 
     trained = read_trained(path)
-    model = GPT(GPTConfig(**trained.model))
+    config = GPTConfig(**trained.model)
+    bounded(config, trained.weights, path)
+    model = GPT(config)
     model.load_state_dict({k.removeprefix("model."): v for k, v in trained.weights.items()})
     tokenizer = Tokenizer.from_state_dict(trained.tokenizer)
     return model.to(map_location).eval(), tokenizer, trained.step

@@ -1,12 +1,13 @@
 """The one place that knows a run directory's file names (its layout: docs/training.md), whether
-a start continues the run in it, and fresh runs kept off other runs."""
+a start continues the run in it, and the run or sweep directory a path lies in."""
 
 import os
 import secrets
 import time
 from pathlib import Path
+from typing import Any
 
-from gptlab.errors import ConfigError
+from gptlab import reader
 
 CHECKPOINTS = "checkpoints"
 LAST = "last"  # checkpoint names without Lightning's .ckpt
@@ -83,11 +84,6 @@ def continues(run_dir: str | Path, resume) -> bool:
     return bool(resume or requeued()) and last_checkpoint(run_dir).is_file()
 
 
-def holds_run(run_dir: str | Path) -> bool:
-    results = (last_checkpoint(run_dir), best_checkpoint(run_dir), metrics_file(run_dir))
-    return any(p.is_file() for p in results)
-
-
 def enclosing_run(path: str | Path) -> Path | None:
     """The run or sweep directory `path` lies in (itself included) where it resolves, or None."""
     place = Path(os.path.realpath(path))
@@ -97,30 +93,19 @@ def enclosing_run(path: str | Path) -> Path | None:
     return None
 
 
-def is_new_or_empty(place: Path) -> bool:
-    """Nothing is there yet: no path, or an empty folder (not a link)."""
-    if not place.exists() and not place.is_symlink():
-        return True
-    return place.is_dir() and not place.is_symlink() and not any(place.iterdir())
+def saved_by_latest_start(run_dir: Path, name: str) -> Any:
+    """A file Hydra saved at the run's latest start that saved it (.hydra/, then each later
+    start's .hydra/resume-<time>-<random>/), read as data; None if none did."""
+    folder = Path(run_dir) / HYDRA
+    starts = [folder, *sorted(p for p in folder.glob("resume-*") if p.is_dir())]
+    for start in reversed(starts):
+        saved = reader.read_yaml(start / name)
+        if saved is not None:
+            return saved
+    return None
 
 
-def refuse_fresh_run_over(run_dir: str | Path) -> None:
-    """A fresh start would replace a run's checkpoints and results: refused, with the ways on."""
-    if holds_run(run_dir):
-        raise ConfigError(
-            f"The directory '{run_dir}' already holds a run (its checkpoints or metrics.json); "
-            "a fresh start would replace them. Continue it with `gptlab-train "
-            f"resume={run_dir}`, or start a new run in a new directory (drop hydra.run.dir, or "
-            "give one that does not hold a run)."
-        )
-
-
-def is_stub(run_dir: Path) -> bool:
-    """Nothing but what a start writes before its first step (configs, logs, manifest; no link)."""
-    if not run_dir.is_dir() or run_dir.is_symlink():
-        return False
-    hydra = run_dir / HYDRA
-    saved = list(hydra.iterdir()) if hydra.is_dir() and not hydra.is_symlink() else []
-    others = [p for p in run_dir.iterdir() if p.name not in (HYDRA, MANIFEST)]
-    logs = all(p.suffix == ".log" and p.is_file() and not p.is_symlink() for p in others)
-    return logs and {p.name for p in saved} <= set(HYDRA_FILES) and not hydra.is_symlink()
+def latest_overrides(run_dir: Path) -> list:
+    """The overrides of the run's latest start: what resume= and a branch replay."""
+    saved = saved_by_latest_start(run_dir, SAVED_OVERRIDES)
+    return [str(o) for o in saved] if isinstance(saved, list) else []

@@ -1,29 +1,21 @@
 """A Hugging Face model folder written from a gptlab model, or read as one (docs/export.md):
-config.json and model.safetensors read as data (no code), checked and bounded like a foreign
-checkpoint; written only into a folder this process made or was given empty."""
+config.json and model.safetensors read by gptlab.reader as data (no code), checked and bounded
+like a foreign checkpoint; written only into the folder gptlab.run.place admitted."""
 
 import dataclasses
-import os
+import tempfile
 from pathlib import Path
 
-from gptlab import files
+from gptlab import files, reader
 from gptlab.errors import ConfigError
 from gptlab.model.config import GPTConfig
 from gptlab.model.hf import CLASSES, ROPE, from_hf, hf_config, model_type, to_hf
 from gptlab.run.bounds import check_memory
-from gptlab.run.checkpoints import Trained, bounded_model
+from gptlab.run.checkpoints import Trained, check_weights
+from gptlab.run.place import PLACE
 
 WEIGHTS = "model.safetensors"
 FILE_SLACK = 16 << 20  # bytes a folder's weights file may hold beyond the model's parameters
-
-
-def check_out(out: Path) -> None:
-    """`out` must not exist, or be an empty folder (not a link): nothing is ever overwritten."""
-    if os.path.lexists(out) and (out.is_symlink() or not out.is_dir() or any(out.iterdir())):
-        raise ConfigError(
-            f"out: '{out}' exists and is not an empty folder; gptlab-export never overwrites. "
-            "Give a new folder name (or remove that one yourself)."
-        )
 
 
 def check_exportable(trained: Trained) -> None:
@@ -40,32 +32,25 @@ def check_exportable(trained: Trained) -> None:
 
 def write_folder(trained: Trained, out: Path, card: str) -> None:
     """config.json, model.safetensors, generation_config.json, the tokenizer and README.md into
-    `out`, made here (or given empty); on any failure what was made is removed."""
+    `out` (new or empty, admitted): written in a temporary folder inside it, then moved in."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from gptlab.data.hf_tokenizer import to_transformers
 
-    check_out(out)
     check_exportable(trained)
     config = GPTConfig(**trained.model)
     tokenizer = to_transformers(trained.tokenizer["encoding"])
     settings = hf_config(config, tokenizer.eos_token_id)
     state = {k.removeprefix("model."): v for k, v in trained.weights.items()}
-    if out.is_dir():
-        files.adopt(out)
-    else:
-        files.make_dir(out)
-    try:
-        hf = AutoModelForCausalLM.from_config(AutoConfig.for_model(**settings))
-        hf.load_state_dict(to_hf(config, state), strict=True)
-        hf.save_pretrained(out)
-        tokenizer.save_pretrained(out)
-        files.write_text(out / "README.md", card)
-        for written in out.iterdir():  # transformers' files as gptlab's: following the umask
+    hf = AutoModelForCausalLM.from_config(AutoConfig.for_model(**settings))
+    hf.load_state_dict(to_hf(config, state), strict=True)
+    with tempfile.TemporaryDirectory(dir=PLACE.make_dir(out), prefix=".export-") as staging:
+        hf.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        Path(staging, "README.md").write_text(card)
+        for written in Path(staging).iterdir():  # transformers' files as gptlab's: the umask
             written.chmod(0o666 & ~files.umask())
-    except BaseException:
-        files.remove_created(out)
-        raise
+        PLACE.move_in(Path(staging), out)
 
 
 def not_readable(path: Path, what: str) -> ConfigError:
@@ -128,7 +113,7 @@ def read_config(path: Path) -> tuple[str, GPTConfig]:
     reads, no code (auto_map), every setting gptlab does not compute refused by name."""
     from transformers import AutoConfig
 
-    hf = files.read_json(path / "config.json") if (path / "config.json").is_file() else None
+    hf = reader.read_json(path / "config.json")
     if not isinstance(hf, dict) or hf.get("model_type") not in CLASSES or "auto_map" in hf:
         raise not_readable(path, "no config.json of a model_type gptlab reads, without code")
     try:
@@ -152,11 +137,8 @@ def weights_file_of(path: Path) -> Path:
 
 def blocks_held(path: Path) -> int:
     """The blocks (…h.<i>. or …layers.<i>.) model.safetensors names, from its header alone."""
-    from safetensors import safe_open
-
     try:
-        with safe_open(weights_file_of(path), "pt") as f:
-            names = [name.split(".") for name in f.keys()]
+        names = [name.split(".") for name in reader.safetensors_names(weights_file_of(path))]
     except ConfigError:
         raise
     except Exception as e:  # safetensors' own errors: a damaged or foreign file
@@ -208,12 +190,15 @@ def read_folder(path: str | Path) -> Trained:
         state = from_hf(kind, config, hf_state, list(gpt.state_dict()))
     except (KeyError, RuntimeError) as e:  # a tensor missing, or of a shape that does not fit
         raise not_readable(path, f"{WEIGHTS} does not hold its model's weights ({e})") from None
+    state = {f"model.{k}": v for k, v in state.items()}
+    check_weights(gpt, state, path)  # names and shapes, as a foreign checkpoint's
     settings = detect(config, state)
-    state = {f"model.{k}": v for k, v in state.items() if k in keys_of(settings)}
-    model = dataclasses.asdict(GPTConfig(**settings))
+    sinusoidal, biased = settings["positional"] == "sinusoidal", settings["bias"]
+    table = "model.position_embedding.weight"
+    kept = {k: v for k, v in state.items() if (k != table or not sinusoidal)}
+    kept = {k: v for k, v in kept.items() if biased or not k.endswith(".bias")}
     tokenizer = {"encoding": encoding_of(path, config.vocab_size), "vocab": None}
-    bounded_model(model, state, path)  # names, shapes and memory, as a foreign checkpoint's
-    return Trained(model, tokenizer, state, 0)
+    return Trained(dataclasses.asdict(GPTConfig(**settings)), tokenizer, kept, 0)
 
 
 def detect(config: GPTConfig, state: dict) -> dict:
@@ -223,22 +208,13 @@ def detect(config: GPTConfig, state: dict) -> dict:
     from gptlab.model.position import SinusoidalEncoding
 
     settings = dataclasses.asdict(config)
-    table = state.get("position_embedding.weight")
+    table = state.get("model.position_embedding.weight")
     if table is not None and torch.equal(table, SinusoidalEncoding(config).table):
         settings["positional"] = "sinusoidal"
     biases = [v for k, v in state.items() if k.endswith(".bias")]
     if config.norm_layer == "layernorm" and biases and not any(b.any() for b in biases):
         settings["bias"] = False
     return settings
-
-
-def keys_of(settings: dict) -> set[str]:
-    import torch
-
-    from gptlab.model.gpt import GPT
-
-    with torch.device("meta"):
-        return set(GPT(GPTConfig(**settings)).state_dict())
 
 
 def encoding_of(path: Path, vocab_size: int) -> str:
@@ -248,9 +224,7 @@ def encoding_of(path: Path, vocab_size: int) -> str:
     from gptlab.data.hf_tokenizer import vocab_of
     from gptlab.data.tokenizer import load_encoding
 
-    saved = (
-        files.read_json(path / "tokenizer.json") if (path / "tokenizer.json").is_file() else None
-    )
+    saved = reader.read_json(path / "tokenizer.json", limit=reader.MAX_TOKENIZER)
     vocab = saved.get("model", {}).get("vocab") if isinstance(saved, dict) else None
     added = {
         t.get("content"): t.get("id")

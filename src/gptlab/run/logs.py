@@ -9,10 +9,10 @@ from pathlib import Path
 
 import lightning as L
 
-from gptlab import files
 from gptlab.noise import ignore_known_warnings, not_noise
 from gptlab.process import rank
 from gptlab.run import directory
+from gptlab.run.place import PLACE
 
 
 def route_lightning_logs() -> None:
@@ -37,20 +37,22 @@ def own_checkpoint_dir(path: str | Path) -> None:
     warnings.filterwarnings("ignore", message=re.escape(text) + r"\Z")
 
 
-class SpawnedRankLog(L.Callback):
-    """A DDP process Lightning spawned has no Hydra logging: train.log and stderr for rank 0's
-    (its validation lines and the report), as Hydra formats them."""
+class SpawnedRank(L.Callback):
+    """A DDP process Lightning spawned has no Hydra logging, and no places of its own: the run
+    directory its parent admitted; train.log and stderr for rank 0's (its validation lines and
+    the report), as Hydra formats them."""
 
     def __init__(self, run_dir: str | Path):
         self.run_dir = Path(run_dir)
 
     def setup(self, trainer, pl_module, stage: str) -> None:
+        PLACE.enter(self.run_dir)
         if trainer.is_global_zero and not logging.getLogger().handlers:
             logging.basicConfig(
                 format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s",
                 level=logging.INFO,
                 handlers=[
-                    files.LogFile(self.run_dir / directory.TRAIN_LOG),
+                    logging.FileHandler(self.run_dir / directory.TRAIN_LOG),
                     logging.StreamHandler(sys.stderr),
                 ],
             )

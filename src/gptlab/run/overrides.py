@@ -1,13 +1,10 @@
-"""Hydra's override grammar as gptlab writes and reads it: a value read as data is re-emitted
-so that Hydra reads back exactly that literal (`${` escaped, in quotes too)."""
+"""Hydra's override grammar as gptlab writes and reads it: a value is written so that Hydra reads
+back exactly that literal (`${` escaped, in quotes too)."""
 
 import re
 from typing import Any
 
-KEY = re.compile(r"[A-Za-z][A-Za-z0-9_]*(\.[A-Za-z][A-Za-z0-9_]*)*")
-NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
-PLAIN = re.compile(r"[A-Za-z0-9_./:@+-]+")  # a string Hydra's grammar reads as itself, unquoted
-KEYWORDS = ("true", "false", "null")
+NOT_REPLAYED = ("resume", "ckpt_path")  # how a run was started, not what it is
 
 
 def override_key(override: str) -> str:
@@ -39,31 +36,6 @@ def as_override(key: str, value: Any) -> str:
     if isinstance(value, bool) or value is None:
         return f"{key}={'null' if value is None else str(value).lower()}"
     return f"{key}={quote(value) if isinstance(value, str) else value}"
-
-
-def literal(raw: str) -> str | None:
-    """A recorded value re-emitted as the literal Hydra reads back, or None when it is not one."""
-    raw = raw.strip()
-    if len(raw) >= 2 and raw[0] == raw[-1] and raw[0] in "'\"":
-        text = raw[1:-1]
-        if raw[0] in text or "\\" in text or "${" in text:
-            return None
-        return quote(text)
-    if NUMBER.fullmatch(raw) or raw.lower() in KEYWORDS or PLAIN.fullmatch(raw):
-        return raw
-    if len(raw) >= 2 and raw[0] == "[" and raw[-1] == "]":  # numbers only: optim.branch_at
-        parts = [p.strip() for p in raw[1:-1].split(",")] if raw[1:-1].strip() else []
-        return f"[{','.join(parts)}]" if all(NUMBER.fullmatch(p) for p in parts) else None
-    return None
-
-
-def sweep_literal(raw: str) -> str | None:
-    """A sweep's value: a literal, or a comma-separated list of literals (`1,2,4`)."""
-    single = literal(raw)
-    if single is not None or "," not in raw:
-        return single
-    parts = [literal(part) for part in raw.split(",")]
-    return None if None in parts else ",".join(parts)
 
 
 def short_label(overrides: list[str], sep: str = ",") -> str:

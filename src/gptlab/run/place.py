@@ -1,28 +1,210 @@
-"""Where a start writes, decided once before Hydra writes a byte, on the output directory as
-Hydra resolved it; the rules: docs/security.md. In a job: whether it is a sweep's, and which."""
+"""Where gptlab writes, for every tool, decided by one object (docs/security.md): each place is
+resolved once where it lies (realpath), whatever key names it; admitted only new or empty, or an
+own run or sweep continued, never inside anyone else's; what is made there is recorded, and a
+failed start removes exactly that."""
 
+import contextlib
 import os
-import time
+import re
+from collections.abc import Iterator
 from pathlib import Path
+from typing import IO, Any
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 
 from gptlab import files
 from gptlab.errors import ConfigError
-from gptlab.process import rank
 from gptlab.run import directory, ownership
 
-OUTPUT_DIR = "GPTLAB_OUTPUT_DIR"  # the directory this start writes into, as Hydra reads it
-FROM_ENV = "${oc.env:" + OUTPUT_DIR + "}"
-RANK_ZERO_WAIT = 600  # seconds another rank waits for rank 0's run directory
+# keys that name where something is written: the run directory itself, or a store beside it
+RUN_DIR_KEYS = ("output_dir",)
+STORE_KEYS = ("data_dir", "cache_dir", "dirpath", "save_dir", "default_root_dir", "log_dir")
+URI_KEYS = ("tracking_uri", "artifact_location")
+WHERE_KEYS = (*RUN_DIR_KEYS, *STORE_KEYS, *URI_KEYS, "root_dir")
 
 
-def claim(run_dir: Path) -> None:
-    """Before a run writes anything (rank 0): this start and its hydra.output_subdir recorded."""
-    if rank() == 0:
-        saved_in = HydraConfig.get().output_subdir if HydraConfig.initialized() else None
-        ownership.claim(run_dir, saved_in)
+def where(path: str | Path) -> Path:
+    """Where `path` lies once every link on the way is followed."""
+    return Path(os.path.realpath(Path(path).expanduser()))
+
+
+class Place:
+    """This process's places (where it may write) and what it made in them, oldest first. Hydra's
+    callback gptlab.run.admission admits a start's directory before Hydra writes there."""
+
+    def __init__(self) -> None:
+        self.roots: list[Path] = []
+        self.made: list[Path] = []  # files and folders, recorded as they are made
+        self.run_dir: Path | None = None  # the run (or tool) directory Hydra writes into
+        self.committed = False  # training began: nothing is undone any more
+
+    # --- admission -------------------------------------------------------------------------
+
+    def admit(self, path: str | Path, key: str, kind: str | None = None, own: bool = False):
+        """`path` as a place of this process: an own run or sweep continued (`own`), else a new
+        or empty folder outside every run (made here, with a signed manifest of `kind`)."""
+        place = where(path)
+        if own:
+            ownership.own(place, key)
+        else:
+            self.check_fresh(place, key)
+            manifest = ownership.manifest(place, kind) if kind else None  # the key checked first
+            self.make_dir(place)  # a folder given empty is not made here: only what goes in it
+            self.roots.append(place)
+            if manifest is not None:
+                self.write_json(place / directory.MANIFEST, manifest)
+        if place not in self.roots:
+            self.roots.append(place)
+        return place
+
+    def refuse_inside(self, place: Path, key: str, inside: Path | None) -> None:
+        """No place inside a run or sweep directory (`inside`) but one of the user's own."""
+        if inside is not None and not self.owns(inside):
+            raise ConfigError(
+                f"{key}: '{place}' lies inside the run or sweep directory '{inside}', which "
+                "gptlab does not write into (it may be anyone's). Run gptlab from another "
+                f"directory (cd out of '{inside}'), or give {key} a place outside it."
+            )
+
+    def check_fresh(self, place: Path, key: str) -> None:
+        """A fresh start goes into a new or empty folder that lies in no run or sweep."""
+        self.refuse_inside(place, key, directory.enclosing_run(place.parent))
+        if os.path.islink(place) or (place.exists() and not place.is_dir()):
+            raise ConfigError(f"{key}: '{place}' is not a folder; give a new or empty one.")
+        if place.is_dir() and any(place.iterdir()):
+            holds = "a run or sweep" if directory.enclosing_run(place) == place else "files"
+            raise ConfigError(
+                f"{key}: '{place}' already holds {holds}; a fresh start goes into a new or "
+                f"empty folder only, and writes nothing into one that holds anything. Give a new "
+                f"folder, drop {key} for a fresh one of gptlab's, or continue a run of yours "
+                f"with `gptlab-train resume=<its directory>`."
+            )
+
+    def owns(self, folder: Path) -> bool:
+        """A run or sweep of this process's, or a verified own one (a folder of files inside)."""
+        if any(folder == root or folder.is_relative_to(root) for root in self.roots):
+            return True
+        try:
+            ownership.own(folder, "")
+        except ConfigError:
+            return False
+        return True
+
+    def admit_job(self, path: str | Path) -> Path:
+        """A sweep's job directory (Hydra made it): inside its sweep, where it resolves."""
+        place = where(path)
+        if not any(place.is_relative_to(root) for root in self.roots):
+            ownership.own(place, "hydra.sweep.dir")  # a launcher's process: its sweep's manifest
+            self.roots.append(place)
+        self.run_dir = place
+        return place
+
+    def enter(self, run_dir: Path) -> None:
+        """A process Lightning spawned (a DDP rank): the run directory its parent admitted."""
+        if run_dir not in self.roots:
+            self.roots.append(run_dir)
+        self.run_dir = run_dir
+        self.committed = True
+
+    def check_store(self, path: str | Path, key: str) -> None:
+        """A folder a tool writes beside its run (data, caches, a tracker's store): inside this
+        run, or outside every run or sweep directory but one of the user's own."""
+        place = where(path)
+        if self.run_dir is None or not place.is_relative_to(self.run_dir):
+            self.refuse_inside(place, key, directory.enclosing_run(place))
+
+    def check_config(self, cfg: Any, prefix: str = "") -> Path | None:
+        """Every key of a resolved config that names where something is written: the run
+        directory is the one Hydra made (returned); every other place passes check_store."""
+        if self.run_dir is None and HydraConfig.initialized():  # a job run by its launcher
+            self.run_dir = where(HydraConfig.get().runtime.output_dir)
+        for key, value in cfg.items() if isinstance(cfg, dict) else ():
+            name = f"{prefix}{key}"
+            if isinstance(value, dict):
+                self.check_config(value, f"{name}.")
+            elif not isinstance(value, str) or not value:
+                continue
+            elif key in RUN_DIR_KEYS and self.run_dir and where(value) != self.run_dir:
+                raise ConfigError(
+                    f"{name}={value}: this run's directory is '{self.run_dir}', and a run writes "
+                    f"into one directory. Give hydra.run.dir={value} instead ({name} follows it)."
+                )
+            elif key in STORE_KEYS:
+                self.check_store(value, name)
+            elif key in URI_KEYS and value.startswith(("sqlite:///", "file:")):
+                self.check_store(re.sub(r"^(sqlite://|file:(//)?)", "", value), name)
+        return self.run_dir
+
+    # --- what is made ----------------------------------------------------------------------
+
+    def inside(self, path: Path) -> Path:
+        """`path` when it lies in an admitted place (else a bug: every write comes through)."""
+        place = where(path)
+        if not any(place.is_relative_to(root) for root in self.roots):
+            raise RuntimeError(f"gptlab was about to write '{place}', outside its places")
+        return Path(path)
+
+    def make_dir(self, path: str | Path) -> Path:
+        """`path` and its missing parents made, each recorded; an existing folder kept."""
+        path = Path(os.path.abspath(path))
+        for folder in reversed([p for p in (path, *path.parents) if not os.path.lexists(p)]):
+            with contextlib.suppress(FileExistsError):  # another process's meanwhile
+                os.mkdir(folder)
+                self.made.append(folder)
+        return path
+
+    def expect(self, *paths: Path) -> None:
+        """Files and folders another library is about to make here (Hydra's configs and log)."""
+        self.made += [p for p in paths if not os.path.lexists(p)]
+
+    @contextlib.contextmanager
+    def atomic(self, path: str | Path, mode: str = "w") -> Iterator[IO]:
+        path = self.inside(Path(path))
+        self.make_dir(path.parent)
+        new = not os.path.lexists(path)
+        with files.atomic(path, mode) as f:
+            yield f
+        if new:
+            self.made.append(path)
+
+    def write_text(self, path: str | Path, text: str) -> None:
+        with self.atomic(path) as f:
+            f.write(text)
+
+    def write_json(self, path: str | Path, data: Any) -> None:
+        self.write_text(path, files.as_json(data))
+
+    def save_figure(self, fig, path: str | Path, **kwargs) -> None:
+        with self.atomic(path, "wb") as f:
+            fig.savefig(f, format="png", **kwargs)
+
+    def move_in(self, folder: Path, into: Path) -> None:
+        """Each file of `folder` (a library's output) renamed into `into`, recorded."""
+        for item in sorted(folder.iterdir()):
+            new = not os.path.lexists(into / item.name)
+            os.replace(item, self.inside(into / item.name))
+            self.made += [into / item.name] if new else []
+
+    def commit(self) -> None:
+        """Training began: from now on what the run made is its result, never undone."""
+        self.committed = True
+
+    def undo(self) -> None:
+        """After a failed start: what it made, newest first; folders only once empty."""
+        if self.committed:
+            return
+        for path in reversed(self.made):
+            if os.path.isdir(path) and not os.path.islink(path):
+                with contextlib.suppress(OSError):  # not empty: someone else's files stay
+                    os.rmdir(path)
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+        self.made.clear()
+
+
+PLACE = Place()  # this process's
 
 
 def in_multirun() -> bool:
@@ -31,99 +213,4 @@ def in_multirun() -> bool:
 
 def sweep_dir() -> Path | None:
     """The sweep directory of this job (what resume= continues), None outside a sweep."""
-    return Path(HydraConfig.get().sweep.dir).resolve() if in_multirun() else None
-
-
-def refuse_inside_run(place: Path, key: str) -> None:
-    """`place` must not lie inside a run or sweep directory (checked where it resolves)."""
-    run = directory.enclosing_run(place)
-    if run is not None:
-        raise ConfigError(
-            f"{key}: '{place}' lies inside the run or sweep directory '{run}', which gptlab does "
-            "not write into (it may be anyone's). Run gptlab from another directory (cd out of "
-            f"'{run}'), or give {key} a place outside it."
-        )
-
-
-def check_data_places(data_dir: str | Path, cache_dir: str | Path) -> None:
-    """Data and caches never go into a run or sweep directory (a tool run from inside one)."""
-    for folder, key in ((data_dir, "data.data_dir"), (cache_dir, "data.cache_dir")):
-        refuse_inside_run(Path(os.path.abspath(folder)), key)
-
-
-def refuse_used(place: Path, key: str) -> None:
-    """A fresh start into a directory that already holds files: refused, with the way on."""
-    way = f"Continue it with `gptlab-train resume={place}`, or give a new directory"
-    if (place / directory.MULTIRUN).is_file() or (place / ownership.MANIFEST).is_file():
-        what = "a sweep or a run"
-    elif directory.holds_run(place):
-        what = "a run (its checkpoints or metrics.json)"
-    else:
-        way = "Give a new or empty directory"
-        what = "files"
-    raise ConfigError(
-        f"{key}: '{place}' already holds {what}; a fresh start goes into a new or empty "
-        f"directory only, and writes nothing into it. {way}, or drop {key} for a fresh one of "
-        "gptlab's."
-    )
-
-
-def fresh(place: Path, key: str, kind: str | None) -> None:
-    """`place` made this start's own (created, or an empty one adopted), its manifest signed."""
-    if not directory.is_new_or_empty(place):
-        refuse_used(place, key)
-    refuse_inside_run(place, key)
-    if os.path.lexists(place):
-        files.adopt(place)
-    else:
-        files.make_dir(place)
-    try:
-        if kind is not None:
-            ownership.Manifest.new(place, kind).save()
-    except BaseException:  # the key refused, say: nothing of this start stays
-        files.remove_created(place)
-        raise
-
-
-def continued(place: Path, key: str, sweep: bool) -> None:
-    """A requeued start continues its own run or sweep, and only that."""
-    try:
-        (ownership.check_sweep if sweep else ownership.check_run)(place)
-    except ownership.ForeignDirectory as e:
-        raise ConfigError(
-            f"{key}: '{place}' is not a {'sweep' if sweep else 'run'} directory gptlab made here "
-            f"for you ({e}), so this requeued start writes nothing into it. Continue its "
-            "training in a new run directory of yours with `gptlab-train ckpt_path=<it>`."
-        ) from None
-
-
-def prepare(place: Path, key: str, kind: str | None) -> str:
-    """Decide and make the output directory `place` (at `key`); the override that hands it to
-    Hydra. `kind`: a fresh one's manifest (None: a tool's output folder, not a run)."""
-    place = Path(os.path.abspath(place))
-    if rank() > 0:
-        follow(place, key, kind)
-    elif kind is not None and directory.requeued() and os.path.lexists(place):
-        continued(place, key, sweep=kind == ownership.SWEEP)
-    else:
-        fresh(place, key, kind)
-    os.environ[OUTPUT_DIR] = str(place)
-    return f"{key}={FROM_ENV}"
-
-
-def follow(place: Path, key: str, kind: str | None) -> None:
-    """Another rank of an srun or torchrun job: rank 0's directory, once made; nothing made."""
-    deadline = time.monotonic() + RANK_ZERO_WAIT
-    while kind is not None and not os.path.lexists(place / ownership.MANIFEST):
-        if time.monotonic() > deadline:
-            raise ConfigError(
-                f"{key}: rank 0 of this job made no run directory at '{place}' in "
-                f"{RANK_ZERO_WAIT} s; see rank 0's output for why."
-            )
-        time.sleep(0.1)
-
-
-def undo(place: str | Path) -> None:
-    """After a failed start: what it created, removed when it holds no more than a stub."""
-    if directory.is_stub(Path(place)):
-        files.remove_created(place)
+    return where(HydraConfig.get().sweep.dir) if in_multirun() else None

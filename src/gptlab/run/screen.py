@@ -8,9 +8,9 @@ from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 from rich.tree import Tree
 
-from gptlab import files
 from gptlab.model.gpt import GPT
 from gptlab.run import directory, place
+from gptlab.run.place import PLACE
 
 log = logging.getLogger("gptlab.train")
 GROUPS = ("data", "model", "optim", "trainer", "callbacks", "logger", "paths")
@@ -57,7 +57,7 @@ def print_first_screen(cfg: DictConfig, model: GPT, output_dir: Path, datamodule
     if output_dir.is_dir():
         console = Console(file=io.StringIO(), width=110, color_system=None)
         console.print(tree)
-        files.write_text(output_dir / directory.CONFIG_TREE, console.file.getvalue())
+        PLACE.write_text(output_dir / directory.CONFIG_TREE, console.file.getvalue())
     if not place.in_multirun():
         Console(stderr=True, width=110).print(tree)
     for line in data_lines(cfg, datamodule):

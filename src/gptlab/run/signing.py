@@ -9,7 +9,7 @@ import secrets
 import stat
 from pathlib import Path
 
-from gptlab import files
+from gptlab import reader
 from gptlab.errors import ConfigError
 from gptlab.run import directory
 
@@ -46,8 +46,26 @@ def check_key_place(path: Path) -> None:
         )
 
 
+def check_folders(path: Path) -> None:
+    """OpenSSH's rule for the folders above a key, up to your home: each yours or root's, and
+    none that group or others can write to (but a sticky one, as /tmp, above the key's own)."""
+    home = Path.home()
+    for i, folder in enumerate(path.parents):
+        info = os.stat(folder)
+        sticky = i > 0 and info.st_mode & stat.S_ISVTX
+        if info.st_uid not in (0, os.getuid()) or (info.st_mode & 0o022 and not sticky):
+            raise refused(
+                path,
+                f"its folder '{folder}' can be written by others, who could swap the key",
+                f"Keep it in a folder that only you can write (chmod go-w '{folder}').",
+            )
+        if folder == home:
+            return
+
+
 def check_key(path: Path) -> None:
     """OpenSSH's rules for a private key: a regular file of the user's, for the user alone."""
+    check_folders(path)
     info = os.lstat(path)
     if stat.S_ISLNK(info.st_mode):
         raise refused(path, "it is a symlink", f"Point {KEY_FILE} at the file itself.")
@@ -56,6 +74,12 @@ def check_key(path: Path) -> None:
     if info.st_uid != os.getuid():
         raise refused(
             path, f"it belongs to user id {info.st_uid}, not to you", "Use a key of yours."
+        )
+    if info.st_nlink > 1:
+        raise refused(
+            path,
+            f"it has {info.st_nlink} hard links, so it may be carried elsewhere",
+            "Give the key one name only: make a new one (delete it; gptlab makes another).",
         )
     if info.st_mode & 0o077:
         raise refused(
@@ -92,7 +116,7 @@ def signing_key() -> bytes:
         raise refused(path, f"it cannot be made ({e})", fix) from None
     check_key(path)
     try:
-        key = bytes.fromhex((files.read_bytes(path, limit=1024) or b"").decode().strip())
+        key = bytes.fromhex((reader.read_bytes(path, limit=1024) or b"").decode().strip())
         reason = "it is shorter than 32 bytes"
     except ValueError as e:
         key, reason = b"", str(e)

@@ -3,7 +3,7 @@ verdict, on val and test; summary.md leads with them (docs/ablation.md)."""
 
 from pathlib import Path
 
-from gptlab import files
+from gptlab.run.place import PLACE
 from gptlab.sweep.curves import add_time_to_loss, write_curves
 from gptlab.sweep.stats import CONFIDENCE, number, verdict, welch
 from gptlab.sweep.tables import DELTAS, format_estimate, markdown_table
@@ -67,7 +67,7 @@ def baseline_section(configs: list[dict], sweep_dir: Path, baseline: str = BASEL
     base = add_deltas(configs, baseline)
     if base is None:
         return []
-    files.save_figure(delta_figure(configs, base), sweep_dir / "summary_deltas.png", dpi=80)
+    PLACE.save_figure(delta_figure(configs, base), sweep_dir / "summary_deltas.png", dpi=80)
     ordered = sorted(configs, key=lambda c: number(c.get("delta_vs_baseline_mean")) or 0.0)
     columns = {
         "config": "config",

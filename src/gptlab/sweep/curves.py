@@ -5,8 +5,8 @@ seconds since the run's start, val loss]."""
 from pathlib import Path
 from statistics import fmean
 
-from gptlab import files
 from gptlab.run.overrides import short_label
+from gptlab.run.place import PLACE
 from gptlab.sweep.stats import number
 
 LINE_STYLES = ("-", "--", ":")
@@ -78,7 +78,7 @@ def write_curves(rows: list[dict], configs: list[dict] | None, path: Path) -> bo
     """summary_curves.png, titled by the sweep directory's name; False (no file) without curves."""
     groups = curve_groups(rows, configs)
     if groups:
-        files.save_figure(curves_figure(groups, bool(configs), path.parent.name), path, dpi=80)
+        PLACE.save_figure(curves_figure(groups, bool(configs), path.parent.name), path, dpi=80)
     return bool(groups)
 
 

@@ -1,7 +1,6 @@
 """A sweep's jobs: each runs on its own, a failure is recorded in its metrics.json and the sweep
 goes on, and a finished job is kept when the sweep is continued."""
 
-import json
 import logging
 import math
 import os
@@ -11,13 +10,15 @@ from pathlib import Path
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from gptlab import files
+from gptlab import reader
 from gptlab.errors import ConfigError
-from gptlab.run import directory, ownership, place
-from gptlab.run.overrides import override_key, short_label
-from gptlab.run.place import in_multirun, sweep_dir
-from gptlab.run.settings import NOT_REPLAYED, NOT_REPLAYED_GROUPS, WHERE_KEYS
+from gptlab.run import directory, place
+from gptlab.run.overrides import NOT_REPLAYED, override_key, short_label
+from gptlab.run.place import PLACE, in_multirun, sweep_dir
 from gptlab.sweep.stats import number
+
+# groups whose keys say where a job writes, caches or logs, or how it was launched
+WHERE_GROUPS = ("paths", "logger", "hydra")
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +33,7 @@ def trains(override: str) -> bool:
     writes, caches or logs)?"""
     key = override_key(override)
     parts = key.split(".")
-    where = parts[0] in NOT_REPLAYED_GROUPS and len(parts) > 1 or parts[-1] in WHERE_KEYS
+    where = parts[0] in WHERE_GROUPS and len(parts) > 1 or parts[-1] in place.WHERE_KEYS
     return key not in NOT_REPLAYED and not where
 
 
@@ -45,7 +46,7 @@ def job_identity(overrides: list[str]) -> list[str]:
 def swept_overrides() -> list[str]:
     """This job's overrides that the sweep varies: its identity (job_identity) less what every
     job of the sweep was given alike (the sweep's command line, in its multirun.yaml)."""
-    saved = files.read_yaml(sweep_dir() / directory.MULTIRUN) if in_multirun() else None
+    saved = reader.read_yaml(sweep_dir() / directory.MULTIRUN) if in_multirun() else None
     for key in ("hydra", "overrides", "task"):  # read as data
         saved = saved.get(key) if isinstance(saved, dict) else None
     alike = {str(o) for o in saved} if isinstance(saved, list) else set()
@@ -84,7 +85,7 @@ def job_threads(cfg: DictConfig) -> None:
 def finished_result(output_dir: Path, overrides: list[str]) -> float | None:
     """Best val loss of a job finished with these overrides, by its metrics.json (Hydra rewrites
     .hydra/); None when it must run."""
-    metrics = files.read_json(directory.metrics_file(output_dir))
+    metrics = reader.read_json(directory.metrics_file(output_dir))
     metrics = metrics if isinstance(metrics, dict) else {}
     best = number(metrics.get("best_val_loss"))
     recorded = metrics.get("overrides")
@@ -114,11 +115,10 @@ def record_failure(
     reason = str(error) if plain else f"{type(error).__name__}: {error}"
     reason = " ".join(reason.split())[:500]
     log.error("Job failed: %s", reason, exc_info=not plain)
-    saved = files.read_json(directory.metrics_file(output_dir))
+    saved = reader.read_json(directory.metrics_file(output_dir))
     metrics = {**(saved if isinstance(saved, dict) else {}), "status": "failed", "reason": reason}
     metrics.update(bad_input=bad_input, overrides=overrides)
-    text = json.dumps(metrics, indent=2) + "\n"
-    ownership.write_recorded(output_dir, directory.METRICS, lambda f: f.write(text))
+    PLACE.write_json(directory.metrics_file(output_dir), metrics)
     return math.inf
 
 
@@ -127,7 +127,11 @@ def sweep_job(train: Callable[[DictConfig], float], cfg: DictConfig) -> float:
     on)."""
     output_dir = Path(cfg.paths.output_dir)
     overrides = job_overrides()
-    place.claim(output_dir)  # before a failure is recorded: the job's results are its manifest's
+    try:
+        PLACE.admit_job(output_dir)  # inside its sweep, where it resolves: where it may write
+    except ConfigError as e:
+        log.error("Job not run: %s", e)
+        return math.inf
     if cfg.get("resume"):  # a continued sweep keeps the jobs that finished
         best = finished_result(output_dir, overrides)
         if best is not None:

@@ -9,19 +9,13 @@ import optuna
 from hydra.core.utils import JobReturn, JobStatus
 from optuna.trial import FrozenTrial, Trial, TrialState
 
-from gptlab import files
+from gptlab import reader
 from gptlab.errors import ConfigError
-from gptlab.sweep.search import counts
+from gptlab.sweep.search import counts, storage_url  # noqa: F401 - the sweeper's too
 from gptlab.sweep.stats import number
 from gptlab.training.pruning import make_pruner
 
 log = logging.getLogger(__name__)
-
-
-def storage_url(storage: str | None, sweep_dir: Path) -> str:
-    """The storage given on the command line, else the sweep directory's SQLite file (never one a
-    directory names)."""
-    return storage or f"sqlite:///{sweep_dir.resolve() / 'optuna.db'}"
 
 
 def storage_of(url: str) -> Any:
@@ -113,7 +107,7 @@ def done(study: optuna.Study) -> int:
 
 def tell(study: optuna.Study, trial: Trial, job_dir: Path, ret: JobReturn) -> FrozenTrial:
     """Tell the study how the trial's job ended: pruned, complete with its objectives, or failed."""
-    metrics = files.read_json(job_dir / "metrics.json")
+    metrics = reader.read_json(job_dir / "metrics.json")
     metrics = metrics if isinstance(metrics, dict) else {}
     values = [number(metrics.get(key)) for key in study.user_attrs["gptlab_objectives"]]
     if ret.status != JobStatus.COMPLETED:

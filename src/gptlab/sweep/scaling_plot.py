@@ -5,7 +5,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gptlab import files
+from gptlab.run.place import PLACE
 from gptlab.sweep import isoflop, parametric
 from gptlab.sweep.scaling import REPEATED_EPOCHS
 
@@ -143,4 +143,4 @@ def write_scaling_plot(result: dict, path: Path) -> None:
         subfig.suptitle(f"{name}: {len(fit['points'])} jobs, L = {result['metric']}", fontsize=11)
     if len(fits) > 1:
         comparison_panel(subfigs[-1].subplots(1, 1), fits)
-    files.save_figure(fig, path, dpi=80)
+    PLACE.save_figure(fig, path, dpi=80)

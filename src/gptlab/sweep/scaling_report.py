@@ -4,7 +4,7 @@ few points, scaling.md says what is missing and the rest of the sweep's summary 
 import logging
 from pathlib import Path
 
-from gptlab import files
+from gptlab.run.place import PLACE
 from gptlab.sweep import scaling
 from gptlab.sweep.scaling import REPEATED_EPOCHS, TooFewPoints, as_json, fit_sweep
 from gptlab.sweep.scaling_plot import write_scaling_plot
@@ -198,11 +198,11 @@ def write_scaling(
         result = fit_sweep(rows, knobs, metric, first=first)
     except TooFewPoints as e:
         text = "\n".join([f"# Scaling laws: {sweep_dir}", "", *smoke, f"No scaling fit: {e}"])
-        files.write_text(out / "scaling.md", text + "\n")
+        PLACE.write_text(out / "scaling.md", text + "\n")
         raise
-    files.write_json(out / "scaling.json", as_json(result))
+    PLACE.write_json(out / "scaling.json", as_json(result))
     head = [headline(result), *smoke]
-    files.write_text(out / "scaling.md", "\n".join(report_lines(result, sweep_dir, head)) + "\n")
+    PLACE.write_text(out / "scaling.md", "\n".join(report_lines(result, sweep_dir, head)) + "\n")
     write_scaling_plot(result, out / "scaling.png")
     return head[0]
 

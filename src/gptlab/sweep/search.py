@@ -8,24 +8,35 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from gptlab import files
-from gptlab.run import ownership
+from gptlab import reader
+from gptlab.run import directory, ownership
+from gptlab.run.place import PLACE, where
 from gptlab.sweep.tables import markdown_table
 
 log = logging.getLogger(__name__)
 
 
+def storage_url(storage: str | None, sweep_dir: Path) -> str:
+    """The storage given on the command line, else the sweep directory's SQLite file (never one a
+    directory names)."""
+    return storage or f"sqlite:///{sweep_dir.resolve() / 'optuna.db'}"
+
+
 def study_of(sweep_dir: Path) -> Any:
-    """The sweep's Optuna study, where the sweep's own (signed) manifest says it lives; None for
-    other sweeps, and for a directory that is not the user's own (its storage is never opened)."""
-    manifest = ownership.own_manifest(sweep_dir)
-    place = manifest.data["settings"].get("study") if manifest else None
-    if not isinstance(place, dict):  # not an Optuna search: optuna is not even imported
+    """The sweep's Optuna study, where its multirun.yaml says it lives; None for other sweeps,
+    and for a directory that is not the user's own (its storage is never opened)."""
+    saved = reader.read_yaml(sweep_dir / directory.MULTIRUN)
+    for key in ("hydra", "sweeper"):
+        saved = saved.get(key) if isinstance(saved, dict) else None
+    if not isinstance(saved, dict) or "study_name" not in saved:  # optuna is not even imported
+        return None
+    if isinstance(ownership.owner(where(sweep_dir)), str):
         return None
     import optuna
 
     try:
-        return optuna.load_study(study_name=place["name"], storage=place["url"])
+        url = storage_url(saved.get("storage"), sweep_dir)
+        return optuna.load_study(study_name=str(saved["study_name"]), storage=url)
     except KeyError:  # no such study in the storage
         return None
 
@@ -109,7 +120,7 @@ def add_plots(study: Any, png: Path, with_importances: bool) -> None:
         ax.imshow(image)
         ax.set_axis_off()
     fig.subplots_adjust(left=0, right=1, top=1, bottom=0, hspace=0)
-    files.save_figure(fig, png, dpi=80)
+    PLACE.save_figure(fig, png, dpi=80)
 
 
 def search_summary(sweep_dir: Path, png: Path) -> list[str]:

@@ -10,11 +10,11 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from gptlab import files
+from gptlab import reader
 from gptlab.exits import BAD_INPUT, FAILED
 from gptlab.run import directory, ownership
 from gptlab.run.overrides import split_override
-from gptlab.run.settings import saved_value
+from gptlab.run.place import PLACE
 from gptlab.sweep import tables
 from gptlab.sweep.ablation import BASELINE, leading_sections
 from gptlab.sweep.jobs import job_identity
@@ -30,14 +30,23 @@ from gptlab.sweep.transfer import transfer_section
 CONFIG_METRICS = {"val_loss": "best_val_loss", "val_bpb": "best_val_bpb", "test_loss": "test_loss"}
 
 
+def saved_value(cfg: Any, key: str, default: Any = None) -> Any:
+    """A literal value at a dotted key of a saved config (data, never resolved), else `default`."""
+    value = cfg
+    for part in key.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    plain = isinstance(value, (int, float, bool))
+    return value if plain or isinstance(value, str) and "${" not in value else default
+
+
 def read_job(job: Path) -> tuple[dict, list[str]]:
     """A job's row of summary.csv (failed without a metrics.json or a finite best val loss) and
     its overrides' keys."""
-    cfg = files.read_yaml(directory.saved_config(job))  # data: never resolved
-    overrides = files.read_yaml(directory.saved_overrides(job))
+    cfg = reader.read_yaml(directory.saved_config(job))  # data: never resolved
+    overrides = reader.read_yaml(directory.saved_overrides(job))
     overrides = job_identity(overrides if isinstance(overrides, list) else [])
     failed = {"status": "failed", "reason": f"no {directory.METRICS}"}
-    metrics = files.read_json(directory.metrics_file(job))
+    metrics = reader.read_json(directory.metrics_file(job))
     metrics = metrics if isinstance(metrics, dict) else failed
     row = {
         "status": "ok",
@@ -174,7 +183,7 @@ def write_summary(
     TooFewPoints, once summary.md is written, when `scaling` is True and nothing can be fitted."""
     sweep_dir = Path(sweep_dir)
     out = Path(out or sweep_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    PLACE.make_dir(out)
     rows, knobs = collect(sweep_dir)
     configs = aggregate(rows, knobs) if "seed" in knobs else None
     leading = leading_sections(rows, configs, out, target_val_loss, baseline)
@@ -190,9 +199,9 @@ def write_summary(
         lines += ["## Configurations", "", *table, "", "## Jobs", ""]
     lines += write_table(out / "summary.csv", job_columns(rows, knobs), rows)
     figure = summary_figure(rows, knobs, configs, out.name)
-    files.save_figure(figure, out / "summary.png", dpi=80)
+    PLACE.save_figure(figure, out / "summary.png", dpi=80)
     lines += search_summary(sweep_dir, out / "summary.png")  # an Optuna search's study and plots
-    files.write_text(out / "summary.md", "\n".join(lines) + "\n")
+    PLACE.write_text(out / "summary.md", "\n".join(lines) + "\n")
     if missing:
         raise TooFewPoints(missing)
     return rows, head
@@ -235,14 +244,6 @@ class SweepSummary(Callback):
     def __init__(self, target_val_loss: float | None = None, baseline: str = BASELINE):
         self.target_val_loss = target_val_loss  # see write_summary
         self.baseline = baseline
-
-    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        """A gptlab-train sweep records what its resume replays in its manifest, its own from here
-        on (gptlab.run.ownership)."""
-        if "trainer" not in config:  # not gptlab-train (gptlab-eval -m)
-            return
-        overrides = [o for o in config.hydra.overrides.task if not o.startswith("resume=")]
-        ownership.record_sweep(config.hydra.sweep.dir, overrides=[str(o) for o in overrides])
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)

@@ -4,7 +4,7 @@ one way every table shows a value (cell, format_estimate) and is written as Mark
 import csv
 from pathlib import Path
 
-from gptlab import files
+from gptlab.run.place import PLACE
 from gptlab.sweep.stats import ci_half_width, mean_std, number
 
 PARAMS = {
@@ -72,7 +72,7 @@ def write_table(
     path: Path, cols: list[str], rows: list[dict], shown: list[str] | None = None
 ) -> list[str]:
     """Write the rows' `cols` as CSV; return their `shown` ones (default: all) as Markdown."""
-    with files.atomic(path) as f:
+    with PLACE.atomic(path) as f:
         writer = csv.DictWriter(f, cols, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gptlab import files
+from gptlab.run.place import PLACE
 from gptlab.sweep.stats import bootstrap, number, percentile_interval, sort_key
 from gptlab.sweep.tables import format_estimate, markdown_table
 
@@ -76,7 +76,7 @@ def transfer_section(rows: list[dict], knobs: list[str], out: Path) -> list[str]
                 f"- {panel}: best lr {first:.3g} at {size}={small}, {last:.3g} at "
                 f"{size}={large}: x{last / first:.2f} ({math.log2(last / first):+.2f} octaves)."
             )
-    files.save_figure(transfer_figure(found, size), out / "summary_transfer.png", dpi=80)
+    PLACE.save_figure(transfer_figure(found, size), out / "summary_transfer.png", dpi=80)
     header = ["configuration", size, "jobs", "best lr (grid)", "its val loss", "best lr [95%]"]
     return [
         "## Learning-rate transfer",

@@ -11,22 +11,25 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from gptlab.exits import code_of_signal
-from gptlab.run import place
+from gptlab.run.place import PLACE, sweep_dir
 from gptlab.training.callbacks import GracefulStop
 
 log = logging.getLogger("gptlab.train")
 
 
-def fit(trainer: L.Trainer, module, datamodule, ckpt_path: str | None, run_dir: Path) -> float:
-    """trainer.fit, its progress bars beside the log lines; then the best validation loss."""
+def fit(trainer: L.Trainer, module, datamodule, start, run_dir: Path) -> float:
+    """trainer.fit, from the own checkpoint `start` names (Lightning restores it whole), its
+    progress bars beside the log lines; then the best validation loss."""
     console = logging_redirect_tqdm() if trainer.is_global_zero else contextlib.nullcontext()
+    ckpt_path = start.ckpt_path if start.whole else None
+    PLACE.commit()  # training begins: what the run makes is its result
     try:
         with console:
             trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
     except SIGTERMException:
         stop = next(c for c in trainer.callbacks if isinstance(c, GracefulStop))
         if trainer.is_global_zero:
-            where = place.sweep_dir() or run_dir  # a sweep's job continues with its sweep
+            where = sweep_dir() or run_dir  # a sweep's job continues with its sweep
             log.warning(
                 f"Stopped by {stop.signal_name} after step {trainer.global_step}; saved its last "
                 f"checkpoint. Continue with:\n  gptlab-train resume={where}"

@@ -14,9 +14,7 @@ from gptlab.data.tokenizer import Tokenizer
 from gptlab.model import mup
 from gptlab.model.config import GPTConfig
 from gptlab.model.gpt import GPT
-from gptlab.run.bounds import check_memory
-from gptlab.run.checkpoints import check_architecture
-from gptlab.run.restore import fit_loop_at
+from gptlab.run.checkpoints import bounded, check_architecture
 from gptlab.training.optim_config import OptimConfig, lr_factor
 from gptlab.training.optimizers import Muon, MuonWithAdamW
 
@@ -123,11 +121,7 @@ class GPTModule(L.LightningModule):
         checkpoint["best_val_loss"] = self.best_val_loss
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
-        """A checkpoint read for its tensors has no loops: Lightning's fresh ones at its step."""
         self.best_val_loss = checkpoint.get("best_val_loss", math.inf)
-        if "loops" not in checkpoint and self.trainer.state.fn == "fit":
-            fresh = self.trainer.fit_loop.state_dict()
-            checkpoint["loops"] = {"fit_loop": fit_loop_at(fresh, checkpoint["global_step"])}
 
     def build_optimizer(self, mixed_precision: bool = False) -> torch.optim.Optimizer:
         """AdamW, weight decay on matrices only, fused (about 4x faster a step on CPU at 13M
@@ -193,14 +187,18 @@ class GPTModule(L.LightningModule):
 
 
 def build_module(model, optim, tokenizer: Tokenizer, batch_size: int, start) -> GPTModule:
-    """The GPTModule for the data's tokenizer, built once the checkpoint it starts from is known
-    to hold the same architecture (its tensors were bounded when it was read) and its shapes (on
-    the meta device) to fit in memory."""
+    """The GPTModule for the data's tokenizer, built once its model is bounded on torch's meta
+    device (memory, and the weights it starts from: a checkpoint of the same architecture and
+    vocabulary, or init_from's folder), then given those weights."""
     model = replace(model, vocab_size=tokenizer.vocab_size)  # its settings final
+    if start.init and not start.ckpt_path:  # init_from: the folder's architecture, run's training
+        model = replace(model, **{k: start.init.model[k] for k in GPTConfig.architecture()})
     hparams = GPTModule.hparams_from(model, optim, tokenizer)
     if start.ckpt_path:
         check_architecture(start.ckpt_path, start.trained, hparams)
-    with torch.device("meta"):
-        shapes = GPT(replace(model, compile=False))
-    check_memory(shapes, batch_size, "model")
-    return GPTModule(**hparams)
+    weights = start.init.weights if start.init else {}
+    bounded(model, weights, start.ckpt_path or "init_from", batch_size)
+    module = GPTModule(**hparams)
+    if weights:
+        module.load_state_dict(weights)
+    return module

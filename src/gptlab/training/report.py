@@ -1,7 +1,6 @@
 """The end of a run, told once, in the process that trains rank 0 whatever the launch path:
 the test split, metrics.json, the trackers' results and the report."""
 
-import json
 import logging
 import math
 import os
@@ -12,10 +11,10 @@ import torch
 from lightning.pytorch.loggers import TensorBoardLogger
 from omegaconf import OmegaConf
 
+from gptlab import reader
 from gptlab.errors import ConfigError
-from gptlab.run import directory, ownership
-from gptlab.run.checkpoints import load_checkpoint
-from gptlab.run.restore import weights_only
+from gptlab.run import directory
+from gptlab.run.place import PLACE
 from gptlab.training.fitting import best_val_loss
 from gptlab.training.pruning import pruning_result
 from gptlab.training.run_stats import RunStats
@@ -41,8 +40,7 @@ class RunReport(L.Callback):
             return
         sample = self.sample(pl_module)  # of the final weights, before the test loads the best
         metrics = {**self.metrics(trainer, pl_module), **self.test(trainer, pl_module)}
-        text = json.dumps(metrics, indent=2) + "\n"
-        ownership.write_recorded(self.run_dir, directory.METRICS, lambda f: f.write(text))
+        PLACE.write_json(directory.metrics_file(self.run_dir), metrics)
         log_results(trainer, OmegaConf.create(self.cfg), metrics, self.run_dir, self.swept)
         log.info("\n".join([*self.report(trainer, metrics), sample]))
 
@@ -110,7 +108,7 @@ class RunReport(L.Callback):
         best = directory.best_checkpoint(self.run_dir)
         scored = "the final weights"
         if best.is_file():
-            pl_module.load_state_dict(weights_only(load_checkpoint(best), best)["state_dict"])
+            pl_module.load_state_dict(reader.load_checkpoint(best)["state_dict"])
             scored = f"{directory.CHECKPOINTS}/{best.name}"
         with trainer.precision_plugin.test_step_context():
             loss, bpb = pl_module.score(datamodule.windows_of("test"))

@@ -14,15 +14,15 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
-from gptlab import files
+from gptlab import reader
 from gptlab.errors import ConfigError
 from gptlab.exits import BAD_INPUT
-from gptlab.run import ownership
 from gptlab.run.overrides import as_override, override_key, quote
+from gptlab.run.place import PLACE
 
 log = logging.getLogger(__name__)
 PRUNERS = ("none", "median", "hyperband")
-# what a continued search takes from its first start (the sweep's manifest), unless given again;
+# what a continued search takes from its first start (its multirun.yaml), unless given again;
 # never where its study lives (storage, study_name): those come from the command line, or the
 # sweep's own directory (sqlite:///<sweep dir>/optuna.db)
 RESUMED = ("n_trials", "n_jobs", "direction", "objectives", "pruner", "pruners")
@@ -77,10 +77,11 @@ class GptlabOptunaSweeper(Sweeper):
         )
 
     def resumed_settings(self, sweep_dir: Path) -> dict[str, Any]:
-        """The settings of the search `resume=` continues, from its own (signed) manifest; a key
-        given again on the command line wins."""
-        manifest = ownership.own_manifest(sweep_dir)
-        saved = manifest.data["settings"].get("sweeper", {}) if manifest else {}
+        """The settings of the search `resume=` continues (an own sweep: gptlab.run.place
+        checked it), from its multirun.yaml; a key given again on the command line wins."""
+        saved = reader.read_yaml(sweep_dir / "multirun.yaml")
+        for key in ("hydra", "sweeper"):
+            saved = saved.get(key) if isinstance(saved, dict) else {}
         given = [override_key(o) for o in self.config.hydra.overrides.hydra]
         given = {k.split(".")[2] for k in given if k.startswith("hydra.sweeper.")}
         kept = {k: saved[k] for k in RESUMED if k in saved and k not in given}
@@ -108,13 +109,11 @@ class GptlabOptunaSweeper(Sweeper):
         params = [f"{k}={v}" for k, v in (settings.get("params") or {}).items()]
         space, fixed = search_space([*params, *arguments])
         sampler = self.sampler(space)
-        sweep_dir.mkdir(parents=True, exist_ok=True)
-        files.write_text(sweep_dir / "multirun.yaml", OmegaConf.to_yaml(self.config))
         settings["url"] = studies.storage_url(settings["storage"], sweep_dir)
-        ownership.record_sweep(sweep_dir, sweeper={k: settings[k] for k in RESUMED})
-        ownership.record_study(sweep_dir, is_open=True)  # opening it and each ask write to it
         study = studies.open_study(settings, settings["url"], sampler, resumed=bool(resume))
-        ownership.record_sweep(sweep_dir, study={"url": settings["url"], "name": study.study_name})
+        record = OmegaConf.to_container(self.config)  # what a later resume= takes up again
+        record["hydra"]["sweeper"].update({k: settings[k] for k in RESUMED})
+        PLACE.write_text(sweep_dir / "multirun.yaml", OmegaConf.to_yaml(record))
         # every job's environment, set once in the overrides the launcher composes each job with
         # but does not log; TRIAL declared here, so a job's own override needs no ++ (and, as
         # hydra.*, stays out of the launcher's log line too)
@@ -138,7 +137,6 @@ class GptlabOptunaSweeper(Sweeper):
         n_trials = settings["n_trials"]
         log.info("Study %s in %s: %d trials to finish", study.study_name, settings["url"], n_trials)
         while (left := n_trials - studies.done(study)) > 0:
-            ownership.record_study(self.config.hydra.sweep.dir, is_open=True)
             trials = [study.ask(space) for _ in range(min(settings["n_jobs"], left))]
             self.run_batch(study, trials, fixed, settings["max_failure_rate"])
         self.report(study, Path(self.config.hydra.sweep.dir))
@@ -173,7 +171,6 @@ class GptlabOptunaSweeper(Sweeper):
             frozen = studies.tell(study, trial, sweep_dir / trial.user_attrs["job"], ret)
             values = dict(zip(names, frozen.values or [], strict=False))  # none unless complete
             log.info("Trial %d: %s %s", frozen.number, frozen.state.name, rounded(values))
-        ownership.record_study(sweep_dir, is_open=False)
         raised = [r for r in returns if r.status.name != "COMPLETED"]
         if raised and len(raised) / len(returns) > max_failure_rate:
             raised[0].return_value  # noqa: B018 - raises the job's own exception
@@ -194,4 +191,4 @@ class GptlabOptunaSweeper(Sweeper):
             front = [{"params": t.params, "values": t.values} for t in study.best_trials]
             results = {"name": "optuna", "solutions": front}
             log.info("Pareto front: %d trials", len(front))
-        files.write_text(sweep_dir / "optimization_results.yaml", OmegaConf.to_yaml(results))
+        PLACE.write_text(sweep_dir / "optimization_results.yaml", OmegaConf.to_yaml(results))

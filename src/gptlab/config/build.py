@@ -1,0 +1,61 @@
+"""A task's config resolved once, and its objects built from that same copy with Hydra's
+instantiate: what a class refuses is bad input, said in one paragraph. A config is code (a
+`_target_` builds what it names): gptlab builds only configs from your command line and your own
+runs, never one read from anyone else's (docs/security.md)."""
+
+from typing import Any
+
+from hydra.errors import InstantiationException
+from hydra.utils import instantiate
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from gptlab.errors import ConfigError
+from gptlab.run.overrides import escape_interpolation
+
+
+def resolve(node: DictConfig | ListConfig, where: str) -> Any:
+    try:
+        return OmegaConf.to_container(node, resolve=True)
+    except OmegaConfBaseException as e:
+        key = f"{where}.{e.full_key}" if getattr(e, "full_key", None) else where
+        reason = " ".join(str(e).split("\n")[0].split())
+        raise ConfigError(
+            f"{key}: cannot be resolved ({reason}). Fix or remove the override that sets it."
+        ) from None
+
+
+def escape(node: Any) -> Any:
+    """Every `${` a resolved string holds, escaped: nothing resolves it a second time."""
+    if isinstance(node, dict):
+        return {key: escape(value) for key, value in node.items()}
+    if isinstance(node, list):
+        return [escape(value) for value in node]
+    if isinstance(node, str):
+        return escape_interpolation(node)
+    return node
+
+
+def resolved(cfg: DictConfig) -> DictConfig:
+    """The task config resolved once: what is built, and what is shown."""
+    plain = resolve(cfg, "config")
+    resolved = OmegaConf.create(escape(plain))
+    OmegaConf.set_struct(resolved, True)
+    return resolved
+
+
+def build(node: DictConfig, where: str, **kwargs) -> Any:
+    """Instantiate a node of `resolved`'s config; any error is bad input (trainer.precision=17):
+    a ConfigError from the class as it is, else one naming the group."""
+    try:
+        return instantiate(node, _convert_="all", **kwargs)
+    except InstantiationException as e:
+        cause = e.__cause__
+        while cause is not None and not isinstance(cause, ConfigError):
+            cause = cause.__cause__
+        if cause is not None:
+            raise cause from None
+        reason = " ".join(str(e.__cause__ or e).split())
+        raise ConfigError(
+            f"{where}: {node.get('_target_')} refused its settings: {reason}"
+        ) from None

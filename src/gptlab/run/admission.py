@@ -1,0 +1,126 @@
+"""Hydra's callback that admits a start's directory (gptlab.run.place) before Hydra writes a
+byte there, and pins it for Hydra: resolved once, whatever its spelling (a second resolution of
+`${now:}` or `${unique_dir:}` could name another)."""
+
+import contextlib
+import os
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from hydra.core.hydra_config import HydraConfig
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf, read_write
+
+from gptlab.errors import ConfigError, Refusal
+from gptlab.process import rank
+from gptlab.run import directory, ownership
+from gptlab.run.overrides import as_override, escape_interpolation
+from gptlab.run.place import PLACE, where
+
+RANK_ZERO_WAIT = 600  # seconds another rank waits for rank 0's run directory
+SUBDIR = re.compile(r"[\w.-]*\$\{hydra\.job\.(num|id)\}[\w.-]*")  # a sweep's job folders
+
+
+def resolved_dir(config: DictConfig, key: str) -> Path:
+    """The directory `key` names, resolved as Hydra will (its resolvers and `hydra:` node)."""
+    saved = HydraConfig.instance().cfg
+    writable = not OmegaConf.is_readonly(config.hydra)
+    HydraConfig.instance().set_config(config)  # which makes the hydra node read-only
+    try:
+        value = OmegaConf.select(config, key, throw_on_missing=True)
+    except Exception as e:  # noqa: BLE001 - OmegaConf's errors, said in one paragraph
+        raise ConfigError(f"{key}: cannot be resolved ({' '.join(str(e).split())}).") from None
+    finally:
+        HydraConfig.instance().cfg = saved
+        OmegaConf.set_readonly(config.hydra, None if writable else True)
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"{key}={value!r}: give a directory.")
+    if "${" in value:
+        raise ConfigError(
+            f"{key}: '{value}' holds `${{`, which Hydra reads as an interpolation wherever it "
+            "names the run again (its runtime.output_dir), so nothing can run there. Rename the "
+            "directory (a copy of a run: train on from it with ckpt_path=)."
+        )
+    return where(value)
+
+
+def follow(place: Path, key: str) -> None:
+    """Another rank of an srun or torchrun job: rank 0's run directory, once made."""
+    deadline = time.monotonic() + RANK_ZERO_WAIT
+    while not os.path.lexists(place / directory.MANIFEST):
+        if time.monotonic() > deadline:
+            raise ConfigError(
+                f"{key}: rank 0 of this job made no run directory at '{place}' in "
+                f"{RANK_ZERO_WAIT} s; see rank 0's output for why."
+            )
+        time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def refusals() -> Iterator[None]:
+    """Hydra only warns about a callback's exception and goes on: a refusal passes through."""
+    try:
+        yield
+    except ConfigError as e:
+        raise Refusal(e) from None
+
+
+class Outputs(Callback):
+    """Hydra's callback that decides a start's directory before Hydra writes a byte there, and
+    pins it (a second resolution could name another); `signed`: gptlab-train's runs and sweeps."""
+
+    def __init__(self, signed: bool = False) -> None:
+        self.signed = signed
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        with refusals():
+            self.start_run(config)
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        with refusals():
+            self.start_sweep(config)
+
+    def start_run(self, config: DictConfig) -> None:
+        key = "hydra.run.dir"
+        place = resolved_dir(config, key)
+        continued = OmegaConf.select(config, "resume") or directory.requeued()
+        subdir = config.hydra.output_subdir
+        if rank() > 0 and self.signed:
+            follow(place, key)
+        elif rank() > 0:
+            pass  # rank 0 makes it
+        elif self.signed and continued and os.path.lexists(place):
+            PLACE.admit(place, key, own=True)
+            subdir = subdir and directory.later_start_subdir()
+        else:
+            PLACE.admit(place, key, ownership.RUN if self.signed else None)
+            subdir = subdir and directory.HYDRA
+        saved = [place / subdir / name for name in directory.HYDRA_FILES] if subdir else []
+        PLACE.expect(*([place / subdir] if subdir else []), *saved)  # Hydra's, made by this start
+        PLACE.expect(place / f"{config.hydra.job.name}.log")
+        PLACE.run_dir = place
+        with read_write(config.hydra):
+            config.hydra.run.dir = escape_interpolation(str(place))
+            config.hydra.output_subdir = subdir or None
+
+    def start_sweep(self, config: DictConfig) -> None:
+        key = "hydra.sweep.dir"
+        if not SUBDIR.fullmatch(str(OmegaConf.to_container(config.hydra.sweep)["subdir"])):
+            raise ConfigError(
+                "hydra.sweep.subdir: a job's folder is named by its number inside the sweep "
+                "directory (${hydra.job.num}, with plain text around it); drop the override."
+            )
+        place = resolved_dir(config, key)
+        if OmegaConf.select(config, "resume"):
+            PLACE.admit(place, key, own=True)
+            ownership.check_jobs(place)
+        else:
+            PLACE.admit(place, key, ownership.SWEEP if self.signed else None)
+            PLACE.expect(place / directory.MULTIRUN)
+        PLACE.commit()  # a sweep's directory stays once made: its jobs write into it
+        with read_write(config.hydra):
+            config.hydra.sweep.dir = escape_interpolation(str(place))
+            config.hydra.overrides.hydra.append(as_override(key, str(place)))

@@ -1,0 +1,178 @@
+"""The reader (gptlab.reader): every foreign file is bounded before anything is allocated for
+what it says. Crafted checkpoints, safetensors and run files, each run through a tool as a
+process of its own, refused within 30 seconds with one paragraph, its peak memory under 1 GB."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import BIN
+
+from gptlab import reader
+from gptlab.errors import ConfigError
+
+GB = 1 << 30
+
+
+def measured(tool: str, *args: str, cwd: Path) -> tuple[subprocess.CompletedProcess, int, float]:
+    """`tool args` as a process of its own: its result, peak memory in bytes, seconds."""
+    wrapper = (
+        "import resource, subprocess, sys\n"
+        "r = subprocess.run(sys.argv[1:], capture_output=True, text=True)\n"
+        "sys.stderr.write(r.stderr)\n"
+        "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024)\n"
+        "sys.exit(r.returncode)\n"
+    )
+    start = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-c", wrapper, str(BIN / tool), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,  # a hang ends here
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    return result, int(result.stdout.split()[-1]), time.monotonic() - start
+
+
+def crafted(finished: Path, path: Path, change) -> Path:
+    checkpoint = torch.load(finished / "checkpoints" / "best.ckpt", weights_only=True)
+    change(checkpoint)
+    torch.save(checkpoint, path)
+    return path
+
+
+def stride_zero(size: int):
+    """The embedding as a view of one number: 2 KB in the file, size x size to whoever uses it."""
+
+    def change(checkpoint):
+        checkpoint["state_dict"]["model.token_embedding.weight"] = torch.zeros(1).expand(size, size)
+        checkpoint["hyper_parameters"]["model"].update(vocab_size=size, d_model=size, num_heads=1)
+
+    return change
+
+
+def zero_blocks(checkpoint) -> None:
+    """20,000 blocks, each named by tensors of no size, and settings that agree."""
+    state = checkpoint["state_dict"]
+    block = {k.split(".", 3)[3]: v for k, v in state.items() if k.startswith("model.blocks.0.")}
+    for i in range(20_000):
+        state.update({f"model.blocks.{i}.{name}": torch.zeros(0) for name in block})
+    checkpoint["hyper_parameters"]["model"].update(num_blocks=20_000)
+
+
+def settings(**values):
+    return lambda checkpoint: checkpoint["hyper_parameters"]["model"].update(values)
+
+
+def zip_bomb(path: Path) -> Path:
+    """A zip whose one member deflates 256 KB into 256 MB: torch.save never compresses."""
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        with archive.open("archive/data.pkl", "w", force_zip64=True) as member:
+            for _ in range(256):
+                member.write(bytes(1 << 20))
+    return path
+
+
+BOMBS = {
+    "stride-0 32768": stride_zero(32768),
+    "stride-0 98304": stride_zero(98304),
+    "20,000 zero-size blocks": zero_blocks,
+    "num_blocks": settings(num_blocks=100_000),
+    "context_length": settings(context_length=10**7),
+    "d_model": settings(d_model=2**20, num_heads=1),
+    "vocab_size": settings(vocab_size=10**9),
+    "step": lambda checkpoint: checkpoint.update(global_step=2**80),
+}
+
+
+@pytest.mark.parametrize("bomb", [*BOMBS, "zip"])
+def test_a_checkpoint_that_asks_for_too_much_is_refused_quickly_and_small(finished, tmp_path, bomb):
+    if bomb == "zip":
+        path = zip_bomb(tmp_path / "bomb.ckpt")
+    else:
+        path = crafted(finished, tmp_path / "bomb.ckpt", BOMBS[bomb])
+    tool = "gptlab-eval" if bomb == "step" else "gptlab-generate"
+    result, peak, seconds = measured(tool, f"ckpt_path={path}", cwd=tmp_path)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr and "weights_only=False" not in result.stderr
+    assert peak < GB and seconds < 30, (peak, seconds)
+
+
+def test_training_on_from_a_stride_zero_checkpoint_is_refused_too(finished, tmp_path):
+    path = crafted(finished, tmp_path / "bomb.ckpt", stride_zero(32768))
+    args = [f"ckpt_path={path}", "debug=fast", "hydra.run.dir=run"]
+    result, peak, seconds = measured("gptlab-train", *args, cwd=tmp_path)
+    assert result.returncode == 2 and "not a dense array" in result.stderr, result.stderr[-2000:]
+    assert peak < GB and seconds < 30 and not (tmp_path / "run").exists()
+
+
+def evil_pickle(marker: Path) -> dict:
+    class Evil:
+        def __reduce__(self):
+            return (Path.touch, (marker,))
+
+    return {"state_dict": {}, "x": Evil()}
+
+
+def test_a_checkpoint_holding_objects_or_bad_settings_is_refused_clearly(finished, tmp_path):
+    marker = tmp_path / "PWNED"
+    torch.save(evil_pickle(marker), tmp_path / "pickled.ckpt")
+    crafted(finished, tmp_path / "unknown.ckpt", settings(_target_="os.system"))
+    crafted(finished, tmp_path / "typed.ckpt", settings(d_model="64"))
+    cases = {"pickled": "never unpickles", "unknown": "does not hold", "typed": "does not hold"}
+    for name, phrase in cases.items():
+        with pytest.raises(ConfigError, match=phrase):
+            from gptlab.run.checkpoints import load_model
+
+            load_model(tmp_path / f"{name}.ckpt")
+    assert not marker.exists()
+
+
+# ------------------------------------------------------------------ a run's JSON and YAML
+
+
+def test_run_files_that_hang_nest_or_swell_are_read_as_nothing(tmp_path):
+    """A FIFO (reading it would wait forever), JSON nested 100,000 deep, a YAML alias bomb, a
+    file over the bound, a link: each read as nothing, at once."""
+    os.mkfifo(tmp_path / "fifo.json")
+    (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    laughs = ["a: &a [x, x, x, x, x, x, x, x, x]"]
+    for p, n in zip("abcdefgh", "bcdefghi", strict=True):
+        laughs.append(f"{n}: &{n} [" + ", ".join([f"*{p}"] * 9) + "]")
+    (tmp_path / "laughs.yaml").write_text("\n".join(laughs) + "\n")
+    (tmp_path / "big.yaml").write_text("k: " + "x" * (reader.MAX_TEXT + 1))
+    (tmp_path / "plain.json").write_text('{"a": 1}')
+    (tmp_path / "link.json").symlink_to(tmp_path / "plain.json")
+    start = time.monotonic()
+    assert reader.read_json(tmp_path / "fifo.json") is None
+    assert reader.read_json(tmp_path / "deep.json") is None
+    assert reader.read_yaml(tmp_path / "laughs.yaml") is None
+    assert reader.read_yaml(tmp_path / "big.yaml") is None
+    assert reader.read_json(tmp_path / "link.json") is None
+    assert reader.read_json(tmp_path / "plain.json") == {"a": 1}
+    assert time.monotonic() - start < 5
+
+
+def test_a_swollen_yaml_in_someone_elses_sweep_costs_the_report_little(finished, tmp_path):
+    """The issue's example: a 16 MB config.yaml in a job of a sweep that is not the user's."""
+    sweep = tmp_path / "sweep"
+    for job in ("0", "1"):
+        shutil.copytree(finished, sweep / job)
+    (sweep / "0" / ".hydra" / "config.yaml").write_text(
+        "\n".join(f"k{i}: [{', '.join(['1'] * 64)}]" for i in range(80_000))
+    )
+    assert (sweep / "0" / ".hydra" / "config.yaml").stat().st_size > 16e6
+    result, peak, seconds = measured("gptlab-report", str(sweep), cwd=tmp_path)
+    assert result.returncode in (0, 1), result.stderr[-2000:]
+    assert peak < GB and seconds < 30, (peak, seconds)
+    assert not (sweep / "summary.md").exists()  # someone else's: written elsewhere
+    assert list((tmp_path / "outputs" / "sweep_report").rglob("summary.md"))
