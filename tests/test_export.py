@@ -287,6 +287,6 @@ def test_import_counts_the_blocks_before_building_a_model(tmp_path):
     settings = json.loads((out / "config.json").read_text())
     key = "n_layer" if "n_layer" in settings else "num_hidden_layers"
     (out / "config.json").write_text(json.dumps({**settings, key: 100_000}))
-    held = f"config.json says 100000 blocks, but model.safetensors holds {config.num_blocks}"
+    held = f"it holds {config.num_blocks} blocks where config.json says 100000"
     with pytest.raises(ConfigError, match=re.escape(held)):
         read_folder(out)

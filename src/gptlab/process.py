@@ -1,5 +1,6 @@
-"""This process: its rank, and its CPU defaults set when gptlab is imported (GOMP_SPINCOUNT,
-glibc's malloc thresholds) unless the user set their own (docs/devices.md)."""
+"""This process: its rank, the memory its machine has left, and its CPU defaults set when gptlab
+is imported (GOMP_SPINCOUNT, glibc's malloc thresholds) unless the user set their own
+(docs/devices.md)."""
 
 import ctypes
 import os
@@ -65,6 +66,17 @@ def rank(environ=os.environ) -> int:
         if environ.get(key, "").isdigit():
             return int(environ[key])
     return 0
+
+
+def available_memory() -> int | None:
+    """Bytes of memory this machine can still give (Linux's MemAvailable), None where unknown."""
+    try:
+        with open("/proc/meminfo", "rb") as f:
+            lines = f.read().decode().splitlines()
+    except OSError:
+        return None
+    found = [int(line.split()[1]) * 1024 for line in lines if line.startswith("MemAvailable:")]
+    return found[0] if found else None
 
 
 def apply_defaults(environ=os.environ) -> dict[str, bool]:

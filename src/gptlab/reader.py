@@ -1,6 +1,7 @@
-"""The one reader of foreign files (docs/security.md): a run's JSON and YAML, checkpoints and
-safetensors are bounded before anything is allocated for what they say. Links are followed only
-where asked; FIFOs, sockets and devices are never opened for reading."""
+"""The one reader of foreign files (docs/security.md): a run's JSON and YAML, and checkpoints,
+bounded before anything is allocated for what they say (a Hugging Face folder's safetensors:
+gptlab.run.hf_folder, by its header). Links are followed only where asked; FIFOs, sockets and
+devices are never opened for reading."""
 
 import hashlib
 import json
@@ -13,6 +14,7 @@ from typing import IO, Any
 import yaml
 
 from gptlab.errors import ConfigError
+from gptlab.process import available_memory
 
 MAX_TEXT = 8 << 20  # a run's JSON or YAML: a saved config, metrics.json, a manifest
 MAX_TOKENIZER = 64 << 20  # a Hugging Face tokenizer.json (o200k_base's: about 27 MB)
@@ -160,19 +162,24 @@ def check_tensors(state: dict, path: str | Path) -> None:
             raise not_a_checkpoint(path, f"its tensor {name} is not a dense array of its shape")
 
 
-def stored_bytes(state: dict) -> int:
-    """The bytes a state's tensors really hold: each storage once (tied weights share one)."""
-    storages = {
-        t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in state.values()
-    }
-    return sum(storages.values())
+def load_safetensors(path: Path, blocks: int) -> dict:
+    """A safetensors file (no pickle, no code): a regular file, the blocks its header names
+    (...h.<i>. or ...layers.<i>.) counted before anything is read, as many as `blocks`, and the
+    file within the memory available; ValueError says what is wrong."""
+    from safetensors import SafetensorError, safe_open
+    from safetensors.torch import load_file
 
-
-def safetensors_names(path: str | Path) -> list[str]:
-    """The tensor names of a safetensors file, from its header alone."""
-    from safetensors import safe_open
-
-    with open_regular(path, follow=True):  # a regular file, not a FIFO safetensors would wait on
-        pass
-    with safe_open(path, "pt") as f:
-        return list(f.keys())
+    with open_regular(path):  # no FIFO waited on, no link followed
+        size = os.path.getsize(path)
+    try:
+        with safe_open(path, "pt") as f:
+            names = [name.split(".") for name in f.keys()]
+    except SafetensorError as e:  # a damaged or foreign file
+        raise ValueError(f"it does not read ({e})") from None
+    held = {p[i + 1] for p in names for i in range(len(p) - 1) if p[i] in ("h", "layers")}
+    held = {block for block in held if block.isdigit()}
+    if len(held) != blocks:
+        raise ValueError(f"it holds {len(held)} blocks where config.json says {blocks}")
+    if size > (available_memory() or size):
+        raise ValueError("it is larger than the memory available")
+    return load_file(path)

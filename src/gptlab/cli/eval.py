@@ -11,7 +11,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from gptlab import reader
 from gptlab.cli.app import resolve_device, run_hydra_app, run_task
-from gptlab.config.build import resolved
+from gptlab.config.resolve import resolved
 from gptlab.config.schemas import register_configs
 from gptlab.errors import ConfigError
 from gptlab.run import directory, ownership
@@ -58,7 +58,6 @@ def evaluate(cfg: DictConfig) -> dict:
 
     route_lightning_logs()  # Lightning's messages as the run's, its known noise left out
     cfg = resolved(cfg)
-    PLACE.check_config(OmegaConf.to_container(cfg))
     checkpoint = Path(find_checkpoint(cfg.ckpt_path).absolute())
     run_dir = own_run_of(checkpoint)
     data, trainer_cfg = run_settings(run_dir)
@@ -97,11 +96,12 @@ def score(checkpoint: Path, split: str, data: dict, trainer_cfg: dict, device: s
 
     from gptlab.data.datamodule import GPTDataModule
     from gptlab.model.config import GPTConfig
-    from gptlab.run.checkpoints import bounded, read_trained
+    from gptlab.model.gpt import GPT
+    from gptlab.run.checkpoints import read_trained
     from gptlab.training.module import GPTModule
 
     trained = read_trained(checkpoint)
-    bounded(GPTConfig(**trained.model), trained.weights, checkpoint)
+    GPT.bounded(GPTConfig(**trained.model), trained.weights, f"ckpt_path: '{checkpoint}'")
     module = GPTModule(model=trained.model, optim={}, tokenizer=trained.tokenizer)
     module.load_state_dict(trained.weights)
     most = module.config.context_length  # windows of the model's length unless the run or cfg says

@@ -54,8 +54,9 @@ def export(cfg: DictConfig) -> Path:
     if not cfg.out or not str(cfg.out).strip():
         raise ConfigError("out is not set. Give the folder to write, e.g. out=exported.")
     from gptlab.model.config import GPTConfig
+    from gptlab.model.gpt import GPT
     from gptlab.model.hf import CLASSES, model_type
-    from gptlab.run.checkpoints import bounded, find_checkpoint, read_trained
+    from gptlab.run.checkpoints import find_checkpoint, read_trained
     from gptlab.run.hf_folder import check_exportable, write_folder
 
     checkpoint = Path(find_checkpoint(cfg.ckpt_path).absolute())
@@ -63,7 +64,7 @@ def export(cfg: DictConfig) -> Path:
     trained = read_trained(checkpoint)
     check_exportable(trained)
     config = GPTConfig(**trained.model)
-    bounded(config, trained.weights, checkpoint)
+    GPT.bounded(config, trained.weights, f"ckpt_path: '{checkpoint}'")
     name = CLASSES[model_type(config)][0]
     card = model_card(checkpoint, trained.step, {**trained.model, "model_type": name})
     write_folder(trained, out, card)

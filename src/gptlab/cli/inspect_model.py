@@ -9,12 +9,12 @@ from typing import NamedTuple
 import hydra
 import numpy as np
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from gptlab.cli import inspect_figures as draw
 from gptlab.cli.app import run_hydra_app, run_task
 from gptlab.cli.coord_check import run_coord_check
-from gptlab.config.build import resolved
+from gptlab.config.resolve import resolved
 from gptlab.config.schemas import register_configs
 from gptlab.data.tokenizer import Tokenizer
 from gptlab.errors import ConfigError, check_whole_number
@@ -162,7 +162,7 @@ def random_model(
 def look_inside(cfg: DictConfig) -> None:
     """Build or load the model, print the steps, write the figures (also to a run's TensorBoard)."""
     cfg = resolved(cfg)
-    out_dir = PLACE.check_config(OmegaConf.to_container(cfg)) or Path(cfg.output_dir)
+    out_dir = Path(cfg.output_dir)  # made and checked before Hydra wrote (run/admission.py)
     if cfg.coord_check:
         run_coord_check(cfg, out_dir)
         return

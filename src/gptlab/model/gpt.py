@@ -2,6 +2,7 @@
 + positional encoding -> num_blocks x (masked multi-head attention, Add & Norm, ReLU feed-forward,
 Add & Norm) -> linear head -> logits. The toggles since 2017 are each off by default."""
 
+import dataclasses
 import math
 from collections.abc import Iterator
 
@@ -14,7 +15,9 @@ from gptlab.model import mup
 from gptlab.model.cache import KVCache
 from gptlab.model.config import GPTConfig
 from gptlab.model.position import POSITIONAL
+from gptlab.process import available_memory
 
+TABLE_SLACK = 256 << 20  # bytes of tables a file's model may hold beyond the weights it carries
 # the FFN's non-linearity: the articles' ReLU, GELU, or ReLU² (Primer; modded-nanogpt)
 ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "relu2": lambda x: F.relu(x).square()}
 
@@ -213,6 +216,43 @@ class GPT(nn.Module):
     def scaling_params(self) -> int:
         """A scaling law's N: the matrices whose FLOPs grow with every token (blocks', head)."""
         return sum(p.numel() for p in [*self.block_matrices(), self.head.weight])
+
+    @classmethod
+    def bounded(cls, config: GPTConfig, weights: dict, where: str, batch_size: int = 1) -> None:
+        """The model `config` asks for, first built on torch's meta device (nothing allocated):
+        `weights` (a state dict of its own, under `model.`) fit its names and shapes; what
+        settings alone size (tables, a mask) stays within TABLE_SLACK of those weights; the
+        whole, with one forward pass of `batch_size` windows, within the memory available."""
+        with torch.device("meta"):
+            model = cls(dataclasses.replace(config, compile=False))
+        tables = sum(b.numel() * b.element_size() for b in model.buffers())
+        if weights:
+            try:  # names and shapes, as torch checks them
+                model.load_state_dict(
+                    {k.removeprefix("model."): v for k, v in weights.items()}, assign=True
+                )
+            except RuntimeError as e:
+                reason = " ".join(str(e).split()[6:])[:300]  # past "Error(s) in loading ..."
+                raise ConfigError(f"{where} does not hold this model's weights: {reason}") from None
+            storages = {t.untyped_storage().data_ptr(): t for t in weights.values()}
+            carried = sum(t.untyped_storage().nbytes() for t in storages.values())
+            if tables > carried + TABLE_SLACK:
+                raise ConfigError(
+                    f"{where}: model.context_length={config.context_length} asks for "
+                    f"{tables / 2**20:,.0f} MiB of tables beside far smaller weights."
+                )
+        c = config  # its tensors, and one forward pass of `batch_size` windows (activations)
+        needed = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
+        needed += 4 * batch_size * c.context_length * (c.vocab_size + 16 * c.d_model * c.num_blocks)
+        if c.attention == "manual":
+            needed += 4 * batch_size * c.num_heads * c.context_length**2 * c.num_blocks
+        available = available_memory()
+        if available is not None and needed > available:
+            raise ConfigError(
+                f"{where}: the model needs about {needed / 2**30:,.1f} GiB (batch {batch_size}), "
+                f"more than the {available / 2**30:,.1f} GiB this machine has available. Make it "
+                "smaller (model.d_model, model.num_blocks, data.context_length, data.batch_size)."
+            )
 
     def flops_per_token(self) -> int:
         """Training FLOPs per token: 6 per weight (forward 2, backward 4) + attention's."""

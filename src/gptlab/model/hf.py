@@ -4,6 +4,7 @@ Plain torch: `transformers` is the caller's."""
 
 import math
 import re
+from dataclasses import asdict
 
 import torch
 from torch import Tensor
@@ -219,13 +220,23 @@ def unscaled(wte: Tensor, scale: float) -> Tensor:
     return e
 
 
-def from_hf(kind: str, config: GPTConfig, hf: dict[str, Tensor], keys: list[str]) -> dict:
-    """The class's weights -> gptlab's `keys` (GPT(config)'s): to_hf undone."""
+def gptlab_keys(kind: str, config: GPTConfig, hf: dict[str, Tensor]) -> list[str]:
+    """gptlab's names of the tensors `hf` holds: the class's names (NAMES) read backwards."""
+    keys = []
+    for pattern, other in NAMES[kind].items():
+        first = other[0] if isinstance(other, tuple) else other
+        for i in range(config.num_blocks) if "{i}" in pattern else [""]:
+            found = [leaf for leaf in ("weight", "bias") if f"{first.format(i=i)}.{leaf}" in hf]
+            keys += [f"{pattern.format(i=i)}.{leaf}" for leaf in found]
+    return keys
+
+
+def from_hf(kind: str, config: GPTConfig, hf: dict[str, Tensor]) -> tuple[dict, dict]:
+    """The class's weights -> (gptlab's settings, its weights under `model.`): to_hf undone, and
+    gptlab's own settings read back (a sinusoidal table, biases that are all zero)."""
     scale = math.sqrt(config.d_model)
     state = {}
-    for key in keys:
-        if key == "head.weight" and config.tie_weights:
-            continue  # the embedding's, set below
+    for key in gptlab_keys(kind, config, hf):
         module, leaf = key.rsplit(".", 1)
         block, other = match(module, NAMES[kind])
         names = other if isinstance(other, tuple) else (other,)
@@ -246,4 +257,13 @@ def from_hf(kind: str, config: GPTConfig, hf: dict[str, Tensor], keys: list[str]
         for key in [k for k in state if k.startswith(final_norm(config) + ".")]:
             state[key] = state[key] * scale
         state["head.weight"] = state["token_embedding.weight"]
-    return state
+    settings = asdict(config)
+    table = state.get("position_embedding.weight")
+    if table is not None and torch.equal(table, SinusoidalEncoding(config).table):
+        settings["positional"] = "sinusoidal"
+        del state["position_embedding.weight"]
+    biases = [k for k in state if k.endswith(".bias")]
+    if config.norm_layer == "layernorm" and biases and not any(state[k].any() for k in biases):
+        settings["bias"] = False
+        state = {k: v for k, v in state.items() if k not in biases}
+    return settings, {f"model.{k}": v for k, v in state.items()}

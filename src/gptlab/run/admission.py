@@ -18,24 +18,37 @@ from gptlab.errors import ConfigError, Refusal
 from gptlab.process import rank
 from gptlab.run import directory, ownership
 from gptlab.run.overrides import as_override, escape_interpolation
-from gptlab.run.place import PLACE, where
+from gptlab.run.place import PLACE, named_places, where
 
 RANK_ZERO_WAIT = 600  # seconds another rank waits for rank 0's run directory
 SUBDIR = re.compile(r"[\w.-]*\$\{hydra\.job\.(num|id)\}[\w.-]*")  # a sweep's job folders
 
 
-def resolved_dir(config: DictConfig, key: str) -> Path:
-    """The directory `key` names, resolved as Hydra will (its resolvers and `hydra:` node)."""
+@contextlib.contextmanager
+def as_hydra_sees(config: DictConfig, run_dir: Path | None = None) -> Iterator[None]:
+    """Resolve `config` as Hydra's job will: its `hydra:` node set (and the run directory, once
+    known); both put back (set_config makes the hydra node read-only)."""
     saved = HydraConfig.instance().cfg
     writable = not OmegaConf.is_readonly(config.hydra)
-    HydraConfig.instance().set_config(config)  # which makes the hydra node read-only
+    if run_dir is not None:
+        with read_write(config.hydra.runtime):
+            config.hydra.runtime.output_dir = str(run_dir)  # what Hydra sets next
+    HydraConfig.instance().set_config(config)
     try:
-        value = OmegaConf.select(config, key, throw_on_missing=True)
+        yield
+    except ConfigError:
+        raise
     except Exception as e:  # noqa: BLE001 - OmegaConf's errors, said in one paragraph
-        raise ConfigError(f"{key}: cannot be resolved ({' '.join(str(e).split())}).") from None
+        raise ConfigError(f"a place cannot be resolved ({' '.join(str(e).split())}).") from None
     finally:
         HydraConfig.instance().cfg = saved
         OmegaConf.set_readonly(config.hydra, None if writable else True)
+
+
+def resolved_dir(config: DictConfig, key: str) -> Path:
+    """The directory `key` names, resolved as Hydra will."""
+    with as_hydra_sees(config):
+        value = OmegaConf.select(config, key, throw_on_missing=True)
     if not isinstance(value, str) or not value.strip():
         raise ConfigError(f"{key}={value!r}: give a directory.")
     if "${" in value:
@@ -102,6 +115,8 @@ class Outputs(Callback):
         PLACE.expect(*([place / subdir] if subdir else []), *saved)  # Hydra's, made by this start
         PLACE.expect(place / f"{config.hydra.job.name}.log")
         PLACE.run_dir = place
+        with as_hydra_sees(config, place):  # the other keys that name places, where they lie
+            PLACE.check_places(named_places(config))
         with read_write(config.hydra):
             config.hydra.run.dir = escape_interpolation(str(place))
             config.hydra.output_subdir = subdir or None
@@ -120,6 +135,8 @@ class Outputs(Callback):
         else:
             PLACE.admit(place, key, ownership.SWEEP if self.signed else None)
             PLACE.expect(place / directory.MULTIRUN)
+        with as_hydra_sees(config):  # its jobs' stores (their own directories: each job's)
+            PLACE.check_places(named_places(config, stores_only=True))
         PLACE.commit()  # a sweep's directory stays once made: its jobs write into it
         with read_write(config.hydra):
             config.hydra.sweep.dir = escape_interpolation(str(place))

@@ -11,10 +11,8 @@ from gptlab.data.tokenizer import check_state
 from gptlab.errors import ConfigError
 from gptlab.model.config import GPTConfig
 from gptlab.run import directory
-from gptlab.run.bounds import check_memory
 from gptlab.run.overrides import as_override
 
-BUFFER_SLACK = 256 << 20  # bytes of tables a model may hold beyond the weights it carries
 MAX_BLOCKS = 1024  # blocks a file may ask gptlab to build (real GPTs have a hundred at most)
 
 MAX_STEP = 2**53  # a step counter beyond any run
@@ -103,18 +101,6 @@ def weights(checkpoint: dict, path: str | Path) -> dict:
     return {k.replace("_orig_mod.", ""): v for k, v in state.items()}
 
 
-def check_weights(gpt, state: dict, path: str | Path) -> None:
-    """The weights must be the GPT's own (under `model.`): the same names and shapes."""
-    expected = {f"model.{k}": tuple(v.shape) for k, v in gpt.state_dict().items()}
-    if set(expected) != set(state):
-        differ = sorted(set(expected) ^ set(state))[:3]
-        raise not_gptlab(path, f"its weights are named otherwise: {', '.join(differ)} ...")
-    for name, shape in expected.items():
-        if tuple(state[name].shape) != shape:
-            shapes = f"{tuple(state[name].shape)} where the model has {shape}"
-            raise not_gptlab(path, f"{name} is {shapes}")
-
-
 def count_blocks(model: dict, state: dict, path: str | Path) -> None:
     """The blocks a checkpoint's weights name, counted before any model is built: as many as
     its settings say, and few enough to build (a file naming 20,000 would take minutes)."""
@@ -124,29 +110,6 @@ def count_blocks(model: dict, state: dict, path: str | Path) -> None:
     if model["num_blocks"] != len(blocks):
         found = f"model.num_blocks is {model['num_blocks']} but its weights hold {len(blocks)}"
         raise not_gptlab(path, found)
-
-
-def bounded(config: GPTConfig, state: dict, path: str | Path, batch_size: int = 1) -> None:
-    """The GPT `config` asks for, on torch's meta device (no memory): `state`'s names and shapes
-    its own, its tables within BUFFER_SLACK of those weights, the whole (and one forward pass of
-    `batch_size`) within the memory this machine has. A model's one meta copy."""
-    import torch
-
-    from gptlab.model.gpt import GPT
-
-    with torch.device("meta"):
-        gpt = GPT(dataclasses.replace(config, compile=False))
-    if state:
-        check_weights(gpt, state, path)
-        carried = reader.stored_bytes(state)
-        tables = sum(b.numel() * b.element_size() for b in gpt.buffers())
-        if tables > carried + BUFFER_SLACK:
-            raise not_gptlab(
-                path,
-                f"model.context_length={config.context_length} asks for {tables / 2**20:,.0f} "
-                f"MiB of tables beside {carried / 2**20:,.0f} MiB of weights",
-            )
-    check_memory(gpt, batch_size, "ckpt_path" if state else "model")
 
 
 class Trained(NamedTuple):
@@ -160,7 +123,8 @@ class Trained(NamedTuple):
 
 def read_trained(path: str | Path, tensors: bool = True) -> Trained:
     """A checkpoint's settings checked and, for its `tensors`, its weights (dense, finite, the
-    blocks its settings say); the model they describe is bounded() by whoever builds it."""
+    blocks its settings say); the model they describe is bounded by whoever builds it
+    (GPT.bounded)."""
     checkpoint = reader.load_checkpoint(path)
     model, tokenizer = model_settings(checkpoint, path)
     state = {}
@@ -178,7 +142,7 @@ def load_model(path: str | Path, map_location="cpu"):
 
     trained = read_trained(path)
     config = GPTConfig(**trained.model)
-    bounded(config, trained.weights, path)
+    GPT.bounded(config, trained.weights, f"ckpt_path: '{path}'")
     model = GPT(config)
     model.load_state_dict({k.removeprefix("model."): v for k, v in trained.weights.items()})
     tokenizer = Tokenizer.from_state_dict(trained.tokenizer)

@@ -2,7 +2,6 @@
 config.json and model.safetensors read by gptlab.reader as data (no code), checked and bounded
 like a foreign checkpoint; written only into the folder gptlab.run.place admitted."""
 
-import dataclasses
 import tempfile
 from pathlib import Path
 
@@ -10,12 +9,10 @@ from gptlab import files, reader
 from gptlab.errors import ConfigError
 from gptlab.model.config import GPTConfig
 from gptlab.model.hf import CLASSES, ROPE, from_hf, hf_config, model_type, to_hf
-from gptlab.run.bounds import check_memory
-from gptlab.run.checkpoints import Trained, check_weights
+from gptlab.run.checkpoints import Trained
 from gptlab.run.place import PLACE
 
 WEIGHTS = "model.safetensors"
-FILE_SLACK = 16 << 20  # bytes a folder's weights file may hold beyond the model's parameters
 
 
 def check_exportable(trained: Trained) -> None:
@@ -108,12 +105,11 @@ def settings_of(c) -> tuple[dict, list[str]]:
     return dict(**common, **sizes, **layout, activation=activation), differ
 
 
-def read_config(path: Path) -> tuple[str, GPTConfig]:
+def checked_config(path: Path, hf) -> tuple[str, GPTConfig]:
     """(model_type, the GPTConfig) of the folder's config.json, read as data: a class gptlab
     reads, no code (auto_map), every setting gptlab does not compute refused by name."""
     from transformers import AutoConfig
 
-    hf = reader.read_json(path / "config.json")
     if not isinstance(hf, dict) or hf.get("model_type") not in CLASSES or "auto_map" in hf:
         raise not_readable(path, "no config.json of a model_type gptlab reads, without code")
     try:
@@ -128,109 +124,16 @@ def read_config(path: Path) -> tuple[str, GPTConfig]:
         raise not_readable(path, f"its settings give no gptlab model: {e}") from None
 
 
-def weights_file_of(path: Path) -> Path:
-    weights_file = path / WEIGHTS
-    if not weights_file.is_file() or weights_file.is_symlink():
-        raise not_readable(path, f"no {WEIGHTS} (one file of weights)")
-    return weights_file
-
-
-def blocks_held(path: Path) -> int:
-    """The blocks (…h.<i>. or …layers.<i>.) model.safetensors names, from its header alone."""
-    try:
-        names = [name.split(".") for name in reader.safetensors_names(weights_file_of(path))]
-    except ConfigError:
-        raise
-    except Exception as e:  # safetensors' own errors: a damaged or foreign file
-        raise not_readable(path, f"{WEIGHTS} does not read ({type(e).__name__})") from None
-    return len(
-        {
-            parts[i + 1]
-            for parts in names
-            for i in range(len(parts) - 1)
-            if parts[i] in ("h", "layers") and parts[i + 1].isdigit()
-        }
-    )
-
-
-def read_weights(path: Path, gpt) -> dict:
-    """model.safetensors (no pickle, no code), once the model it names (`gpt`, on the meta
-    device) fits in memory and the file is not far larger than that model."""
-    from safetensors.torch import load_file
-
-    weights_file = weights_file_of(path)
-    check_memory(gpt, 1, "init_from")
-    carried = sum(p.numel() * 4 for p in gpt.parameters()) + FILE_SLACK  # fp32, tables, zeros
-    if weights_file.stat().st_size > 2 * carried:
-        raise not_readable(path, f"{WEIGHTS} is far larger than the model its config.json names")
-    try:
-        return load_file(weights_file)
-    except Exception as e:  # safetensors' own errors: a damaged or foreign file
-        raise not_readable(path, f"{WEIGHTS} does not read ({type(e).__name__})") from None
-
-
-def read_folder(path: str | Path) -> Trained:
-    """A Hugging Face folder as a checkpoint's parts: checked settings, bounded weights, step 0.
-    Its tokenizer must be a tiktoken encoding's as gptlab-export writes it."""
-    import torch
-
-    from gptlab.model.gpt import GPT
-
-    path = Path(path).expanduser()
-    kind, config = read_config(path)
-    held = blocks_held(path)  # counted before the model is built: num_blocks=10**5 would hang
-    if held != config.num_blocks:
-        raise not_readable(
-            path, f"config.json says {config.num_blocks} blocks, but {WEIGHTS} holds {held}"
-        )
-    with torch.device("meta"):
-        gpt = GPT(config)
-    hf_state = read_weights(path, gpt)
-    try:
-        state = from_hf(kind, config, hf_state, list(gpt.state_dict()))
-    except (KeyError, RuntimeError) as e:  # a tensor missing, or of a shape that does not fit
-        raise not_readable(path, f"{WEIGHTS} does not hold its model's weights ({e})") from None
-    state = {f"model.{k}": v for k, v in state.items()}
-    check_weights(gpt, state, path)  # names and shapes, as a foreign checkpoint's
-    settings = detect(config, state)
-    sinusoidal, biased = settings["positional"] == "sinusoidal", settings["bias"]
-    table = "model.position_embedding.weight"
-    kept = {k: v for k, v in state.items() if (k != table or not sinusoidal)}
-    kept = {k: v for k, v in kept.items() if biased or not k.endswith(".bias")}
-    tokenizer = {"encoding": encoding_of(path, config.vocab_size), "vocab": None}
-    return Trained(dataclasses.asdict(GPTConfig(**settings)), tokenizer, kept, 0)
-
-
-def detect(config: GPTConfig, state: dict) -> dict:
-    """gptlab's own settings read back: a sinusoidal table, biases that are all zero."""
-    import torch
-
-    from gptlab.model.position import SinusoidalEncoding
-
-    settings = dataclasses.asdict(config)
-    table = state.get("model.position_embedding.weight")
-    if table is not None and torch.equal(table, SinusoidalEncoding(config).table):
-        settings["positional"] = "sinusoidal"
-    biases = [v for k, v in state.items() if k.endswith(".bias")]
-    if config.norm_layer == "layernorm" and biases and not any(b.any() for b in biases):
-        settings["bias"] = False
-    return settings
-
-
-def encoding_of(path: Path, vocab_size: int) -> str:
+def encoding_of(path: Path, saved, vocab_size: int) -> str:
     """The tiktoken encoding whose vocabulary the folder's tokenizer.json holds, id for id."""
     import tiktoken
 
     from gptlab.data.hf_tokenizer import vocab_of
     from gptlab.data.tokenizer import load_encoding
 
-    saved = reader.read_json(path / "tokenizer.json", limit=reader.MAX_TOKENIZER)
     vocab = saved.get("model", {}).get("vocab") if isinstance(saved, dict) else None
-    added = {
-        t.get("content"): t.get("id")
-        for t in (saved or {}).get("added_tokens", [])
-        if isinstance(t, dict)
-    }
+    listed = saved.get("added_tokens", []) if isinstance(saved, dict) else []
+    added = {t.get("content"): t.get("id") for t in listed if isinstance(t, dict)}
     for name in tiktoken.list_encoding_names():
         try:
             size = load_encoding(name, offline=True).max_token_value + 1
@@ -239,17 +142,12 @@ def encoding_of(path: Path, vocab_size: int) -> str:
         if size == vocab_size and isinstance(vocab, dict) and {**vocab, **added} == vocab_of(name):
             return name
     raise not_readable(
-        path,
-        f"its tokenizer.json is not a tiktoken encoding's with {vocab_size} ids, "
-        "as gptlab's data is",
+        path, f"its tokenizer.json is not a tiktoken encoding's with {vocab_size} ids"
     )
 
 
-def initial_weights(path: str, data) -> Trained:
-    """init_from: the folder read (read_folder) and its vocabulary and length checked against the
-    run's data settings, before any data is read."""
-    trained = read_folder(path)
-    encoding, context_length = trained.tokenizer["encoding"], trained.model["context_length"]
+def check_data(path: Path, encoding: str, context_length: int, data) -> None:
+    """The run's data reads text as the folder's tokenizer does, in windows its model takes."""
     if data.compact_vocab or data.encoding != encoding:
         raise ConfigError(
             f"init_from: '{path}' reads text with tiktoken's {encoding}, the whole vocabulary; "
@@ -260,4 +158,26 @@ def initial_weights(path: str, data) -> Trained:
             f"data.context_length={data.context_length}: the model of init_from '{path}' reads "
             f"at most {context_length} tokens; give data.context_length={context_length} or less."
         )
-    return trained
+
+
+def read_folder(path: str | Path, data=None) -> Trained:
+    """A Hugging Face folder (init_from) as a checkpoint's parts, read as data: its config.json
+    checked, its tokenizer a tiktoken encoding's, both against a run's `data` settings, its
+    weights' header counted before they are read, then its weights as gptlab's (their names and
+    shapes against the model: GPT.bounded, where a run builds it), step 0."""
+    folder = Path(path).expanduser()
+    hf = reader.read_json(folder / "config.json")
+    saved = reader.read_json(folder / "tokenizer.json", limit=reader.MAX_TOKENIZER)
+    kind, config = checked_config(folder, hf)
+    encoding = encoding_of(folder, saved, config.vocab_size)
+    if data is not None:
+        check_data(folder, encoding, config.context_length, data)
+    try:
+        hf_state = reader.load_safetensors(folder / WEIGHTS, config.num_blocks)
+    except (OSError, ValueError) as e:  # and safetensors' own errors, a damaged file's
+        raise not_readable(folder, f"{WEIGHTS}: {e}") from None
+    try:
+        settings, state = from_hf(kind, config, hf_state)
+    except (KeyError, RuntimeError) as e:  # a tensor missing, or of a shape that does not fit
+        raise not_readable(folder, f"{WEIGHTS} does not hold its model's weights ({e})") from None
+    return Trained(settings, {"encoding": encoding, "vocab": None}, state, 0)

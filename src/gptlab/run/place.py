@@ -12,6 +12,7 @@ from typing import IO, Any
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
 
 from gptlab import files
 from gptlab.errors import ConfigError
@@ -21,6 +22,7 @@ from gptlab.run import directory, ownership
 RUN_DIR_KEYS = ("output_dir",)
 STORE_KEYS = ("data_dir", "cache_dir", "dirpath", "save_dir", "default_root_dir", "log_dir")
 URI_KEYS = ("tracking_uri", "artifact_location")
+LOCAL_URI = ("sqlite:///", "file:")
 WHERE_KEYS = (*RUN_DIR_KEYS, *STORE_KEYS, *URI_KEYS, "root_dir")
 
 
@@ -114,27 +116,20 @@ class Place:
         if self.run_dir is None or not place.is_relative_to(self.run_dir):
             self.refuse_inside(place, key, directory.enclosing_run(place))
 
-    def check_config(self, cfg: Any, prefix: str = "") -> Path | None:
-        """Every key of a resolved config that names where something is written: the run
-        directory is the one Hydra made (returned); every other place passes check_store."""
-        if self.run_dir is None and HydraConfig.initialized():  # a job run by its launcher
-            self.run_dir = where(HydraConfig.get().runtime.output_dir)
-        for key, value in cfg.items() if isinstance(cfg, dict) else ():
-            name = f"{prefix}{key}"
-            if isinstance(value, dict):
-                self.check_config(value, f"{name}.")
-            elif not isinstance(value, str) or not value:
-                continue
-            elif key in RUN_DIR_KEYS and self.run_dir and where(value) != self.run_dir:
+    def check_places(self, places: dict[str, Any]) -> None:
+        """Every other key that names where something is written (named_places): the run
+        directory is the one Hydra makes; every other place passes check_store."""
+        for key, value in places.items():
+            leaf = key.rsplit(".", 1)[-1]
+            if leaf in RUN_DIR_KEYS and self.run_dir and where(value) != self.run_dir:
                 raise ConfigError(
-                    f"{name}={value}: this run's directory is '{self.run_dir}', and a run writes "
-                    f"into one directory. Give hydra.run.dir={value} instead ({name} follows it)."
+                    f"{key}={value}: this run's directory is '{self.run_dir}', and a run writes "
+                    f"into one directory. Give hydra.run.dir={value} instead ({key} follows it)."
                 )
-            elif key in STORE_KEYS:
-                self.check_store(value, name)
-            elif key in URI_KEYS and value.startswith(("sqlite:///", "file:")):
-                self.check_store(re.sub(r"^(sqlite://|file:(//)?)", "", value), name)
-        return self.run_dir
+            if leaf in URI_KEYS:
+                value = re.sub(r"^(sqlite://|file:(//)?)", "", value)  # a local store's folder
+            if leaf in STORE_KEYS or leaf in URI_KEYS:
+                self.check_store(value, key)
 
     # --- what is made ----------------------------------------------------------------------
 
@@ -205,6 +200,27 @@ class Place:
 
 
 PLACE = Place()  # this process's
+
+
+def named_places(cfg: DictConfig, stores_only: bool = False) -> dict[str, str]:
+    """The task's values at keys that name where something is written (not Hydra's own), each
+    resolved alone; a URI only where it is a local store (sqlite:///, file:)."""
+    names = (*STORE_KEYS, *URI_KEYS, *(() if stores_only else RUN_DIR_KEYS))
+    found = {}
+    for key in dotted_keys(OmegaConf.to_container(cfg, resolve=False)):
+        leaf = key.rsplit(".", 1)[-1]
+        if key.startswith("hydra.") or leaf not in names:
+            continue
+        value = OmegaConf.select(cfg, key, throw_on_resolution_failure=False)  # else: the task's
+        if isinstance(value, str) and (leaf not in URI_KEYS or value.startswith(LOCAL_URI)):
+            found[key] = value
+    return found
+
+
+def dotted_keys(node: Any, prefix: str = "") -> list[str]:
+    if not isinstance(node, dict):
+        return [prefix.rstrip(".")]
+    return [key for k, value in node.items() for key in dotted_keys(value, f"{prefix}{k}.")]
 
 
 def in_multirun() -> bool:

@@ -80,6 +80,11 @@ class Start(NamedTuple):
         return self.trained.step if self.whole else None
 
     @property
+    def source(self) -> str:
+        """What its weights come from, as an error names it."""
+        return f"ckpt_path: '{self.ckpt_path}'" if self.ckpt_path else "init_from"
+
+    @property
     def init(self) -> Trained | None:
         """A folder's or a foreign checkpoint's weights, loaded into a new run's model."""
         return None if self.whole else self.trained
@@ -104,9 +109,10 @@ def starting_point(cfg: DictConfig, run_dir: Path) -> Start:
             "give one of them."
         )
     if cfg.get("init_from"):
-        from gptlab.run.hf_folder import initial_weights
+        from gptlab.run.hf_folder import read_folder
 
-        return Start(trained=initial_weights(cfg.init_from, cfg.data))
+        log.info("Starting from the weights of init_from=%s", cfg.init_from)
+        return Start(trained=read_folder(cfg.init_from, cfg.data))
     if given is None:
         return Start()
     path = find_checkpoint(given, prefer=directory.LAST)

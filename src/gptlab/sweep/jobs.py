@@ -14,7 +14,7 @@ from gptlab import reader
 from gptlab.errors import ConfigError
 from gptlab.run import directory, place
 from gptlab.run.overrides import NOT_REPLAYED, override_key, short_label
-from gptlab.run.place import PLACE, in_multirun, sweep_dir
+from gptlab.run.place import PLACE, in_multirun, named_places, sweep_dir
 from gptlab.sweep.stats import number
 
 # groups whose keys say where a job writes, caches or logs, or how it was launched
@@ -129,6 +129,7 @@ def sweep_job(train: Callable[[DictConfig], float], cfg: DictConfig) -> float:
     overrides = job_overrides()
     try:
         PLACE.admit_job(output_dir)  # inside its sweep, where it resolves: where it may write
+        PLACE.check_places(named_places(cfg))
     except ConfigError as e:
         log.error("Job not run: %s", e)
         return math.inf

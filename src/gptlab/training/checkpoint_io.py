@@ -22,7 +22,7 @@ class RunCheckpointIO(TorchCheckpointIO):
         self.folder = Path(os.path.realpath(directory.checkpoint_dir(run_dir)))
 
     def save_checkpoint(self, checkpoint: dict, path, storage_options=None) -> None:
-        """Into the run's checkpoints/ (gptlab.cli.trainer sends every saving callback there),
+        """Into the run's checkpoints/ (gptlab.cli.fit sends every saving callback there),
         or Lightning's own hand-over between DDP processes in a fresh temporary folder."""
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         with files.atomic(path, "wb") as f:

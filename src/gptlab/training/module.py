@@ -2,7 +2,7 @@
 hyperparameters are plain dicts: a checkpoint alone rebuilds it, loaded with `weights_only=True`."""
 
 import math
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from functools import cached_property
 
 import lightning as L
@@ -14,7 +14,6 @@ from gptlab.data.tokenizer import Tokenizer
 from gptlab.model import mup
 from gptlab.model.config import GPTConfig
 from gptlab.model.gpt import GPT
-from gptlab.run.checkpoints import bounded, check_architecture
 from gptlab.training.optim_config import OptimConfig, lr_factor
 from gptlab.training.optimizers import Muon, MuonWithAdamW
 
@@ -184,21 +183,3 @@ class GPTModule(L.LightningModule):
     @classmethod
     def hparams_from(cls, model: GPTConfig, optim: OptimConfig, tokenizer: Tokenizer) -> dict:
         return {"model": asdict(model), "optim": asdict(optim), "tokenizer": tokenizer.state_dict()}
-
-
-def build_module(model, optim, tokenizer: Tokenizer, batch_size: int, start) -> GPTModule:
-    """The GPTModule for the data's tokenizer, built once its model is bounded on torch's meta
-    device (memory, and the weights it starts from: a checkpoint of the same architecture and
-    vocabulary, or init_from's folder), then given those weights."""
-    model = replace(model, vocab_size=tokenizer.vocab_size)  # its settings final
-    if start.init and not start.ckpt_path:  # init_from: the folder's architecture, run's training
-        model = replace(model, **{k: start.init.model[k] for k in GPTConfig.architecture()})
-    hparams = GPTModule.hparams_from(model, optim, tokenizer)
-    if start.ckpt_path:
-        check_architecture(start.ckpt_path, start.trained, hparams)
-    weights = start.init.weights if start.init else {}
-    bounded(model, weights, start.ckpt_path or "init_from", batch_size)
-    module = GPTModule(**hparams)
-    if weights:
-        module.load_state_dict(weights)
-    return module

@@ -1,12 +1,10 @@
-"""A task's config resolved once, and its objects built from that same copy with Hydra's
-instantiate: what a class refuses is bad input, said in one paragraph. A config is code (a
-`_target_` builds what it names): gptlab builds only configs from your command line and your own
-runs, never one read from anyone else's (docs/security.md)."""
+"""A task's config resolved once: what it builds (gptlab.cli.fit), what it shows, and where
+nothing resolves a second time. A config is code (a `_target_` builds what it names): gptlab
+builds only configs from your command line and your own runs, never one read from anyone else's
+(docs/security.md)."""
 
 from typing import Any
 
-from hydra.errors import InstantiationException
-from hydra.utils import instantiate
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -42,20 +40,3 @@ def resolved(cfg: DictConfig) -> DictConfig:
     resolved = OmegaConf.create(escape(plain))
     OmegaConf.set_struct(resolved, True)
     return resolved
-
-
-def build(node: DictConfig, where: str, **kwargs) -> Any:
-    """Instantiate a node of `resolved`'s config; any error is bad input (trainer.precision=17):
-    a ConfigError from the class as it is, else one naming the group."""
-    try:
-        return instantiate(node, _convert_="all", **kwargs)
-    except InstantiationException as e:
-        cause = e.__cause__
-        while cause is not None and not isinstance(cause, ConfigError):
-            cause = cause.__cause__
-        if cause is not None:
-            raise cause from None
-        reason = " ".join(str(e.__cause__ or e).split())
-        raise ConfigError(
-            f"{where}: {node.get('_target_')} refused its settings: {reason}"
-        ) from None

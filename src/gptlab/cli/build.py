@@ -1,54 +1,72 @@
-"""gptlab-train's Trainer, built once with everything it needs: callbacks, loggers, and the
-checkpoint plugin told what this start continues."""
+"""What gptlab-train builds from its resolved config, each part once: a node (what its class
+refuses is bad input, one paragraph), the module (its model bounded first), the Trainer (the
+config's callbacks and loggers, gptlab's own callbacks, the checkpoint plugin)."""
 
+from dataclasses import replace
 from inspect import signature
 from pathlib import Path
+from typing import Any
 
 import lightning as L
-from hydra.utils import get_object
+from hydra.errors import InstantiationException
+from hydra.utils import get_object, instantiate
 from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from gptlab.config.build import build
+from gptlab.data.tokenizer import Tokenizer
 from gptlab.errors import ConfigError
+from gptlab.model.config import GPTConfig
+from gptlab.model.gpt import GPT
 from gptlab.run import directory
-from gptlab.run.logs import SpawnedRank, own_checkpoint_dir
-from gptlab.sweep.jobs import job_overrides, swept_overrides, tensorboard_version
-from gptlab.training.callbacks import (
-    BranchCheckpoints,
-    DivergenceGuard,
-    FinalValidation,
-    GracefulStop,
-    RngState,
-    ValidationStep,
-)
+from gptlab.run.checkpoints import check_architecture
+from gptlab.run.logs import own_checkpoint_dir
+from gptlab.sweep.jobs import tensorboard_version
 from gptlab.training.checkpoint_io import RunCheckpointIO
-from gptlab.training.report import RunReport
-from gptlab.training.run_stats import RunStats
-from gptlab.training.trackers import StepLoggedBeforeSave
+from gptlab.training.module import GPTModule
 
 
-def build_trainer(cfg: DictConfig, run_dir: Path, module, start, length) -> L.Trainer:
-    """The Trainer for `module`, starting at `start`, on the processes `length` was counted for:
-    the config's callbacks and loggers, then gptlab's own callbacks, then all of it built."""
+def build(node: DictConfig, where: str, **kwargs) -> Any:
+    """Instantiate a node of `resolved`'s config; any error is bad input (trainer.precision=17):
+    a ConfigError from the class as it is, else one naming the group."""
+    try:
+        return instantiate(node, _convert_="all", **kwargs)
+    except InstantiationException as e:
+        cause = e.__cause__
+        while cause is not None and not isinstance(cause, ConfigError):
+            cause = cause.__cause__
+        if cause is not None:
+            raise cause from None
+        reason = " ".join(str(e.__cause__ or e).split())
+        raise ConfigError(
+            f"{where}: {node.get('_target_')} refused its settings: {reason}"
+        ) from None
+
+
+def build_module(model, optim, tokenizer: Tokenizer, batch_size: int, start) -> GPTModule:
+    """The GPTModule for the data's tokenizer, built once its model is bounded on torch's meta
+    device (memory, and the weights it starts from: a checkpoint of the same architecture and
+    vocabulary, or init_from's folder), then given those weights."""
+    model = replace(model, vocab_size=tokenizer.vocab_size)  # its settings final
+    if start.init and not start.ckpt_path:  # init_from: the folder's architecture, run's training
+        model = replace(model, **{k: start.init.model[k] for k in GPTConfig.architecture()})
+    hparams = GPTModule.hparams_from(model, optim, tokenizer)
+    if start.ckpt_path:
+        check_architecture(start.ckpt_path, start.trained, hparams)
+    weights = start.init.weights if start.init else {}
+    GPT.bounded(model, weights, start.source, batch_size)
+    module = GPTModule(**hparams)
+    if weights:
+        module.load_state_dict(weights)
+    return module
+
+
+def build_trainer(cfg: DictConfig, run_dir: Path, start, length, ours: list) -> L.Trainer:
+    """The Trainer starting at `start`, on the processes `length` was counted for: the config's
+    callbacks and loggers, then gptlab's own callbacks (`ours`), then all of it built."""
     folder = directory.checkpoint_dir(run_dir)
     with_loggers = any("_target_" in node for node in cfg.logger.values())
     configured = [*callback_nodes(cfg, folder, with_loggers), *logger_nodes(cfg, start.step)]
     own_checkpoint_dir(folder)
-    ours = [
-        SpawnedRank(run_dir),
-        stats := RunStats(length.tokens_per_step, module.model.flops_per_token()),
-        StepLoggedBeforeSave(),
-        ValidationStep(),
-        FinalValidation(),
-        GracefulStop(),
-        RngState(),
-        DivergenceGuard(),
-        BranchCheckpoints(length.branch_steps, str(run_dir)),
-        RunReport(
-            OmegaConf.to_container(cfg), str(run_dir), stats, job_overrides(), swept_overrides()
-        ),
-    ]
     plugin = RunCheckpointIO(run_dir)
     built = [(key, build(node, key, **extra)) for key, node, extra in configured]
     callbacks = [part for key, part in built if key.startswith("callbacks.")]
