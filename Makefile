@@ -37,7 +37,7 @@ $(READY): pyproject.toml scripts/install_torch.sh
 train: $(READY) ## train a GPT (the default run: about 3 minutes of training on 2 idle CPU cores)
 	$(BIN)/gptlab-train $(ARGS)
 
-test: $(READY) ## run the tests (about 14 minutes on 2 CPU cores)
+test: $(READY) ## run the tests (about 10 minutes on 2 CPU cores)
 	$(BIN)/pytest $(ARGS)
 
 lint: $(READY) ## ruff: the lint rules and the formatting, checked

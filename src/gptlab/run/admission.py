@@ -100,26 +100,26 @@ class Outputs(Callback):
         key = "hydra.run.dir"
         place = resolved_dir(config, key)
         continued = OmegaConf.select(config, "resume") or directory.requeued()
-        subdir = config.hydra.output_subdir
-        if rank() > 0 and self.signed:
-            follow(place, key)
-        elif rank() > 0:
-            pass  # rank 0 makes it
-        elif self.signed and continued and os.path.lexists(place):
-            PLACE.admit(place, key, own=True)
-            subdir = subdir and directory.later_start_subdir()
+        subdir = directory.HYDRA if config.hydra.output_subdir else None  # null: none saved
+        if rank() > 0:  # rank 0 makes it, and saves the config
+            subdir = None
+            if self.signed:
+                follow(place, key)
         else:
-            PLACE.admit(place, key, ownership.RUN if self.signed else None)
-            subdir = subdir and directory.HYDRA
-        saved = [place / subdir / name for name in directory.HYDRA_FILES] if subdir else []
-        PLACE.expect(*([place / subdir] if subdir else []), *saved)  # Hydra's, made by this start
-        PLACE.expect(place / f"{config.hydra.job.name}.log")
+            if self.signed and continued and os.path.lexists(place):
+                PLACE.admit(place, key, own=True)
+                subdir = subdir and directory.later_start_subdir()
+            else:
+                PLACE.admit(place, key, ownership.RUN if self.signed else None)
+            if subdir:  # what Hydra makes at this start: its saved config, its log
+                PLACE.expect(place / subdir, *(place / subdir / f for f in directory.HYDRA_FILES))
+            PLACE.expect(place / f"{config.hydra.job.name}.log")
         PLACE.run_dir = place
         with as_hydra_sees(config, place):  # the other keys that name places, where they lie
             PLACE.check_places(named_places(config))
         with read_write(config.hydra):
             config.hydra.run.dir = escape_interpolation(str(place))
-            config.hydra.output_subdir = subdir or None
+            config.hydra.output_subdir = subdir
 
     def start_sweep(self, config: DictConfig) -> None:
         key = "hydra.sweep.dir"
