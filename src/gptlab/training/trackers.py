@@ -17,6 +17,7 @@ from torch.utils.tensorboard.writer import FileWriter
 
 from gptlab.run import directory
 from gptlab.run.overrides import override_key, split_override
+from gptlab.run.place import PLACE
 
 HPARAMS_EVENTS = "events.out.tfevents.hparams"  # the event file of a run's HPARAMS
 # the results beside the hyperparameters: a group TensorBoard lists after train/ and val/
@@ -78,7 +79,7 @@ class RunTensorBoardLogger(TensorBoardLogger):
                 writer.add_summary(scalar(name, value), step)
             writer.close()
             [written] = Path(fresh).iterdir()
-            os.replace(written, folder / HPARAMS_EVENTS)  # the earlier start's, replaced
+            os.replace(written, PLACE.inside(folder / HPARAMS_EVENTS))  # an earlier start's goes
 
 
 class StepLoggedBeforeSave(L.Callback):
