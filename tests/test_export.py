@@ -280,7 +280,8 @@ def test_import_refuses_what_gptlab_does_not_compute(tmp_path):
 
 def test_import_counts_the_blocks_before_building_a_model(tmp_path):
     """A config.json asking for 10**5 blocks beside the weights of a few: refused from the
-    weights file's header, in seconds, before any model of that depth is built."""
+    weights file's header, in seconds, before any model of that depth is built; a header that
+    asks for a terabyte is not read."""
     config, model = random_model()
     out = tmp_path / "exported"
     write_folder(trained_of(config, model), out, "card\n")
@@ -289,4 +290,9 @@ def test_import_counts_the_blocks_before_building_a_model(tmp_path):
     (out / "config.json").write_text(json.dumps({**settings, key: 100_000}))
     held = f"it holds {config.num_blocks} blocks where config.json says 100000"
     with pytest.raises(ConfigError, match=re.escape(held)):
+        read_folder(out)
+    (out / "config.json").write_text(json.dumps(settings))
+    weights = out / "model.safetensors"
+    weights.write_bytes((1 << 40).to_bytes(8, "little") + weights.read_bytes()[8:])  # 1 TB header
+    with pytest.raises(ConfigError, match="its header says 1099511627776 bytes"):
         read_folder(out)

@@ -60,7 +60,7 @@ def test_a_copy_is_foreign_read_for_its_weights_and_never_written(finished, tmp_
     check(run_main(f"ckpt_path={copy}", *FAST, f"hydra.run.dir={new}", cwd=tmp_path, env=env))
     assert read_metrics(new)["steps"] == 20  # a new run from its weights, at step 0
     assert read_metrics(new)["best_val_loss"] < read_metrics(finished)["best_val_loss"]
-    assert ownership.owner(new.resolve()) == (new.resolve(), ownership.RUN)
+    assert ownership.own(new, "") == (new.resolve(), ownership.RUN)
 
     owner_eval = check(run_main(f"ckpt_path={finished}", tool="gptlab-eval", cwd=tmp_path))
     copy_eval = check(run_main(f"ckpt_path={copy}", tool="gptlab-eval", cwd=tmp_path, env=env))
@@ -115,7 +115,7 @@ def test_a_branch_from_someone_elses_trunk_is_refused_with_the_way_on(finished, 
 
 def test_a_manifest_signed_for_another_place_or_with_another_key_is_foreign(finished, tmp_path):
     run = own_copy(finished, tmp_path / "run")
-    assert ownership.owner(run.resolve()) == (run.resolve(), ownership.RUN)
+    assert ownership.own(run, "") == (run.resolve(), ownership.RUN)
     moved = tmp_path / "moved"
     run.rename(moved)
     assert "a copy or a move" in ownership.owner(moved.resolve())

@@ -167,7 +167,7 @@ def test_a_sweep_job_killed_before_metrics_json_is_repaired_by_resume(tmp_path):
     (sweep / "0" / "metrics.json").unlink()
 
     refused = run_main(*grid, cwd=tmp_path)  # the same sweep again, fresh: refused
-    assert refused.returncode == 2 and "already holds a run or sweep" in refused.stderr
+    assert refused.returncode == 2 and "already holds a run, sweep or store" in refused.stderr
     check(run_main(f"resume={sweep}", cwd=tmp_path))
     repaired = finite_metrics(sweep / "0")
     assert repaired["status"] == "ok"

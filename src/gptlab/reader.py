@@ -169,8 +169,10 @@ def load_safetensors(path: Path, blocks: int) -> dict:
     from safetensors import SafetensorError, safe_open
     from safetensors.torch import load_file
 
-    with open_regular(path):  # no FIFO waited on, no link followed
-        size = os.path.getsize(path)
+    with open_regular(path) as f:  # no FIFO waited on, no link followed
+        size, header = os.fstat(f.fileno()).st_size, int.from_bytes(f.read(8), "little")
+    if header > MAX_TEXT:  # its JSON header: one entry a tensor (a GPT's: some kilobytes)
+        raise ValueError(f"its header says {header} bytes (at most {MAX_TEXT} are read)")
     try:
         with safe_open(path, "pt") as f:
             names = [name.split(".") for name in f.keys()]

@@ -14,16 +14,18 @@ from gptlab.run.signing import signature
 FORMAT = 2
 RUN = "run"
 SWEEP = "sweep"
+STORE = "store"  # a folder of a run's own outside it (a logger's save_dir)
 
 
-def manifest(root: Path, kind: str) -> dict:
-    """What a fresh directory's manifest.json says: its kind and its place, signed."""
-    data = {"format": FORMAT, "kind": kind, "dir": str(root)}
+def manifest(root: Path, kind: str, of: Path | None = None) -> dict:
+    """What a fresh directory's manifest.json says: its kind and its place (a store: the run or
+    sweep it is of), signed."""
+    data = {"format": FORMAT, "kind": kind, "dir": str(root), **({"of": str(of)} if of else {})}
     return {**data, "signature": signature(data)}
 
 
-def owner(place: Path) -> tuple[Path, str] | str:
-    """(the own run or sweep directory `place` lies in, its kind), or why there is none: the
+def owner(place: Path) -> tuple[Path, dict] | str:
+    """(the own directory `place` lies in, what its manifest says), or why there is none: the
     nearest manifest.json above it decides (a sweep's covers its jobs)."""
     for folder in (place, *place.parents):
         if not os.path.lexists(folder / directory.MANIFEST):
@@ -34,7 +36,7 @@ def owner(place: Path) -> tuple[Path, str] | str:
             return "its manifest.json is not signed with your key"
         if data.get("dir") != str(folder):
             return f"its manifest.json was signed for '{data.get('dir')}' (a copy or a move)"
-        return folder, str(data.get("kind"))
+        return folder, data
     return "it holds no manifest.json of gptlab's"
 
 
@@ -51,7 +53,7 @@ def own(place: str | Path, key: str, way: str = "") -> tuple[Path, str]:
             f"{key}: '{place}' is not a run or sweep directory gptlab made here for you "
             f"({found}), so gptlab reads it as anyone's and never continues or writes it. {way}"
         )
-    return found
+    return found[0], str(found[1].get("kind"))
 
 
 def check_jobs(sweep: Path) -> None:

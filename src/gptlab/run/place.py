@@ -16,11 +16,13 @@ from omegaconf import DictConfig, OmegaConf
 
 from gptlab import files
 from gptlab.errors import ConfigError
+from gptlab.process import rank
 from gptlab.run import directory, ownership
 
 # keys that name where something is written: the run directory itself, or a store beside it
 RUN_DIR_KEYS = ("output_dir",)
-STORE_KEYS = ("data_dir", "cache_dir", "dirpath", "save_dir", "default_root_dir", "log_dir")
+RUN_STORE_KEYS = ("dirpath", "save_dir", "default_root_dir", "log_dir")  # this run's alone
+STORE_KEYS = ("data_dir", "cache_dir", *RUN_STORE_KEYS)
 URI_KEYS = ("tracking_uri", "artifact_location")
 LOCAL_URI = ("sqlite:///", "file:")
 WHERE_KEYS = (*RUN_DIR_KEYS, *STORE_KEYS, *URI_KEYS, "root_dir")
@@ -43,15 +45,20 @@ class Place:
 
     # --- admission -------------------------------------------------------------------------
 
-    def admit(self, path: str | Path, key: str, kind: str | None = None, own: bool = False):
+    def admit(
+        self, path: str | Path, key: str, kind: str | None = None, own: bool = False, of=None
+    ) -> Path:
         """`path` as a place of this process: an own run or sweep continued (`own`), else a new
-        or empty folder outside every run (made here, with a signed manifest of `kind`)."""
+        or empty folder outside every run (made here, with a signed manifest of `kind`; a
+        store's names the run or sweep it is `of`)."""
         place = where(path)
         if own:
             ownership.own(place, key)
         else:
             self.check_fresh(place, key)
-            manifest = ownership.manifest(place, kind) if kind else None  # the key checked first
+            manifest = (
+                ownership.manifest(place, kind, of) if kind else None
+            )  # the key checked first
             self.make_dir(place)  # a folder given empty is not made here: only what goes in it
             self.roots.append(place)
             if manifest is not None:
@@ -69,18 +76,21 @@ class Place:
                 f"directory (cd out of '{inside}'), or give {key} a place outside it."
             )
 
-    def check_fresh(self, place: Path, key: str) -> None:
+    def check_fresh(self, place: Path, key: str, way: str = "") -> None:
         """A fresh start goes into a new or empty folder that lies in no run or sweep."""
         self.refuse_inside(place, key, directory.enclosing_run(place.parent))
         if os.path.islink(place) or (place.exists() and not place.is_dir()):
             raise ConfigError(f"{key}: '{place}' is not a folder; give a new or empty one.")
         if place.is_dir() and any(place.iterdir()):
-            holds = "a run or sweep" if directory.enclosing_run(place) == place else "files"
+            holds = "a run, sweep or store" if directory.enclosing_run(place) == place else "files"
+            way = way or (
+                f"drop {key} for a fresh one of gptlab's, or continue a run of yours with "
+                "`gptlab-train resume=<its directory>`."
+            )
             raise ConfigError(
                 f"{key}: '{place}' already holds {holds}; a fresh start goes into a new or "
                 f"empty folder only, and writes nothing into one that holds anything. Give a new "
-                f"folder, drop {key} for a fresh one of gptlab's, or continue a run of yours "
-                f"with `gptlab-train resume=<its directory>`."
+                f"folder, {way}"
             )
 
     def owns(self, folder: Path) -> bool:
@@ -116,9 +126,27 @@ class Place:
         if self.run_dir is None or not place.is_relative_to(self.run_dir):
             self.refuse_inside(place, key, directory.enclosing_run(place))
 
+    def admit_store(self, path: str | Path, key: str) -> None:
+        """A store of this run's alone (a logger's save_dir, the Trainer's default_root_dir):
+        inside a place of this process's, else a folder of its own, new or empty (signed as a
+        store of this run or sweep), or the one signed so continued (a resume, a sweep's job)."""
+        place = where(path)
+        if rank() > 0 or any(place.is_relative_to(root) for root in self.roots):
+            return  # another rank of the run: rank 0 makes its stores, the others write none
+        found = ownership.owner(place) if os.path.lexists(place) else None
+        if isinstance(found, tuple) and found[1].get("kind") == ownership.STORE:
+            of = Path(str(found[1].get("of")))
+            if self.run_dir is not None and self.run_dir.is_relative_to(of):
+                self.roots.append(place)
+                return
+        way = f"or leave {key} to follow the run directory (it writes inside it)."
+        self.check_fresh(place, key, way)
+        self.admit(place, key, ownership.STORE, of=self.run_dir or self.roots[-1])
+
     def check_places(self, places: dict[str, Any]) -> None:
         """Every other key that names where something is written (named_places): the run
-        directory is the one Hydra makes; every other place passes check_store."""
+        directory is the one Hydra makes; a store of the run's alone passes admit_store, a
+        shared one (the corpus, caches, a tracker's store) check_store."""
         for key, value in places.items():
             leaf = key.rsplit(".", 1)[-1]
             if leaf in RUN_DIR_KEYS and self.run_dir and where(value) != self.run_dir:
@@ -128,7 +156,9 @@ class Place:
                 )
             if leaf in URI_KEYS:
                 value = re.sub(r"^(sqlite://|file:(//)?)", "", value)  # a local store's folder
-            if leaf in STORE_KEYS or leaf in URI_KEYS:
+            if leaf in RUN_STORE_KEYS:
+                self.admit_store(value, key)
+            elif leaf in STORE_KEYS or leaf in URI_KEYS:
                 self.check_store(value, key)
 
     # --- what is made ----------------------------------------------------------------------
