@@ -46,7 +46,12 @@ class Place:
     # --- admission -------------------------------------------------------------------------
 
     def admit(
-        self, path: str | Path, key: str, kind: str | None = None, own: bool = False, of=None
+        self,
+        path: str | Path,
+        key: str,
+        kind: str | None = None,
+        own: bool = False,
+        of: Path | None = None,
     ) -> Path:
         """`path` as a place of this process: an own run or sweep continued (`own`), else a new
         or empty folder outside every run (made here, with a signed manifest of `kind`; a
@@ -56,9 +61,8 @@ class Place:
             ownership.own(place, key)
         else:
             self.check_fresh(place, key)
-            manifest = (
-                ownership.manifest(place, kind, of) if kind else None
-            )  # the key checked first
+            # the key is checked (by signing) before anything is made
+            manifest = ownership.manifest(place, kind, of) if kind else None
             self.make_dir(place)  # a folder given empty is not made here: only what goes in it
             self.roots.append(place)
             if manifest is not None:
