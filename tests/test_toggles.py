@@ -184,6 +184,7 @@ def test_qk_norm_bounds_the_scores():
     [
         ("relu", lambda f, x: F.relu(f.up(x))),
         ("gelu", lambda f, x: F.gelu(f.up(x))),
+        ("gelu_new", lambda f, x: F.gelu(f.up(x), approximate="tanh")),  # GPT-2's
         ("relu2", lambda f, x: F.relu(f.up(x)) ** 2),
         ("swiglu", lambda f, x: F.silu(f.gate(x)) * f.up(x)),
     ],
@@ -235,6 +236,8 @@ def test_zero_init_zeroes_the_output_projections_only():
         ({"norm_layer": "batchnorm"}, ["model.norm_layer='batchnorm'", "rmsnorm"]),
         ({"positional": "rope", "d_model": 30, "num_heads": 2}, ["rope", "head_size 15"]),
         ({"logit_softcap": -1.0}, ["model.logit_softcap=-1.0"]),
+        ({"norm_eps": -1e-5}, ["model.norm_eps=-1e-05: it must be positive"]),
+        ({"rope_theta": 0.0}, ["model.rope_theta=0.0: it must be positive"]),
     ],
 )
 def test_bad_toggle_is_a_clear_error(overrides, expected):
@@ -247,7 +250,7 @@ def test_bad_toggle_is_a_clear_error(overrides, expected):
 @pytest.mark.parametrize(
     ("key", "value"),
     [("positional", "rope"), ("norm_layer", "rmsnorm"), ("qk_norm", True), ("activation", "swiglu")]
-    + [("logit_softcap", 30.0)],
+    + [("logit_softcap", 30.0), ("norm_eps", 1e-6), ("rope_theta", 5e5)],
 )
 def test_ckpt_path_refuses_a_checkpoint_with_another_toggle(key, value):
     """A toggle that changes the weights' shapes or meaning is part of the architecture check;
@@ -267,7 +270,10 @@ def test_ckpt_path_refuses_a_checkpoint_with_another_toggle(key, value):
 @pytest.mark.parametrize(
     ("overrides", "needle"),
     [
-        (["model.activation=tanh2"], "choose one of ('relu', 'gelu', 'relu2', 'swiglu')"),
+        (
+            ["model.activation=tanh2"],
+            "choose one of ('relu', 'gelu', 'gelu_new', 'relu2', 'swiglu')",
+        ),
         (
             ["model.positional=rope", "model.d_model=30", "model.num_heads=2"],
             "head_size must be even",

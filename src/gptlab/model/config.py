@@ -38,7 +38,9 @@ class GPTConfig:
     compile: bool = False
     norm_layer: str = "layernorm"  # the articles' | rmsnorm (no mean subtracted, no bias)
     qk_norm: bool = False  # RMSNorm of each head's queries and keys before Q·Kᵀ
-    activation: str = "relu"  # the FFN's: relu (the articles') | gelu | relu2 | swiglu
+    activation: str = "relu"  # the FFN's: relu (the articles') | gelu | gelu_new | relu2 | swiglu
+    norm_eps: float | None = None  # the norms' eps; None: torch's (LayerNorm 1e-5, RMSNorm fp32's)
+    rope_theta: float = 10000.0  # RoPE's base: pos / rope_theta^(2i / head_size)
     logit_softcap: float | None = None  # logits = cap * tanh(logits / cap); None or 0: off
     zero_init: bool = False  # Wo and the FFN's last linear start at zero
     parametrization: str = "standard"  # standard | mup (μP: model/mup.py, docs/model.md)
@@ -85,6 +87,10 @@ class GPTConfig:
                 f"model.logit_softcap={self.logit_softcap}: give a positive cap (e.g. 30), "
                 "or null or 0 for no cap."
             )
+        for key in ("norm_eps", "rope_theta"):
+            value = getattr(self, key)
+            if value is not None and value <= 0:
+                raise ConfigError(f"model.{key}={value}: it must be positive.")
 
     def check_choices(self) -> None:
         for key, allowed in (
@@ -92,7 +98,7 @@ class GPTConfig:
             ("positional", ("sinusoidal", "learned", "rope")),
             ("attention", ("manual", "sdpa")),
             ("norm_layer", ("layernorm", "rmsnorm")),
-            ("activation", ("relu", "gelu", "relu2", "swiglu")),
+            ("activation", ("relu", "gelu", "gelu_new", "relu2", "swiglu")),
             ("parametrization", ("standard", "mup")),
         ):
             if getattr(self, key) not in allowed:

@@ -18,8 +18,13 @@ from gptlab.model.position import POSITIONAL
 from gptlab.process import available_memory
 
 TABLE_SLACK = 256 << 20  # bytes of tables a file's model may hold beyond the weights it carries
-# the FFN's non-linearity: the articles' ReLU, GELU, or ReLU² (Primer; modded-nanogpt)
-ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "relu2": lambda x: F.relu(x).square()}
+# the FFN's non-linearity: the articles' ReLU, GELU, GPT-2's tanh GELU, ReLU² (Primer)
+ACTIVATIONS = {
+    "relu": F.relu,
+    "gelu": F.gelu,
+    "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
+    "relu2": lambda x: F.relu(x).square(),
+}
 
 
 class MultiHeadAttention(nn.Module):
@@ -39,8 +44,8 @@ class MultiHeadAttention(nn.Module):
         self.resid_dropout = nn.Dropout(config.dropout)
         # qk_norm: queries and keys at unit RMS keep the scores bounded (gains shared by the heads)
         norm = nn.RMSNorm if config.qk_norm else nn.Identity
-        self.q_norm = norm(self.head_size)
-        self.k_norm = norm(self.head_size)
+        self.q_norm = norm(self.head_size, eps=config.norm_eps)
+        self.k_norm = norm(self.head_size, eps=config.norm_eps)
         self.rotary = rotary  # position.Rotary (RoPE: one for all blocks), else Unchanged
         if config.attention == "manual":  # sdpa masks inside its kernel (is_causal)
             ones = torch.ones(config.context_length, config.context_length, dtype=torch.bool)
@@ -106,8 +111,9 @@ class FeedForward(nn.Module):
 def make_norm(config: GPTConfig) -> nn.Module:
     """LayerNorm (the articles'), or RMSNorm: x / RMS(x) * gain, no mean subtracted, no bias."""
     if config.norm_layer == "rmsnorm":
-        return nn.RMSNorm(config.d_model)
-    return nn.LayerNorm(config.d_model, bias=config.bias)
+        return nn.RMSNorm(config.d_model, eps=config.norm_eps)
+    eps = 1e-5 if config.norm_eps is None else config.norm_eps
+    return nn.LayerNorm(config.d_model, eps=eps, bias=config.bias)
 
 
 class Block(nn.Module):

@@ -7,11 +7,12 @@ from torch import Tensor, nn
 from gptlab.model.config import GPTConfig
 
 
-def sinusoidal_angles(context_length: int, dim: int) -> Tensor:
-    """pos / 10000^(2i / dim): the article's table (dim: d_model) and RoPE's turns (head_size)."""
+def sinusoidal_angles(context_length: int, dim: int, base: float = 10000.0) -> Tensor:
+    """pos / base^(2i / dim): the article's table (dim: d_model) and RoPE's turns (head_size,
+    base: model.rope_theta)."""
     position = torch.arange(context_length, dtype=torch.float32).unsqueeze(1)  # [T, 1]
     two_i = torch.arange(0, dim, 2, dtype=torch.float32)  # [dim / 2]
-    return position / torch.pow(10000.0, two_i / dim)  # [T, dim / 2]
+    return position / torch.pow(base, two_i / dim)  # [T, dim / 2]
 
 
 def interleave(even: Tensor, odd: Tensor) -> Tensor:
@@ -54,7 +55,7 @@ class Rotary(nn.Module):
     def __init__(self, config: GPTConfig):
         super().__init__()
         # fixed, so computed once: [context_length, head_size / 2] each
-        angle = sinusoidal_angles(config.context_length, config.head_size)
+        angle = sinusoidal_angles(config.context_length, config.head_size, config.rope_theta)
         self.register_buffer("cos", angle.cos(), persistent=False)
         self.register_buffer("sin", angle.sin(), persistent=False)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from gptlab import files, reader
 from gptlab.errors import ConfigError
 from gptlab.model.config import GPTConfig
-from gptlab.model.hf import CLASSES, ROPE, from_hf, hf_config, model_type, to_hf
+from gptlab.model.hf import CLASSES, from_hf, hf_config, model_type, settings_of, to_hf
 from gptlab.run.checkpoints import Trained
 from gptlab.run.place import PLACE
 
@@ -58,53 +58,6 @@ def not_readable(path: Path, what: str) -> ConfigError:
     )
 
 
-def ffn_mult(d_model: int, width: int, activation: str) -> int | None:
-    """The ffn_mult whose FFN is `width` wide (None: no whole multiple, or not gptlab's FFN)."""
-    if activation not in ("relu", "gelu", "relu2", "swiglu"):
-        return None
-    for mult in range(1, 65):
-        if GPTConfig(d_model=d_model, ffn_mult=mult, activation=activation).ffn_hidden == width:
-            return mult
-    return None
-
-
-def settings_of(c) -> tuple[dict, list[str]]:
-    """(GPTConfig settings, what the config sets that gptlab does not compute) of a transformers
-    config `c` (GPT-2's too answers hidden_size, num_attention_heads, ...)."""
-    kind, d_model, heads = c.model_type, c.hidden_size, c.num_attention_heads
-    if kind == "gpt2":
-        width, activation = c.n_inner or 4 * d_model, c.activation_function
-        layout = dict(norm="pre", norm_layer="layernorm", positional="learned")
-        exact = dict(layer_norm_epsilon=1e-5, scale_attn_weights=True)
-        exact.update(scale_attn_by_inverse_layer_idx=False)
-    elif kind == "opt":
-        width, activation = c.ffn_dim, c.activation_function
-        norm = "pre" if c.do_layer_norm_before else "post"
-        layout = dict(norm=norm, norm_layer="layernorm", positional="learned")
-        exact = dict(word_embed_proj_dim=d_model, enable_bias=True, _remove_final_layer_norm=False)
-        exact.update(layer_norm_elementwise_affine=True)
-    else:  # the Llama family: gated (llama, qwen3) or not (arcee, apertus)
-        width, activation = c.intermediate_size, c.hidden_act
-        if kind in ("llama", "qwen3"):
-            activation = "swiglu" if activation == "silu" else f"gated {activation}"
-        layout = dict(norm="pre", norm_layer="rmsnorm", positional="rope", bias=c.attention_bias)
-        layout.update(qk_norm=kind in ("qwen3", "apertus"))
-        exact = dict(num_key_value_heads=heads, head_dim=d_model // max(heads, 1))
-        exact.update(rope_parameters=ROPE, use_sliding_window=False, mlp_bias=c.attention_bias)
-    differ = [
-        f"{key}={getattr(c, key)!r} (gptlab computes {value!r})"
-        for key, value in exact.items()
-        if getattr(c, key, value) != value
-    ]
-    mult = ffn_mult(d_model, width, activation)
-    if mult is None:
-        differ.append(f"an FFN of width {width} with {activation!r}, which no ffn_mult gives")
-    sizes = dict(d_model=d_model, num_heads=heads, num_blocks=c.num_hidden_layers)
-    sizes.update(context_length=c.max_position_embeddings, ffn_mult=mult or 1)
-    common = dict(vocab_size=c.vocab_size, tie_weights=c.tie_word_embeddings)
-    return dict(**common, **sizes, **layout, activation=activation), differ
-
-
 def checked_config(path: Path, hf) -> tuple[str, GPTConfig]:
     """(model_type, the GPTConfig) of the folder's config.json, read as data: a class gptlab
     reads, no code (auto_map), every setting gptlab does not compute refused by name."""
@@ -113,15 +66,18 @@ def checked_config(path: Path, hf) -> tuple[str, GPTConfig]:
     if not isinstance(hf, dict) or hf.get("model_type") not in CLASSES or "auto_map" in hf:
         raise not_readable(path, "no config.json of a model_type gptlab reads, without code")
     try:
-        settings, differ = settings_of(AutoConfig.for_model(**hf))
-    except (TypeError, ValueError, AttributeError) as e:
+        settings, differ, (key, width) = settings_of(AutoConfig.for_model(**hf))
+    except (TypeError, ValueError, AttributeError, ArithmeticError) as e:
         raise not_readable(path, f"config.json does not read ({type(e).__name__})") from None
     if differ:
         raise not_readable(path, "config.json sets " + "; ".join(differ))
     try:
-        return hf["model_type"], GPTConfig(**settings, dropout=0.0)
+        config = GPTConfig(**settings, dropout=0.0)
     except (ConfigError, TypeError) as e:
         raise not_readable(path, f"its settings give no gptlab model: {e}") from None
+    if config.ffn_hidden != width:
+        raise not_readable(path, f"config.json sets {key}={width}, which no model.ffn_mult gives")
+    return hf["model_type"], config
 
 
 def encoding_of(path: Path, saved, vocab_size: int) -> str:
@@ -134,15 +90,21 @@ def encoding_of(path: Path, saved, vocab_size: int) -> str:
     vocab = saved.get("model", {}).get("vocab") if isinstance(saved, dict) else None
     listed = saved.get("added_tokens", []) if isinstance(saved, dict) else []
     added = {t.get("content"): t.get("id") for t in listed if isinstance(t, dict)}
+    absent = []
     for name in tiktoken.list_encoding_names():
         try:
             size = load_encoding(name, offline=True).max_token_value + 1
         except ConfigError:  # not cached here: not this one
+            absent.append(name)
             continue
         if size == vocab_size and isinstance(vocab, dict) and {**vocab, **added} == vocab_of(name):
             return name
     raise not_readable(
-        path, f"its tokenizer.json is not a tiktoken encoding's with {vocab_size} ids"
+        path,
+        f"its tokenizer.json is not the vocabulary of a tiktoken encoding on this machine with "
+        f"{vocab_size} ids; not cached here: {', '.join(absent) or 'none'} (GPT-2's is r50k_base: "
+        'fetch it once where there is a network, python -c "import tiktoken; '
+        "tiktoken.get_encoding('r50k_base')\", with TIKTOKEN_CACHE_DIR as here)",
     )
 
 
