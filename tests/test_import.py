@@ -54,18 +54,21 @@ MODELS = {  # transformers' configs at their defaults but for the sizes -> what 
     ),
     "opt pre-LN": (dict(model_type="opt", **SMALL, ffn_dim=256), dict(norm="pre")),
 }
+HUB = "gpt2 as the Hub stores it"  # GPT2Model's names (h.0..., no transformer.), no lm_head
+MODELS[HUB] = MODELS["gpt2"]
 
 
-def save_folder(out, settings: dict, perturb: bool = True) -> None:
+def save_folder(out, settings: dict, perturb: bool = True, base: bool = False) -> None:
     """A model transformers builds from `settings`, its weights random (perturbed: every one
-    matters, no unit gains or zero biases), saved with save_pretrained beside cl100k's tokenizer."""
+    matters, no unit gains or zero biases), saved with save_pretrained (`base`: its base model,
+    as the Hub's GPT-2) beside cl100k's tokenizer."""
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**settings)).eval()
     if perturb:
         with torch.no_grad():
             for p in model.parameters():
                 p.add_(torch.randn_like(p) * 0.05)
-    model.save_pretrained(out)
+    (model.base_model if base else model).save_pretrained(out)
     to_transformers(ENCODING).save_pretrained(out)
 
 
@@ -87,7 +90,7 @@ def test_every_field_of_each_class_is_carried_fixed_or_irrelevant():
 @pytest.mark.parametrize("name", MODELS)
 def test_gptlab_computes_the_log_probs_transformers_does(name, tmp_path, val_ids):
     settings, carried = MODELS[name]
-    save_folder(tmp_path, settings)
+    save_folder(tmp_path, settings, base=name == HUB)
     hf = AutoModelForCausalLM.from_pretrained(tmp_path, local_files_only=True).eval()
     trained = read_folder(tmp_path)
     assert {key: trained.model[key] for key in carried} == carried

@@ -276,10 +276,19 @@ def gptlab_keys(kind: str, config: GPTConfig, hf: dict[str, Tensor]) -> list[str
     return keys
 
 
+def class_names(kind: str, hf: dict[str, Tensor]) -> dict[str, Tensor]:
+    """`hf` under the class's names: a base model's file (the Hub's GPT-2: h.0..., wte) lacks the
+    prefix (transformers' base_model_prefix) that transformers adds when it loads one."""
+    base = NAMES[kind]["token_embedding"].split(".")[0] + "."
+    if any(key.startswith(base) for key in hf):
+        return hf
+    return {base + key: tensor for key, tensor in hf.items()}
+
+
 def from_hf(kind: str, config: GPTConfig, hf: dict[str, Tensor]) -> tuple[dict, dict]:
     """The class's weights -> (gptlab's settings, its weights under `model.`): to_hf undone, and
     gptlab's own settings read back (a sinusoidal table, biases that are all zero)."""
-    scale = math.sqrt(config.d_model)
+    scale, hf = math.sqrt(config.d_model), class_names(kind, hf)
     state = {}
     for key in gptlab_keys(kind, config, hf):
         module, leaf = key.rsplit(".", 1)
