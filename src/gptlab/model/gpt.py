@@ -18,13 +18,9 @@ from gptlab.model.position import POSITIONAL
 from gptlab.process import available_memory
 
 TABLE_SLACK = 256 << 20  # bytes of tables a file's model may hold beyond the weights it carries
-# the FFN's non-linearity: the articles' ReLU, GELU, GPT-2's tanh GELU, ReLU² (Primer)
-ACTIVATIONS = {
-    "relu": F.relu,
-    "gelu": F.gelu,
-    "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
-    "relu2": lambda x: F.relu(x).square(),
-}
+# the FFN's non-linearity: the articles' ReLU, GELU, or ReLU² (Primer; modded-nanogpt)
+ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "relu2": lambda x: F.relu(x).square()}
+ACTIVATIONS["gelu_new"] = lambda x: F.gelu(x, approximate="tanh")  # GPT-2's tanh GELU
 
 
 class MultiHeadAttention(nn.Module):

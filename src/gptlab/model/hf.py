@@ -92,28 +92,23 @@ FIELDS = {
     **dict.fromkeys(("vocab_size", "tie_word_embeddings", "n_embd", "hidden_size"), CARRIED),
     **dict.fromkeys(("n_layer", "num_hidden_layers", "n_head", "num_attention_heads"), CARRIED),
     **dict.fromkeys(("n_positions", "max_position_embeddings", "do_layer_norm_before"), CARRIED),
-    **dict.fromkeys(("n_inner", "ffn_dim", "intermediate_size", "mlp_bias"), CARRIED),
-    **dict.fromkeys(("activation_function", "hidden_act"), CARRIED),
-    **dict.fromkeys(("layer_norm_epsilon", "rms_norm_eps"), CARRIED),
+    **dict.fromkeys(("n_inner", "ffn_dim", "intermediate_size", "mlp_bias", "hidden_act"), CARRIED),
+    **dict.fromkeys(("activation_function", "layer_norm_epsilon", "rms_norm_eps"), CARRIED),
     **dict.fromkeys(("transformers_version", "architectures", "dtype", "return_dict"), None),
     **dict.fromkeys(("output_hidden_states", "id2label", "label2id", "problem_type"), None),
     **dict.fromkeys(("is_encoder_decoder", "chunk_size_feed_forward", "use_cache"), None),
-    **dict.fromkeys(("bos_token_id", "eos_token_id", "pad_token_id"), None),
+    **dict.fromkeys(("bos_token_id", "eos_token_id", "pad_token_id", "initializer_range"), None),
     **dict.fromkeys(("resid_pdrop", "embd_pdrop", "attn_pdrop", "dropout", "layerdrop"), None),
-    **dict.fromkeys(("attention_dropout", "initializer_range", "init_std"), None),
     **dict.fromkeys(("summary_type", "summary_use_proj", "summary_activation"), None),
-    **dict.fromkeys(("summary_proj_to_labels", "summary_first_dropout"), None),
+    **dict.fromkeys(("summary_proj_to_labels", "summary_first_dropout", "attention_dropout"), None),
     "reorder_and_upcast_attn": None,  # GPT-2's scores scaled before Q·Kᵀ, in fp32: the same
-    "pretraining_tp": None,  # unread by transformers' Llama
+    **dict.fromkeys(("init_std", "pretraining_tp"), None),  # OPT's init; unread by Llama
     **dict.fromkeys(("sliding_window", "max_window_layers"), None),  # read with the two below
     "use_sliding_window": False,
     "layer_types": lambda c: ["full_attention"] * c.num_hidden_layers,
-    "scale_attn_weights": True,  # 1/sqrt(head_size)
-    "scale_attn_by_inverse_layer_idx": False,
-    "add_cross_attention": False,
+    **dict.fromkeys(("scale_attn_weights", "enable_bias", "layer_norm_elementwise_affine"), True),
+    **dict.fromkeys(("scale_attn_by_inverse_layer_idx", "add_cross_attention"), False),
     "_remove_final_layer_norm": False,
-    "enable_bias": True,
-    "layer_norm_elementwise_affine": True,
     "word_embed_proj_dim": lambda c: c.hidden_size,
     "num_key_value_heads": lambda c: c.num_attention_heads,  # no grouped-query attention
     "head_dim": lambda c: c.hidden_size // c.num_attention_heads,
@@ -132,11 +127,6 @@ def holds(config: GPTConfig, settings: dict) -> list[str]:
     return refused
 
 
-def norm_eps(config: GPTConfig) -> float:
-    """The eps of gptlab's norms: model.norm_eps, else torch's default."""
-    return NORM_EPS[config.norm_layer] if config.norm_eps is None else config.norm_eps
-
-
 def model_type(config: GPTConfig) -> str:
     """The first class that holds the model exactly, or one paragraph naming what each lacks."""
     tried = {}
@@ -153,7 +143,7 @@ def model_type(config: GPTConfig) -> str:
 
 def hf_config(config: GPTConfig, eos_token_id: int | None) -> dict:
     """config.json's settings (model_type first) of the class that holds `config`."""
-    kind, eps = model_type(config), norm_eps(config)
+    kind, eps = model_type(config), config.norm_eps or NORM_EPS[config.norm_layer]
     common = dict(vocab_size=config.vocab_size, tie_word_embeddings=config.tie_weights)
     common.update(bos_token_id=eos_token_id, eos_token_id=eos_token_id)
     if kind == "gpt2":

@@ -101,10 +101,8 @@ def encoding_of(path: Path, saved, vocab_size: int) -> str:
             return name
     raise not_readable(
         path,
-        f"its tokenizer.json is not the vocabulary of a tiktoken encoding on this machine with "
-        f"{vocab_size} ids; not cached here: {', '.join(absent) or 'none'} (GPT-2's is r50k_base: "
-        'fetch it once where there is a network, python -c "import tiktoken; '
-        "tiktoken.get_encoding('r50k_base')\", with TIKTOKEN_CACHE_DIR as here)",
+        f"its tokenizer.json is not a tiktoken encoding's with {vocab_size} ids; not cached "
+        f"here: {', '.join(absent) or 'none'} (GPT-2's is r50k_base: docs/export.md)",
     )
 
 
