@@ -181,11 +181,15 @@ def test_a_mup_model_exports_with_its_multipliers(name, tmp_path, val_ids):
     out = tmp_path / "exported"
     write_folder(trained_of(config, model), out, "card\n")
     hf = AutoModelForCausalLM.from_pretrained(out, local_files_only=True).eval()
+    back = read_folder(out)  # imported: a standard model computing the same function
+    imported = GPT(GPTConfig(**back.model)).eval()
+    imported.load_state_dict({k.removeprefix("model."): v for k, v in back.weights.items()})
+    assert back.model["parametrization"] == "standard"
     ids = torch.tensor([val_ids])
     with torch.no_grad():
         ours = torch.log_softmax(model(ids), dim=-1)
-        theirs = torch.log_softmax(hf(ids).logits, dim=-1)
-    assert (ours - theirs).abs().max().item() <= 1e-4
+        for theirs in (hf(ids).logits, imported(ids)):
+            assert (ours - torch.log_softmax(theirs, dim=-1)).abs().max().item() <= 1e-4
 
 
 @pytest.mark.parametrize("name", ["default", "post-LN tied", "llama"])
