@@ -347,6 +347,9 @@ def test_the_readmes_lm_eval_lines_run_as_written(full_vocab_run, tmp_path, corp
     ]
     (tmp_path / "scripts").symlink_to(ROOT / "scripts")
     (tmp_path / "exported").symlink_to(full_vocab_run.parent / "exported")
+    wrong = run_cli(*make[1:-1], "scripts", cwd=tmp_path, tool=make[0])  # --model scripts
+    assert wrong.returncode == 2 and "holds no model_max_length" in wrong.stderr
+    assert not (tmp_path / "tasks").exists()
     made = check(run_cli(*make[1:], cwd=tmp_path, tool=make[0]))
     assert "documents from" in made.stdout
     docs = [
