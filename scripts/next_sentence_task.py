@@ -2,7 +2,7 @@
 (docs/export.md). Each document is a passage of the val split and four candidate next sentences:
 the true one and three drawn from elsewhere in the split; chance is 1/4.
 
-    python scripts/next_sentence_task.py --out tasks
+    python scripts/next_sentence_task.py --out tasks --model exported
     lm_eval --model hf --model_args pretrained=exported --tasks gptlab_next_sentence \\
         --include_path tasks
 """
@@ -76,6 +76,17 @@ def documents(sentences: list[str], short: list[bool], context: int, seed: int) 
     return docs
 
 
+def fitted(context: str, choices: list[str], window: int, tokenizer: Tokenizer) -> str:
+    """The context's last words beside which every choice fits the model's window: lm-eval scores
+    context + " " + choice in at most window + 1 tokens and cuts (and warns) otherwise."""
+    words = context.split(" ")
+    while len(words) > 1 and any(
+        len(tokenizer.encode_tiktoken(" ".join(words) + " " + c)) > window + 1 for c in choices
+    ):
+        words = words[1:]
+    return " ".join(words)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     data_dir = os.environ.get("GPTLAB_DATA_DIR", "data")
@@ -86,7 +97,17 @@ def main() -> None:
     parser.add_argument("--context", type=int, default=2, help="sentences before the choice")
     parser.add_argument("--max-tokens", type=int, default=24, help="the longest choice")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--model", help="an exported folder: contexts cut to fit its window")
     args = parser.parse_args()
+    config = Path(args.model or ".", "tokenizer_config.json")
+    try:  # the model's context length, as gptlab-export writes it for transformers
+        window = int(json.loads(config.read_text())["model_max_length"]) if args.model else None
+    except (OSError, ValueError, KeyError, TypeError):
+        parser.exit(
+            BAD_INPUT,
+            f"{parser.prog}: --model: '{config}' holds no model_max_length; give a folder "
+            "gptlab-export wrote.\n",
+        )
     try:
         out = PLACE.admit(args.out, "--out")  # a new or empty folder: nothing is overwritten
     except ConfigError as e:
@@ -99,6 +120,8 @@ def main() -> None:
         for s in sentences
     ]
     docs = documents(sentences, short, args.context, args.seed)
+    for doc in docs if window else []:
+        doc["context"] = fitted(doc["context"], doc["choices"], window, tokenizer)
     data = out / f"{TASK}.jsonl"
     PLACE.write_text(data, "".join(json.dumps(d) + "\n" for d in docs))
     PLACE.write_text(out / f"{TASK}.yaml", YAML.format(task=TASK, data=json.dumps(str(data))))

@@ -6,7 +6,9 @@ import dataclasses
 import json
 import math
 import os
+import random
 import re
+import shlex
 import shutil
 from pathlib import Path
 
@@ -17,16 +19,19 @@ pytest.importorskip("transformers", reason="needs the export extra: pip install 
 import torch  # noqa: E402
 from helpers import check, read_metrics, run_cli, run_main  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
-from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
+from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline  # noqa: E402
 
+from gptlab.data.hf_tokenizer import oniguruma, to_transformers  # noqa: E402
 from gptlab.data.tokenizer import Tokenizer  # noqa: E402
 from gptlab.errors import ConfigError  # noqa: E402
+from gptlab.model import mup  # noqa: E402
 from gptlab.model.config import GPTConfig  # noqa: E402
 from gptlab.model.gpt import GPT  # noqa: E402
 from gptlab.model.hf import model_type, to_hf  # noqa: E402
 from gptlab.run.checkpoints import Trained  # noqa: E402
 from gptlab.run.hf_folder import check_exportable, read_folder, write_folder  # noqa: E402
 
+ROOT = Path(__file__).resolve().parents[1]
 TASK = "gptlab_next_sentence"  # scripts/next_sentence_task.py's
 ENCODING = "cl100k_base"
 VOCAB = 100277  # cl100k_base's ids, the whole vocabulary (data.compact_vocab=false)
@@ -42,6 +47,46 @@ ARCHITECTURES = {  # the settings -> the class that holds them
     "modern, no bias": (dict(MODERN, bias=False), "ApertusForCausalLM"),
     "qk_norm swiglu tied": (dict(LLAMA, qk_norm=True, tie_weights=True), "Qwen3ForCausalLM"),
 }
+
+
+MUP = dict(parametrization="mup", base_width=16, base_depth=1)  # width 2x, depth 2x the base
+# what a user's text holds beyond the book: the pieces generated texts are made of
+WORDS = ["the", "Sales", "PRICE", "naïve", "café", "Straße", "ÉCOLE", "über", "señor", "I", "x"]
+WORDS += ["日本語", "销售", "한국어", "Привет", "مرحبا", "שלום", "नमस्ते", "ελληνικά"]
+SUFFIXES = ["'s", "'S", "'t", "'T", "'re", "'RE", "'ve", "'VE", "'m", "'M", "'ll", "'LL", "'d"]
+SUFFIXES += ["'D", "’s", "'"]
+DIGITS = ["0123456789"] * 6 + ["٠١٢٣٤٥٦٧٨٩", "०१२३४५६७८९", "０１２３４５６７８９", "²³¹½Ⅻ"]
+SPACES = [" ", "  ", "\t", "\n", "\r\n", "\n\n", " \n", "\t \n ", "\u00a0", "\u3000", "\x0b"]
+SYMBOLS = [*"$€£¥%.,;:!?()[]{}<>/\\|-_=+*&^#@~`\"'", "😀", "👍🏽", "🇫🇷", "👨‍👩‍👧", "→", "…", "—"]
+CODE = ["def f(x):\n    return x**2\n", "for (int i = 0; i < n; ++i) {\n\tsum += a[i];\n}"]
+CODE += ["if x != None and y >= 3:", "const s = `${a}`;", '<td class="a">1,234</td>', "\t\t# c\n"]
+
+
+def number(rng: random.Random) -> str:
+    """A number of 1 to 14 digits: plain, a price, a decimal, thousands, a percentage."""
+    digits = rng.choice(DIGITS)
+    n = "".join(rng.choice(digits) for _ in range(rng.randint(1, 14)))
+    return rng.choice(
+        [n, f"${n}.{rng.randint(0, 99):02d}", f"{n}.{n[::-1]}", f"{n[:3]},{n}", n + "%"]
+    )
+
+
+def generated_texts(count: int, seed: int = 0) -> list[str]:
+    """Texts of words (both cases, contractions), numbers, space runs, symbols, emoji, code."""
+    rng = random.Random(seed)
+    kinds = [
+        lambda: rng.choice(WORDS) + (rng.choice(SUFFIXES) if rng.random() < 0.3 else ""),
+        lambda: rng.choice(WORDS).upper() + rng.choice(SUFFIXES),
+        lambda: number(rng),
+        lambda: "".join(rng.choices(SPACES, k=rng.randint(1, 3))),
+        lambda: rng.choice(SYMBOLS),
+        lambda: rng.choice(CODE),
+    ]
+    texts = []
+    for _ in range(count):
+        pieces = [rng.choice(kinds)() for _ in range(rng.randint(1, 12))]
+        texts.append("".join(p if rng.random() < 0.5 else " " + p for p in pieces))
+    return ["In 2024 it cost $1,234,567.89", *texts]
 
 
 @pytest.fixture(scope="module")
@@ -112,6 +157,65 @@ def test_transformers_computes_gptlab_log_probs(name, tmp_path, val_ids):
     assert all(torch.equal(written[k], again[k]) for k in written)
 
 
+@pytest.mark.parametrize("encoding", ["cl100k_base", "o200k_base"])
+def test_the_tokenizer_gives_tiktokens_ids_on_any_text(encoding, tmp_path):
+    """3,000 generated texts, 0 differences: the pattern Oniguruma reads as tiktoken reads it
+    (a possessive interval misread split every number of 4 digits or more differently)."""
+    to_transformers(encoding, 64).save_pretrained(tmp_path)
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path, local_files_only=True)
+    texts = generated_texts(3000)
+    ids = tokenizer(texts)["input_ids"]
+    expected = [Tokenizer(encoding).encoding.encode_ordinary(text) for text in texts]
+    differ = [text for text, a, b in zip(texts, ids, expected, strict=True) if a != b]
+    assert differ == []
+    assert sum(len(x) for x in expected) > 50_000
+    with pytest.raises(ValueError, match="possessive interval"):
+        oniguruma(r"(ab){1,3}+")  # no atom: not rewritten, refused
+
+
+@pytest.mark.parametrize("name", ARCHITECTURES)
+def test_a_mup_model_exports_with_its_multipliers(name, tmp_path, val_ids):
+    """Every multiplier differs from the standard one; each class holds them all, folded in."""
+    config, model = random_model(**ARCHITECTURES[name][0], **MUP)
+    s = mup.scales(config)
+    assert s.embedding != math.sqrt(config.d_model) and s.attention != config.head_size**-0.5
+    assert s.output != 1.0 and s.residual != 1.0
+    out = tmp_path / "exported"
+    write_folder(trained_of(config, model), out, "card\n")
+    hf = AutoModelForCausalLM.from_pretrained(out, local_files_only=True).eval()
+    back = read_folder(out)  # imported: a standard model computing the same function
+    imported = GPT(GPTConfig(**back.model)).eval()
+    imported.load_state_dict({k.removeprefix("model."): v for k, v in back.weights.items()})
+    assert back.model["parametrization"] == "standard"
+    ids = torch.tensor([val_ids])
+    with torch.no_grad():
+        ours = torch.log_softmax(model(ids), dim=-1)
+        for theirs in (hf(ids).logits, imported(ids)):
+            assert (ours - torch.log_softmax(theirs, dim=-1)).abs().max().item() <= 1e-4
+
+
+@pytest.mark.parametrize("name", ["default", "post-LN tied", "llama"])
+def test_pipeline_defaults_stop_at_the_context_length(name, tmp_path):
+    """pipeline("text-generation") asks for 256 new tokens; the export's generation_config stops
+    at the context length instead (GPT-2's and OPT's position tables end there), and pads
+    batches on the left with the end-of-text token."""
+    config, model = random_model(**ARCHITECTURES[name][0], context_length=16)
+    out = tmp_path / "exported"
+    write_folder(trained_of(config, model), out, "card\n")
+    generator = pipeline("text-generation", model=str(out))
+    assert generator.tokenizer.model_max_length == 16
+    torch.manual_seed(0)
+    [one] = generator("The salesperson")
+    assert one["generated_text"].startswith("The salesperson")
+    assert len(generator(["a", "The salesperson said"])) == 2
+    batch = generator(["a", "The salesperson said"], batch_size=2, return_tensors=True)
+    rows = [result["generated_token_ids"] for [result] in batch]
+    assert [len(row) for row in rows] == [16, 16]
+    pads = len(generator.tokenizer("The salesperson said")["input_ids"]) - 1
+    eos, [a] = generator.tokenizer.eos_token_id, generator.tokenizer("a")["input_ids"]
+    assert rows[0][: pads + 1] == [eos] * pads + [a]  # padded on the left
+
+
 @pytest.mark.parametrize(
     ("settings", "named"),
     [
@@ -174,10 +278,14 @@ def test_export_gives_gptlab_eval_loss(full_vocab_run, corpus_text):
             )
             count += y.numel()
     assert abs(total.item() / count - eval_loss) <= 1e-4
-    # the tokenizer: gptlab's ids on the whole book
+    # the tokenizer: gptlab's ids on the whole book, tiktoken's on texts beyond it
     tokenizer = AutoTokenizer.from_pretrained(exported, local_files_only=True)
     assert tokenizer(corpus_text)["input_ids"] == Tokenizer(ENCODING).encode(corpus_text)
+    texts = generated_texts(3000, seed=1)
+    expected = [Tokenizer(ENCODING).encoding.encode_ordinary(text) for text in texts]
+    assert tokenizer(texts)["input_ids"] == expected
     card = (exported / "README.md").read_text()
+    assert "reads at most 32 tokens" in card and "sliding window" in card
     assert "gptlab-train debug=fast data.compact_vocab=false" in card
     assert f"best val loss: {read_metrics(full_vocab_run)['best_val_loss']}" in card
 
@@ -230,36 +338,40 @@ def test_init_from_trains_on_from_the_folder(full_vocab_run, tmp_path):
     assert read_metrics(tmp_path / "init")["best_val_loss"] < source + 0.2 < math.log(VOCAB) - 1
 
 
-def test_lm_eval_runs_the_local_task_on_the_exported_folder(full_vocab_run, tmp_path, corpus_text):
-    """scripts/next_sentence_task.py writes the task; lm_eval --model hf runs it end to end."""
-    root = Path(__file__).resolve().parents[1]
-    script = root / "scripts" / "next_sentence_task.py"
-    made = check(run_cli(str(script), "--out", "tasks", cwd=tmp_path, tool="python"))
+def test_the_readmes_lm_eval_lines_run_as_written(full_vocab_run, tmp_path, corpus_text):
+    """The README's two lines, in a folder holding the export (and scripts/, as a clone does):
+    scripts/next_sentence_task.py writes the task fitted to the model's window, lm_eval --model
+    hf runs it offline (8 documents: --limit), no request cut to fit (lm-eval warns on each)."""
+    readme = (ROOT / "README.md").read_text().splitlines()
+    make, evaluate = [
+        shlex.split(line, comments=True)
+        for line in readme
+        if line.startswith(("python scripts/next_sentence_task.py", "lm_eval "))
+    ]
+    (tmp_path / "scripts").symlink_to(ROOT / "scripts")
+    (tmp_path / "exported").symlink_to(full_vocab_run.parent / "exported")
+    wrong = run_cli(*make[1:-1], "scripts", cwd=tmp_path, tool=make[0])  # --model scripts
+    assert wrong.returncode == 2 and "holds no model_max_length" in wrong.stderr
+    assert not (tmp_path / "tasks").exists()
+    made = check(run_cli(*make[1:], cwd=tmp_path, tool=make[0]))
     assert "documents from" in made.stdout
     docs = [
         json.loads(line) for line in (tmp_path / "tasks" / f"{TASK}.jsonl").read_text().splitlines()
     ]
     assert len(docs) > 100
     squashed = " ".join(corpus_text.split())
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "exported", local_files_only=True)
     for doc in docs:  # the true choice follows its passage in the book; the others do not
         assert len(doc["choices"]) == 4
         assert f"{doc['context']} {doc['choices'][doc['label']]}" in squashed
         others = [c for i, c in enumerate(doc["choices"]) if i != doc["label"]]
         assert not any(f"{doc['context']} {c}" in squashed for c in others)
-    exported = full_vocab_run.parent / "exported"
-    args = ("--model", "hf", "--model_args", f"pretrained={exported}", "--tasks", TASK)
-    args += (
-        "--include_path",
-        "tasks",
-        "--limit",
-        "8",
-        "--device",
-        "cpu",
-        "--output_path",
-        "results",
-    )
-    ran = check(run_cli(*args, cwd=tmp_path, tool="lm_eval", env={"HF_DATASETS_OFFLINE": "1"}))
+        for choice in doc["choices"]:  # lm-eval's request: at most context_length + 1 tokens
+            assert len(tokenizer(f"{doc['context']} {choice}")["input_ids"]) <= 32 + 1
+    args = (*evaluate[1:], "--limit", "8", "--output_path", "results")
+    ran = check(run_cli(*args, cwd=tmp_path, tool=evaluate[0]))
     assert TASK in ran.stdout
+    assert "exceeds model's maximum length" not in ran.stderr
     [saved] = (tmp_path / "results").rglob("results_*.json")
     result = json.loads(saved.read_text())
     assert result["n-samples"][TASK] == {"original": len(docs), "effective": 8}

@@ -45,6 +45,11 @@ def model_card(checkpoint: Path, step: int, settings: dict) -> str:
         "",
         "Load it offline: `AutoModelForCausalLM.from_pretrained(<this folder>)` and "
         "`AutoTokenizer.from_pretrained(<this folder>)` (no remote code).",
+        "",
+        f"It reads at most {settings['context_length']} tokens: transformers' `generate()` and "
+        "`pipeline()` stop there by default (generation_config.json's max_length; a longer "
+        "input is past what it was trained on). `gptlab-generate` goes on past it with a "
+        "sliding window: each new token from the last context_length tokens.",
     ]
     return "\n".join(lines) + "\n"
 

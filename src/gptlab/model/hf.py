@@ -10,6 +10,7 @@ import torch
 from torch import Tensor
 
 from gptlab.errors import ConfigError
+from gptlab.model import mup
 from gptlab.model.config import GPTConfig
 from gptlab.model.position import SinusoidalEncoding
 
@@ -191,17 +192,36 @@ def final_norm(config: GPTConfig) -> str:
     return "ln_f" if config.norm == "pre" else f"blocks.{config.num_blocks - 1}.ln2"
 
 
-def to_hf(config: GPTConfig, state: dict[str, Tensor]) -> dict[str, Tensor]:
-    """gptlab's weights (no `model.` prefix) -> the class's. sqrt(d_model) is folded into the token
-    embedding; a tied head sees it too, so the final norm takes 1/sqrt(d_model) (exact up to fp32
-    rounding). Tables gptlab computes are written; biases gptlab has none of are zeros."""
-    kind, scale = model_type(config), math.sqrt(config.d_model)
+def folded(config: GPTConfig, state: dict[str, Tensor]) -> dict[str, Tensor]:
+    """gptlab's multipliers (mup.scales: the article's sqrt(d_model), μP's) folded into weights,
+    as no class has them: the embedding's into the token embedding; the output's into the head
+    (tied: into the final norm, with 1/embedding's, as the head reads the scaled embedding); the
+    residual's into each branch's last projection; the attention scale, over the class's own
+    1/sqrt(head_size), into the queries (QK-norm: its gain). Exact up to fp32 rounding."""
+    s = mup.scales(config)
     state = dict(state)
-    state["token_embedding.weight"] = state["token_embedding.weight"] * scale
+    state["token_embedding.weight"] = state["token_embedding.weight"] * s.embedding
     if config.tie_weights:
         for key in [k for k in state if k.startswith(final_norm(config) + ".")]:
-            state[key] = state[key] / scale
+            state[key] = state[key] / s.embedding * s.output
         state["head.weight"] = state["token_embedding.weight"]
+    else:
+        state["head.weight"] = state["head.weight"] * s.output
+    query = s.attention * math.sqrt(config.head_size) if s.attention else 1.0
+    queries = ("attn.q_norm.weight",) if config.qk_norm else ("attn.qkv.weight", "attn.qkv.bias")
+    for key in list(state):
+        if key.endswith(("attn.proj.weight", "attn.proj.bias", "ffn.down.weight", "ffn.down.bias")):
+            state[key] = state[key] * s.residual
+        elif key.endswith(queries):  # Wq: qkv's first d_model rows
+            t = state[key]
+            state[key] = torch.cat([t[: config.d_model] * query, t[config.d_model :]])
+    return state
+
+
+def to_hf(config: GPTConfig, state: dict[str, Tensor]) -> dict[str, Tensor]:
+    """gptlab's weights (no `model.` prefix) -> the class's, multipliers folded in. Tables gptlab
+    computes are written; biases gptlab has none of are zeros."""
+    kind, state = model_type(config), folded(config, state)
     if config.positional == "sinusoidal":
         state["position_embedding.weight"] = SinusoidalEncoding(config).table
     if kind == "opt":

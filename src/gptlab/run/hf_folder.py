@@ -36,11 +36,15 @@ def write_folder(trained: Trained, out: Path, card: str) -> None:
 
     check_exportable(trained)
     config = GPTConfig(**trained.model)
-    tokenizer = to_transformers(trained.tokenizer["encoding"])
+    tokenizer = to_transformers(trained.tokenizer["encoding"], config.context_length)
     settings = hf_config(config, tokenizer.eos_token_id)
     state = {k.removeprefix("model."): v for k, v in trained.weights.items()}
     hf = AutoModelForCausalLM.from_config(AutoConfig.for_model(**settings))
     hf.load_state_dict(to_hf(config, state), strict=True)
+    # generate()'s (and pipeline's) default: stop at the context length, batches padded with eos
+    hf.generation_config.update(
+        max_length=config.context_length, pad_token_id=tokenizer.eos_token_id
+    )
     with tempfile.TemporaryDirectory(dir=PLACE.make_dir(out), prefix=".export-") as staging:
         hf.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
