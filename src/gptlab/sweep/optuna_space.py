@@ -16,66 +16,46 @@ from optuna.distributions import (
 from gptlab.errors import ConfigError
 
 
-def choices(override: Override) -> CategoricalDistribution:
+def distribution(override: Override) -> BaseDistribution | None:
+    """The override's distribution; None for a plain value (the same in every trial). A range's
+    stop is excluded, as Hydra's grid sweeps read it."""
+    key, value = override.get_key_element(), override.value()
+    if not override.is_sweep_override():
+        return None
+    if override.is_interval_sweep():
+        log = "log" in value.tags
+        if isinstance(value.start, int) and isinstance(value.end, int):
+            return IntDistribution(value.start, value.end, log=log)
+        return FloatDistribution(float(value.start), float(value.end), log=log)
+    if override.is_range_sweep() and not value.shuffle:
+        count = math.ceil((value.stop - value.start) / value.step)
+        last = value.start + (count - 1) * value.step
+        if any(isinstance(v, float) for v in (value.start, value.stop, value.step)):
+            return FloatDistribution(value.start, last, step=value.step)
+        return IntDistribution(int(value.start), int(last), step=int(value.step))
+    if not (override.is_choice_sweep() or override.is_range_sweep()):
+        raise ConfigError(
+            f"hydra.sweeper.params.{key}: the Optuna sweeper takes choice(), range(), interval() "
+            "and tag(log, interval()); not a glob."
+        )
     values = list(override.sweep_iterator(transformer=Transformer.encode))
-    for value in values:
-        if not isinstance(value, (str, int, float, bool, type(None))):
+    for found in values:
+        if not isinstance(found, (str, int, float, bool, type(None))):
             raise ConfigError(
-                f"hydra.sweeper.params.{override.get_key_element()}: a choice takes numbers, "
-                f"text, booleans or null; got {value!r}."
+                f"hydra.sweeper.params.{key}: a choice takes numbers, text, booleans or null; "
+                f"got {found!r}."
             )
     return CategoricalDistribution(values)
 
 
-def from_range(override: Override) -> BaseDistribution:
-    """range(start, stop, step): stop excluded, as Hydra's grid sweeps read it."""
-    value = override.value()
-    if value.shuffle:
-        return choices(override)
-    count = math.ceil((value.stop - value.start) / value.step)
-    last = value.start + (count - 1) * value.step
-    if any(isinstance(v, float) for v in (value.start, value.stop, value.step)):
-        return FloatDistribution(value.start, last, step=value.step)
-    return IntDistribution(int(value.start), int(last), step=int(value.step))
-
-
-def from_interval(override: Override) -> BaseDistribution:
-    value = override.value()
-    log = "log" in value.tags
-    if isinstance(value.start, int) and isinstance(value.end, int):
-        return IntDistribution(value.start, value.end, log=log)
-    return FloatDistribution(float(value.start), float(value.end), log=log)
-
-
-def distribution(override: Override) -> BaseDistribution | None:
-    """The override's distribution; None for a plain value (the same in every trial)."""
-    if not override.is_sweep_override():
-        return None
-    if override.is_choice_sweep():
-        return choices(override)
-    if override.is_range_sweep():
-        return from_range(override)
-    if override.is_interval_sweep():
-        return from_interval(override)
-    raise ConfigError(
-        f"hydra.sweeper.params.{override.get_key_element()}: the Optuna sweeper takes choice(), "
-        "range(), interval() and tag(log, interval()); not a glob."
-    )
-
-
 def search_space(arguments: list[str]) -> tuple[dict[str, BaseDistribution], list[str]]:
     """The swept keys' distributions, and the fixed overrides every trial's job gets."""
-    space, fixed = {}, []
+    chosen = {}  # a later override of the same key wins, as in Hydra
     for override in OverridesParser.create().parse_overrides(arguments):
-        key = override.get_key_element()
-        found = distribution(override)
-        space.pop(key, None)  # a later override of the same key wins, as in Hydra
-        fixed = [f for f in fixed if f.split("=", 1)[0] != key]
-        if found is None:
-            fixed.append(override.input_line)
-        else:
-            space[key] = found
-    return space, fixed
+        chosen.pop(override.get_key_element(), None)
+        chosen[override.get_key_element()] = distribution(override) or override.input_line
+    space = {k: v for k, v in chosen.items() if not isinstance(v, str)}
+    return space, [v for v in chosen.values() if isinstance(v, str)]
 
 
 def grid(space: dict[str, BaseDistribution]) -> dict[str, list[Any]]:

@@ -18,10 +18,10 @@ from gptlab.training.pruning import make_pruner
 log = logging.getLogger(__name__)
 
 
-def storage_of(url: str) -> Any:
-    """Optuna's storage at `url`, or a paragraph naming hydra.sweeper.storage."""
+def open_study(settings: dict[str, Any], url: str, sampler: Any, resumed: bool) -> optuna.Study:
+    """Create the study, or load the one the storage holds (a continued search must find it)."""
     try:
-        return optuna.storages.get_storage(url)
+        storage = optuna.storages.get_storage(url)
     except Exception as e:  # SQLAlchemy's errors: a bad URL, a missing driver, no server
         reason = " ".join(str(e).split())[:300]
         raise ConfigError(
@@ -29,11 +29,6 @@ def storage_of(url: str) -> Any:
             f"({type(e).__name__}: {reason}). Give a storage URL Optuna reads "
             "(sqlite:///path.db, postgresql://...), or null for sqlite:///<sweep dir>/optuna.db."
         ) from None
-
-
-def open_study(settings: dict[str, Any], url: str, sampler: Any, resumed: bool) -> optuna.Study:
-    """Create the study, or load the one the storage holds (a continued search must find it)."""
-    storage = storage_of(url)
     name = settings["study_name"]
     held = [s.study_name for s in optuna.study.get_all_study_summaries(storage)]
     if resumed and name not in held:
@@ -63,16 +58,12 @@ def open_study(settings: dict[str, Any], url: str, sampler: Any, resumed: bool) 
     return study
 
 
-def recorded_job(study: optuna.Study, attrs: dict, number: int) -> str:
+def job_of(study: optuna.Study, trial: Trial | FrozenTrial) -> str:
     """The job a trial names in its attributes (a trial it runs again), else its own number; a
     study is data: a path never becomes one."""
-    job = attrs.get("job")
+    job = trial.user_attrs.get("job")
     numbers = {str(t.number) for t in study.get_trials(deepcopy=False)}
-    return job if isinstance(job, str) and job.isdigit() and job in numbers else str(number)
-
-
-def job_of(trial: Trial) -> str:
-    return recorded_job(trial.study, trial.user_attrs, trial.number)
+    return job if isinstance(job, str) and job.isdigit() and job in numbers else str(trial.number)
 
 
 def within(distribution: Any, value: Any) -> bool:
@@ -82,20 +73,16 @@ def within(distribution: Any, value: Any) -> bool:
     return numeric and distribution.low <= value <= distribution.high
 
 
-def in_space(params: dict, space: dict) -> bool:
-    return all(within(space.get(name), value) for name, value in params.items())
-
-
 def rerun_killed(study: optuna.Study, space: dict) -> None:
     """Trials a killed search left RUNNING end FAIL; their parameters (when in the search space)
     run again in the same job directory, from its last checkpoint."""
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         study.tell(trial.number, state=TrialState.FAIL)
-        if not in_space(trial.params, space):
+        if not all(within(space.get(k), v) for k, v in trial.params.items()):
             log.warning("Trial %d ran outside the search space; it is not run again", trial.number)
             continue
-        job = recorded_job(study, trial.user_attrs, trial.number)
-        study.enqueue_trial(trial.params, user_attrs={"rerun_of": trial.number, "job": job})
+        attrs = {"rerun_of": trial.number, "job": job_of(study, trial)}
+        study.enqueue_trial(trial.params, user_attrs=attrs)
         log.info("Trial %d was running when the search stopped; it runs again", trial.number)
 
 

@@ -146,7 +146,7 @@ class GptlabOptunaSweeper(Sweeper):
         study's: prepare): a continued trial runs in its first job's directory."""
         from gptlab.sweep import optuna_study as studies
 
-        job = studies.job_of(trial)
+        job = studies.job_of(trial.study, trial)
         trial.set_user_attr("job", job)
         return [
             *(as_override(k, v) for k, v in trial.params.items()),
