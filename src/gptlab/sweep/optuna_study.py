@@ -1,12 +1,23 @@
-"""The study on disk: opened (or continued), trials a killed search left running queued again,
-and each job's result told to the study from its metrics.json."""
+"""The Optuna sweeper's parts: the search space (Hydra's sweep grammar, `choice`, `range`,
+`interval`, `tag(log, ...)`, parsed by Hydra's own override parser, as Optuna distributions; plain
+overrides stay fixed) and the study on disk: opened (or continued), trials a killed search left
+running queued again, and each job's result told to the study from its metrics.json."""
 
 import logging
+import math
 from pathlib import Path
 from typing import Any
 
 import optuna
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override, Transformer
 from hydra.core.utils import JobReturn, JobStatus
+from optuna.distributions import (
+    BaseDistribution,
+    CategoricalDistribution,
+    FloatDistribution,
+    IntDistribution,
+)
 from optuna.trial import FrozenTrial, Trial, TrialState
 
 from gptlab import reader
@@ -67,7 +78,7 @@ def job_of(study: optuna.Study, trial: Trial | FrozenTrial) -> str:
 
 
 def within(distribution: Any, value: Any) -> bool:
-    if isinstance(distribution, optuna.distributions.CategoricalDistribution):
+    if isinstance(distribution, CategoricalDistribution):
         return value in distribution.choices
     numeric = isinstance(value, (int, float)) and distribution is not None
     return numeric and distribution.low <= value <= distribution.high
@@ -104,3 +115,62 @@ def tell(study: optuna.Study, trial: Trial, job_dir: Path, ret: JobReturn) -> Fr
     if metrics.get("status") == "ok" and None not in values:
         return study.tell(trial, values)
     return study.tell(trial, state=TrialState.FAIL)
+
+
+def distribution(override: Override) -> BaseDistribution | None:
+    """The override's distribution; None for a plain value (the same in every trial). A range's
+    stop is excluded, as Hydra's grid sweeps read it."""
+    key, value = override.get_key_element(), override.value()
+    if not override.is_sweep_override():
+        return None
+    if override.is_interval_sweep():
+        log = "log" in value.tags
+        if isinstance(value.start, int) and isinstance(value.end, int):
+            return IntDistribution(value.start, value.end, log=log)
+        return FloatDistribution(float(value.start), float(value.end), log=log)
+    if override.is_range_sweep() and not value.shuffle:
+        count = math.ceil((value.stop - value.start) / value.step)
+        last = value.start + (count - 1) * value.step
+        if any(isinstance(v, float) for v in (value.start, value.stop, value.step)):
+            return FloatDistribution(value.start, last, step=value.step)
+        return IntDistribution(int(value.start), int(last), step=int(value.step))
+    if not (override.is_choice_sweep() or override.is_range_sweep()):
+        raise ConfigError(
+            f"hydra.sweeper.params.{key}: the Optuna sweeper takes choice(), range(), interval() "
+            "and tag(log, interval()); not a glob."
+        )
+    values = list(override.sweep_iterator(transformer=Transformer.encode))
+    for found in values:
+        if not isinstance(found, (str, int, float, bool, type(None))):
+            raise ConfigError(
+                f"hydra.sweeper.params.{key}: a choice takes numbers, text, booleans or null; "
+                f"got {found!r}."
+            )
+    return CategoricalDistribution(values)
+
+
+def search_space(arguments: list[str]) -> tuple[dict[str, BaseDistribution], list[str]]:
+    """The swept keys' distributions, and the fixed overrides every trial's job gets."""
+    chosen = {}  # a later override of the same key wins, as in Hydra
+    for override in OverridesParser.create().parse_overrides(arguments):
+        chosen.pop(override.get_key_element(), None)
+        chosen[override.get_key_element()] = distribution(override) or override.input_line
+    space = {k: v for k, v in chosen.items() if not isinstance(v, str)}
+    return space, [v for v in chosen.values() if isinstance(v, str)]
+
+
+def grid(space: dict[str, BaseDistribution]) -> dict[str, list[Any]]:
+    """Every value of each discrete distribution, for Optuna's GridSampler."""
+    values = {}
+    for name, found in space.items():
+        if isinstance(found, CategoricalDistribution):
+            values[name] = list(found.choices)
+        elif found.step is not None and not found.log:
+            count = int(round((found.high - found.low) / found.step)) + 1
+            values[name] = [found.low + i * found.step for i in range(count)]
+        else:
+            raise ConfigError(
+                f"hydra.sweeper.params.{name}: sampler=grid needs choice() or range(), "
+                "not a continuous interval."
+            )
+    return values
