@@ -23,7 +23,7 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution, Int
 from optuna.trial import TrialState
 
 import gptlab.cli.train  # noqa: F401 - registers the sweeper's config nodes
-from gptlab.sweep.optuna_space import search_space
+from gptlab.sweep.optuna_study import search_space
 
 # a small model (d_model and depth fixed, so out of the search space): seconds per trial
 TINY = ("debug=fast", "model.d_model=32", "model.num_blocks=1", "trainer.val_check_interval=10")

@@ -27,12 +27,8 @@ def unique_dir(path: str) -> str:
 
 def start_subdir() -> str | None:
     """hydra.output_subdir (`start_subdir_of`); `.hydra` outside a Hydra job."""
-    if not HydraConfig.initialized():
-        return directory.HYDRA
-    runtime = HydraConfig.get().runtime
-    if OmegaConf.is_missing(runtime, "output_dir"):
-        return directory.HYDRA
-    return start_subdir_of(str(runtime.output_dir))
+    dirs = _dirs()
+    return directory.HYDRA if dirs is None else start_subdir_of(str(dirs[0]))
 
 
 @functools.cache

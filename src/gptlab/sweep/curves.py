@@ -12,10 +12,6 @@ from gptlab.sweep.stats import number
 LINE_STYLES = ("-", "--", ":")
 
 
-def reached_at(curve: list, target: float) -> float | None:
-    return next((point[1] for point in curve if point[2] <= target), None)
-
-
 def add_time_to_loss(rows: list[dict], configs: list[dict] | None, target: float | None) -> float:
     """`time_to_val_loss` of every ok job and configuration (None if a seed never got there), to
     `target` or else a loss every job reached; returns the target (nan without curves)."""
@@ -24,7 +20,7 @@ def add_time_to_loss(rows: list[dict], configs: list[dict] | None, target: float
         target = max((min(p[2] for p in row["val_curve"]) for row in ok), default=float("nan"))
     times = {}
     for row in ok:
-        row["time_to_val_loss"] = reached_at(row["val_curve"], target)
+        row["time_to_val_loss"] = next((p[1] for p in row["val_curve"] if p[2] <= target), None)
         times[row["job"]] = row["time_to_val_loss"]
     for config in configs or []:
         seconds = [times.get(job) for job in config["jobs"].split() if job in times]

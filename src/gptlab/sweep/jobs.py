@@ -28,19 +28,17 @@ def job_overrides() -> list[str]:
     return [str(o) for o in HydraConfig.get().overrides.task] if HydraConfig.initialized() else []
 
 
-def trains(override: str) -> bool:
-    """Does this override change what the job trains (not how it was launched, nor where it
-    writes, caches or logs)?"""
-    key = override_key(override)
-    parts = key.split(".")
-    where = parts[0] in WHERE_GROUPS and len(parts) > 1 or parts[-1] in place.WHERE_KEYS
-    return key not in NOT_REPLAYED and not where
-
-
 def job_identity(overrides: list[str]) -> list[str]:
-    """The overrides that decide what a job trains: a job continued by resume=, or started with
-    another cache or output directory, is the same job."""
-    return [str(o) for o in overrides if trains(str(o))]
+    """The overrides that decide what a job trains (not how it was launched, nor where it writes,
+    caches or logs): a job continued by resume=, or started with another cache or output
+    directory, is the same job."""
+    kept = []
+    for override in map(str, overrides):
+        parts = override_key(override).split(".")
+        where = parts[0] in WHERE_GROUPS and len(parts) > 1 or parts[-1] in place.WHERE_KEYS
+        if override_key(override) not in NOT_REPLAYED and not where:
+            kept.append(override)
+    return kept
 
 
 def swept_overrides() -> list[str]:

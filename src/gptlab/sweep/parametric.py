@@ -45,13 +45,10 @@ def predicted_log_loss(theta: np.ndarray, log_n: np.ndarray, log_d: np.ndarray) 
     return np.logaddexp.reduce(terms, axis=0)
 
 
-def huber(residual: np.ndarray) -> np.ndarray:
-    size = np.abs(residual)
-    return np.where(size <= DELTA, 0.5 * residual**2, DELTA * (size - 0.5 * DELTA))
-
-
 def objective(theta: np.ndarray, log_n, log_d, log_loss) -> tuple[float, np.ndarray]:
     """The summed Huber loss of log L and its gradient in theta."""
+    from scipy.special import huber
+
     log_a, log_b, log_e, alpha, beta = theta
     terms = np.array([log_a - alpha * log_n, log_b - beta * log_d, np.full_like(log_n, log_e)])
     top = terms.max(axis=0)
@@ -64,7 +61,7 @@ def objective(theta: np.ndarray, log_n, log_d, log_loss) -> tuple[float, np.ndar
     grad[:3] = shares.sum(axis=1)
     grad[3] = -(shares[0] * log_n).sum()  # not BLAS: its threads cost more than they save here
     grad[4] = -(shares[1] * log_d).sum()
-    return float(huber(residual).sum()), grad
+    return float(huber(DELTA, residual).sum()), grad
 
 
 def fit_law(
@@ -77,12 +74,11 @@ def fit_law(
         return None
     log_n, log_d, log_loss = logs(points)
     starts = start_grid() if starts is None else starts
-    best = None
-    for start in best_starts(starts, points, count):
-        result = minimize(objective, start, args=(log_n, log_d, log_loss), **LBFGS)
-        if best is None or result.fun < best.fun:
-            best = result
-    return law_of(best.x)
+    results = [
+        minimize(objective, start, args=(log_n, log_d, log_loss), **LBFGS)
+        for start in best_starts(starts, points, count)
+    ]
+    return law_of(min(results, key=lambda result: result.fun).x)
 
 
 def logs(points: list[dict]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -90,8 +86,10 @@ def logs(points: list[dict]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def best_starts(starts: np.ndarray, points: list[dict], count: int) -> np.ndarray:
+    from scipy.special import huber
+
     log_n, log_d, log_loss = logs(points)
-    at_start = huber(predicted_log_loss(starts, log_n, log_d) - log_loss).sum(axis=1)
+    at_start = huber(DELTA, predicted_log_loss(starts, log_n, log_d) - log_loss).sum(axis=1)
     return starts[np.argsort(at_start, kind="stable")[:count]]
 
 

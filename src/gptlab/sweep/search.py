@@ -86,22 +86,11 @@ def importances(study: Any) -> dict[str, float]:
         return {}
 
 
-def png_of(ax: Any) -> Any:
-    """An Optuna plot (its own pyplot figure) as an image array."""
+def add_plots(study: Any, png: Path, with_importances: bool) -> None:
+    """Append Optuna's optimisation history and parameter importances (pyplot figures of its own,
+    drawn as images) below summary.png's plot."""
     import matplotlib.image
     import matplotlib.pyplot as plt
-
-    buffer = io.BytesIO()
-    ax.figure.set_size_inches(8, 3.6)
-    ax.figure.savefig(buffer, format="png", dpi=80, bbox_inches="tight")
-    plt.close(ax.figure)
-    buffer.seek(0)
-    return matplotlib.image.imread(buffer, format="png")
-
-
-def add_plots(study: Any, png: Path, with_importances: bool) -> None:
-    """Append the optimisation history and the parameter importances below summary.png's plot."""
-    import matplotlib.image
     import optuna
     import optuna.visualization.matplotlib as plots
     from matplotlib.figure import Figure
@@ -109,10 +98,17 @@ def add_plots(study: Any, png: Path, with_importances: bool) -> None:
     target, name = first_objective(study), objectives(study)[0]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        images = [plots.plot_optimization_history(study, target=target, target_name=name)]
+        axes = [plots.plot_optimization_history(study, target=target, target_name=name)]
         if with_importances:
-            images.append(plots.plot_param_importances(study, target=target, target_name=name))
-    images = [matplotlib.image.imread(png), *map(png_of, images)]
+            axes.append(plots.plot_param_importances(study, target=target, target_name=name))
+    images = [matplotlib.image.imread(png)]
+    for ax in axes:
+        buffer = io.BytesIO()
+        ax.figure.set_size_inches(8, 3.6)
+        ax.figure.savefig(buffer, format="png", dpi=80, bbox_inches="tight")
+        plt.close(ax.figure)
+        buffer.seek(0)
+        images.append(matplotlib.image.imread(buffer, format="png"))
     heights = [image.shape[0] for image in images]
     width = max(image.shape[1] for image in images)
     fig = Figure(figsize=(width / 80, sum(heights) / 80))

@@ -53,11 +53,10 @@ def ci_half_width(values: list[float], confidence: float = CONFIDENCE) -> float 
 
     if len(values) < 2:
         return None
-    t = float(stats.t.ppf(0.5 + confidence / 2, len(values) - 1))
-    return t * statistics.stdev(values) / math.sqrt(len(values))
+    return float(stats.sem(values) * stats.t.ppf(0.5 + confidence / 2, len(values) - 1))
 
 
-def welch(a: list[float], b: list[float], confidence: float = CONFIDENCE) -> tuple:
+def welch(a: list[float], b: list[float]) -> tuple:
     """Welch's t-test of mean(a) - mean(b): the difference, its interval's half-width and the
     two-sided p (None below two values a side); with no spread only equal means are alike."""
     from scipy import stats
@@ -65,13 +64,11 @@ def welch(a: list[float], b: list[float], confidence: float = CONFIDENCE) -> tup
     delta = statistics.fmean(a) - statistics.fmean(b) if a and b else None
     if len(a) < 2 or len(b) < 2:
         return delta, None, None
-    var_a = statistics.variance(a) / len(a)  # the squared standard error of each mean
-    var_b = statistics.variance(b) / len(b)
-    if var_a + var_b == 0:
+    if statistics.variance(a) + statistics.variance(b) == 0:
         return delta, 0.0, float(a[0] == b[0])
-    df = (var_a + var_b) ** 2 / (var_a**2 / (len(a) - 1) + var_b**2 / (len(b) - 1))
-    half = float(stats.t.ppf(0.5 + confidence / 2, df)) * math.sqrt(var_a + var_b)
-    return delta, half, float(stats.ttest_ind(a, b, equal_var=False).pvalue)
+    test = stats.ttest_ind(a, b, equal_var=False)
+    low, high = test.confidence_interval(CONFIDENCE)
+    return delta, float(high - low) / 2, float(test.pvalue)
 
 
 def verdict(delta: float, p: float | None, confidence: float = CONFIDENCE) -> str:

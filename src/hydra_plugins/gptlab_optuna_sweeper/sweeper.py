@@ -89,7 +89,7 @@ class GptlabOptunaSweeper(Sweeper):
 
     def sampler(self, space: dict) -> Any:
         """The configured sampler; a grid sampler gets the search space as its grid."""
-        from gptlab.sweep.optuna_space import grid
+        from gptlab.sweep.optuna_study import grid
 
         sampler = self.settings["sampler"]
         if not isinstance(sampler, functools.partial):
@@ -101,13 +101,12 @@ class GptlabOptunaSweeper(Sweeper):
     def prepare(self, arguments: list[str]) -> tuple[Any, dict, list[str], dict[str, Any]]:
         """The study (created or continued), the search space, the fixed overrides, the settings."""
         from gptlab.sweep import optuna_study as studies
-        from gptlab.sweep.optuna_space import search_space
 
         sweep_dir = Path(self.config.hydra.sweep.dir)
         resume = self.config.get("resume")
         settings = check(self.resumed_settings(sweep_dir) if resume else self.settings)
         params = [f"{k}={v}" for k, v in (settings.get("params") or {}).items()]
-        space, fixed = search_space([*params, *arguments])
+        space, fixed = studies.search_space([*params, *arguments])
         sampler = self.sampler(space)
         settings["url"] = studies.storage_url(settings["storage"], sweep_dir)
         study = studies.open_study(settings, settings["url"], sampler, resumed=bool(resume))
@@ -146,7 +145,7 @@ class GptlabOptunaSweeper(Sweeper):
         study's: prepare): a continued trial runs in its first job's directory."""
         from gptlab.sweep import optuna_study as studies
 
-        job = studies.job_of(trial)
+        job = studies.job_of(trial.study, trial)
         trial.set_user_attr("job", job)
         return [
             *(as_override(k, v) for k, v in trial.params.items()),
