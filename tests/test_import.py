@@ -69,7 +69,7 @@ def save_folder(out, settings: dict, perturb: bool = True, base: bool = False) -
             for p in model.parameters():
                 p.add_(torch.randn_like(p) * 0.05)
     (model.base_model if base else model).save_pretrained(out)
-    to_transformers(ENCODING).save_pretrained(out)
+    to_transformers(ENCODING, 64).save_pretrained(out)
 
 
 @pytest.fixture(scope="module")
@@ -130,7 +130,7 @@ REFUSED = [  # (model, a change to its config.json, what the paragraph names)
 def test_a_field_gptlab_does_not_compute_is_refused_by_name(kind, change, named, tmp_path):
     """Refused from config.json alone, before the weights are read."""
     (tmp_path / "config.json").write_text(json.dumps(dict(model_type=kind, **SMALL, **change)))
-    to_transformers(ENCODING).save_pretrained(tmp_path)
+    to_transformers(ENCODING, 64).save_pretrained(tmp_path)
     with pytest.raises(ConfigError) as refused:
         read_folder(tmp_path)
     assert named in str(refused.value)
