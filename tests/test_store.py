@@ -21,6 +21,7 @@ import tiktoken
 
 from gptlab.data import store as token_store
 from gptlab.data import stream
+from gptlab.data.corpus import remove_stale
 from gptlab.data.datamodule import GPTDataModule
 from gptlab.errors import ConfigError
 
@@ -180,12 +181,12 @@ def test_a_live_tokenization_is_left_alone(tmp_path):
         live.mkdir()
         other_host = tmp_path / ".y-cl100k_base-compact.elsewhere.1.tmp"
         other_host.mkdir()
-        token_store.remove_stale(tmp_path)
+        remove_stale(tmp_path)
         assert live.is_dir() and other_host.is_dir()
     finally:
         sleeper.kill()
         sleeper.wait()
-    token_store.remove_stale(tmp_path)
+    remove_stale(tmp_path)
     assert not live.exists() and other_host.is_dir()  # another host's is never guessed at
 
 

@@ -12,8 +12,9 @@ import torch
 from torch.utils.data import DataLoader
 
 from gptlab.data.config import DataConfig
+from gptlab.data.corpus import remove_stale
 from gptlab.data.sources import find_corpus, is_many
-from gptlab.data.store import TokenStore, open_store, remove_stale, store_folder, store_key
+from gptlab.data.store import TokenStore, open_store, store_folder, store_key
 from gptlab.data.store import write_store as write_token_store
 from gptlab.data.stream import encode_documents
 from gptlab.data.tokenizer import Tokenizer, check_encoding
