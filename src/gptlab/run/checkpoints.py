@@ -4,7 +4,7 @@ Light to import: torch comes in when needed."""
 
 import dataclasses
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from gptlab import reader
 from gptlab.data.tokenizer import check_state
@@ -53,43 +53,32 @@ def not_gptlab(path: str | Path, what: str) -> ConfigError:
     )
 
 
-def checked_model(model: Any, path: str | Path) -> dict:
-    """A checkpoint's model settings, each a field of GPTConfig, checked by GPTConfig."""
+def model_settings(checkpoint: dict, path: str | Path) -> tuple[dict, dict]:
+    """Its model settings, each a field of GPTConfig, checked by GPTConfig; its tokenizer a
+    tiktoken encoding on this machine and, for a compact vocabulary, its sorted id list."""
+    hparams = checkpoint.get("hyper_parameters")
+    model = hparams.get("model") if isinstance(hparams, dict) else None
     if not isinstance(model, dict):
         raise not_gptlab(path, "no model settings")
     unknown = set(model) - {f.name for f in dataclasses.fields(GPTConfig)}
     if unknown:
         raise not_gptlab(path, f"an unknown model setting {sorted(unknown)[0]!r}")
     try:
-        return dataclasses.asdict(GPTConfig(**model))
+        model = dataclasses.asdict(GPTConfig(**model))
     except ConfigError as e:
         raise not_gptlab(path, str(e).rstrip(".")) from None
-
-
-def checked_tokenizer(tokenizer: Any, path: str | Path) -> dict:
-    """A tiktoken encoding on this machine and, for a compact vocabulary, its sorted id list."""
+    tokenizer = hparams.get("tokenizer")
     problem = check_state(tokenizer)
     if problem:
         raise not_gptlab(path, problem)
-    return {"encoding": tokenizer["encoding"], "vocab": tokenizer["vocab"]}
-
-
-def model_settings(checkpoint: dict, path: str | Path) -> tuple[dict, dict]:
-    hparams = checkpoint.get("hyper_parameters")
-    if not isinstance(hparams, dict):
-        raise not_gptlab(path, "no hyperparameters")
-    model = checked_model(hparams.get("model"), path)
-    return model, checked_tokenizer(hparams.get("tokenizer"), path)
+    return model, {"encoding": tokenizer["encoding"], "vocab": tokenizer["vocab"]}
 
 
 def weights(checkpoint: dict, path: str | Path) -> dict:
-    """The checkpoint's tensors by name, finite (torch.compile's `_orig_mod.` dropped)."""
-    import torch
-
+    """The checkpoint's tensors by name (reader.load_checkpoint checked each is one), finite
+    (torch.compile's `_orig_mod.` dropped)."""
     state = checkpoint.get("state_dict")
-    if not isinstance(state, dict) or not all(
-        isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()
-    ):
+    if not isinstance(state, dict):
         raise not_gptlab(path, "no weights")
     broken = [k for k, v in state.items() if v.is_floating_point() and not v.isfinite().all()]
     if broken:
