@@ -103,17 +103,15 @@ class Tokenizer:
         """Raw tiktoken ids; special-token text is treated as plain text."""
         return np.asarray(self.encoding.encode_ordinary(text), dtype=np.uint32)
 
-    def to_model_ids(self, tiktoken_ids: np.ndarray) -> np.ndarray:
-        if self.vocab is None:
-            return tiktoken_ids.astype(np.int64)
-        idx = np.searchsorted(self.vocab, tiktoken_ids)
-        missing = self.vocab[np.minimum(idx, len(self.vocab) - 1)] != tiktoken_ids
-        if missing.any():
-            raise unseen_tokens_error(self.encoding, tiktoken_ids[missing])
-        return idx.astype(np.int64)
-
     def encode(self, text: str) -> list[int]:
-        return self.to_model_ids(self.encode_tiktoken(text)).tolist()
+        ids = self.encode_tiktoken(text)
+        if self.vocab is None:
+            return ids.tolist()
+        idx = np.searchsorted(self.vocab, ids)
+        missing = self.vocab[np.minimum(idx, len(self.vocab) - 1)] != ids
+        if missing.any():
+            raise unseen_tokens_error(self.encoding, ids[missing])
+        return idx.tolist()
 
     def encode_prompt(self, prompt) -> list[int]:
         """Model ids of a prompt; an empty prompt starts from a newline token."""
@@ -141,16 +139,13 @@ class Tokenizer:
         """UTF-8 bytes of each model id's token (0 for unused ids and the end-of-text token): a loss
         in nats per token becomes bits per byte, comparable across tokenizers."""
         ids = range(self.vocab_size) if self.vocab is None else self.vocab.tolist()
-        special = self.special_ids()
+        special = {self.encoding.encode_single_token(t) for t in self.encoding.special_tokens_set}
         lengths = np.zeros(len(ids), dtype=np.int64)
         for i, token in enumerate(ids):
             if token not in special:
                 with contextlib.suppress(KeyError):  # an id tiktoken leaves unused
                     lengths[i] = len(self.encoding.decode_single_token_bytes(int(token)))
         return lengths
-
-    def special_ids(self) -> set[int]:
-        return {self.encoding.encode_single_token(t) for t in self.encoding.special_tokens_set}
 
     def state_dict(self) -> dict:
         """Plain types only, so checkpoints load with torch.load(weights_only=True)."""
