@@ -140,10 +140,7 @@ class Tokenizer:
         return lengths
 
     def state_dict(self) -> dict:
-        """Plain types only, so checkpoints load with torch.load(weights_only=True)."""
+        """Plain types only, so checkpoints load with torch.load(weights_only=True); Tokenizer(**it)
+        is the tokenizer again."""
         vocab = None if self.vocab is None else self.vocab.tolist()
         return {"encoding": self.encoding.name, "vocab": vocab}
-
-    @classmethod
-    def from_state_dict(cls, state: dict) -> "Tokenizer":
-        return cls(state["encoding"], state["vocab"])

@@ -134,7 +134,7 @@ def load_model(path: str | Path, map_location="cpu"):
     GPT.bounded(config, trained.weights, f"ckpt_path: '{path}'")
     model = GPT(config)
     model.load_state_dict({k.removeprefix("model."): v for k, v in trained.weights.items()})
-    tokenizer = Tokenizer.from_state_dict(trained.tokenizer)
+    tokenizer = Tokenizer(**trained.tokenizer)
     return model.to(map_location).eval(), tokenizer, trained.step
 
 
