@@ -153,19 +153,16 @@ def step_of(checkpoint: dict) -> int:
 
 def check_architecture(path: str | Path, trained: Trained, hparams: dict) -> None:
     """Refuse a checkpoint trained with another architecture or vocabulary, naming what differs."""
-    model = hparams["model"]
-    differ = [
-        f"model.{k}: checkpoint {trained.model.get(k)!r}, now {model[k]!r}"
-        for k in GPTConfig.architecture()
-        if trained.model.get(k) != model[k]
-    ]
+    model, old = hparams["model"], trained.model
+    changed = [k for k in GPTConfig.architecture() if old[k] != model[k]]
+    differ = [f"model.{k}: checkpoint {old[k]!r}, now {model[k]!r}" for k in changed]
     if trained.tokenizer != hparams["tokenizer"]:
         differ.append("the tokenizer (data.encoding / data.compact_vocab / corpus)")
     # the checkpoint's own settings as overrides (the context length is the data's)
     wanted = [
-        as_override("data.context_length" if k == "context_length" else f"model.{k}", v)
-        for k, v in trained.model.items()
-        if k in GPTConfig.architecture() and v != model[k] and k != "vocab_size"
+        as_override("data.context_length" if k == "context_length" else f"model.{k}", old[k])
+        for k in changed
+        if k != "vocab_size"
     ]
     add = f"add its settings ({' '.join(wanted)}), or " if wanted else ""
     if differ:
