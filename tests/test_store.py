@@ -113,8 +113,8 @@ def test_compact_store_is_uint16_and_maps_back(tmp_path, corpus_text):
     store = write(tmp_path, np.array_split(ids, 7), "compact")
     assert store.meta["dtype"] == "uint16" and store.meta["count"] == len(ids)
     assert (tmp_path / "s" / "tokens.bin").stat().st_size == 2 * len(ids)
-    assert store.vocab == np.unique(ids).tolist()
-    assert np.array_equal(np.asarray(store.vocab)[store.tokens], ids)
+    assert store.meta["vocab"] == np.unique(ids).tolist()
+    assert np.array_equal(np.asarray(store.meta["vocab"])[store.tokens], ids)
     assert sorted(p.name for p in (tmp_path / "s").iterdir()) == ["meta.json", "tokens.bin"]
     assert [p.name for p in tmp_path.iterdir()] == ["s"]  # no temporary folder left
 
@@ -123,7 +123,7 @@ def test_full_vocabulary_store_is_uint32_and_a_given_vocabulary_refuses_unseen_i
     encoding = tiktoken.get_encoding("cl100k_base")
     ids = np.asarray(encoding.encode_ordinary("Clar sells. Sales!"), dtype=np.uint32)
     full = write(tmp_path, [ids], "full", "full")
-    assert full.meta["dtype"] == "uint32" and full.vocab is None
+    assert full.meta["dtype"] == "uint32" and full.meta["vocab"] is None
     assert np.array_equal(full.tokens, ids)
     given = sorted(set(ids.tolist()))
     assert np.array_equal(np.asarray(given)[write(tmp_path, [ids], given, "v").tokens], ids)

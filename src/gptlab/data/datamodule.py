@@ -109,7 +109,9 @@ class GPTDataModule(L.LightningDataModule):
         if self.tokenizer is not None:
             return
         store = self.token_store()
-        tokenizer = Tokenizer(self.store_encoding, store.vocab)  # a checkpoint's vocab is stored
+        tokenizer = Tokenizer(
+            self.store_encoding, store.meta["vocab"]
+        )  # a checkpoint's vocab is stored
         tokens = store.tokens
         # token order, like the seeds: train, then val, then test (with test_fraction 0 the
         # articles' 90/10 split exactly: the same n_train, val up to the last token)

@@ -110,7 +110,6 @@ def check_text_column(where: str, field: str, schema) -> None:
         )
 
 
-# ------------------------------------------------------------------ readers
 def text_blocks(path: Path, _field: str) -> Iterator[tuple[str, bool]]:
     """One document, decoded as it is read (no newline translation, like bytes.decode)."""
     decoder = codecs.getincrementaldecoder("utf-8")()

@@ -45,7 +45,8 @@ def find_files(path: str) -> list[Path]:
         found = sorted(Path(p) for p in glob.glob(str(where), recursive=True) if Path(p).is_file())
         what = f"data.path='{path}': the glob matches no file"
     else:
-        found = sorted(p for p in where.iterdir() if p.is_file() and is_corpus_file(p))
+        named = (p for p in where.iterdir() if p.name.lower().endswith(FOLDER_SUFFIXES))
+        found = sorted(p for p in named if p.is_file() and not p.name.startswith("."))
         what = (
             f"data.path='{path}': the folder holds no {', '.join(FOLDER_SUFFIXES)} file "
             "(subfolders are not read; a glob such as 'folder/**/*.txt' reads them)"
@@ -56,10 +57,6 @@ def find_files(path: str) -> list[Path]:
             "data.path to download data.url."
         )
     return found
-
-
-def is_corpus_file(path: Path) -> bool:
-    return not path.name.startswith(".") and path.name.lower().endswith(FOLDER_SUFFIXES)
 
 
 class Files:

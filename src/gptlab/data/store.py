@@ -35,10 +35,6 @@ class TokenStore:
     meta: dict
     tokens: np.ndarray  # [count] model ids, an np.memmap of tokens.bin
 
-    @property
-    def vocab(self) -> list[int] | None:
-        return self.meta["vocab"]
-
 
 def store_key(identity: list[dict], encoding: str, vocab_mode: str) -> str:
     """The sources' content (not where the files lie), the encoding and the vocabulary mode."""
