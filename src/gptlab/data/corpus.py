@@ -119,8 +119,7 @@ def gone(pid: str) -> bool:
 
 
 def temporary(path: Path) -> Path:
-    """Where `path` (its name without dots) is made before it is renamed into place whole: its
-    host and process name it, so a kill leaves only that (remove_stale)."""
+    """Where `path` (a name without dots) is made, named by its host and process (remove_stale)."""
     return path.parent / f".{path.name}.{socket.gethostname()}.{os.getpid()}.tmp"
 
 
