@@ -77,7 +77,7 @@ def test_compact_vocab_round_trip(corpus_text, cl100k_ids):
     assert min(ids) == 0 and max(ids) == 3770
     assert tok.decode(ids) == corpus_text
     # the checkpoint form rebuilds the same tokenizer
-    again = Tokenizer.from_state_dict(tok.state_dict())
+    again = Tokenizer(**tok.state_dict())
     assert again.vocab_size == 3771 and again.encode(corpus_text) == ids
 
 
@@ -401,7 +401,7 @@ def test_download_saves_and_verifies(mirror, tmp_path, corpus_path):
     assert got.read_bytes() == corpus_path.read_bytes()
     assert [p.relative_to(data_dir) for p in data_dir.rglob("*") if p.is_file()] == [
         got.relative_to(data_dir)
-    ]  # no .part left
+    ]  # no temporary file left
     assert mirror.hits == ["/mirror/sales_textbook.txt"]
 
 
@@ -468,15 +468,16 @@ def test_every_redirect_hop_is_checked_and_an_untrusted_one_saves_nothing(
 
 
 def test_a_killed_download_leaves_nothing_after_the_next_start(mirror, tmp_path):
-    """A download killed mid-way leaves .<name>.<pid>.part behind (its pid gone); the next start
-    removes it. A part file of a live download (another running process) is left alone."""
+    """A download killed mid-way leaves .download.<host>.<pid>.tmp behind (its pid gone); the
+    next start removes it. The file of a live download (another running process) is left alone."""
     data_dir = tmp_path / "data" / "sha256"  # where downloads are made
     data_dir.mkdir(parents=True)
     dead = subprocess.Popen(["true"])
     dead.wait()
-    (data_dir / f".sales_textbook.txt.{dead.pid}.part").write_bytes(b"half a file")
+    host = socket.gethostname()
+    (data_dir / f".download.{host}.{dead.pid}.tmp").write_bytes(b"half a file")
     running = subprocess.Popen(["sleep", "60"])
-    live = data_dir / f".sales_textbook.txt.{running.pid}.part"
+    live = data_dir / f".download.{host}.{running.pid}.tmp"
     live.write_bytes(b"in progress")
     try:
         resolve_corpus(
@@ -495,7 +496,9 @@ def test_download_wrong_sha256_leaves_nothing(mirror, tmp_path):
         resolve_corpus(url, None, wrong, tmp_path / "data", timeout=10)
     assert url in str(err.value) and SALES_TEXTBOOK_SHA256 in str(err.value)
     assert mirror.hits == ["/mirror/sales_textbook.txt"]
-    assert not [p for p in (tmp_path / "data").rglob("*") if p.is_file()]  # no file, no .part
+    assert not [
+        p for p in (tmp_path / "data").rglob("*") if p.is_file()
+    ]  # no file, no temporary one
 
 
 def test_download_without_server(tmp_path, monkeypatch):

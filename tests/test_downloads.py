@@ -73,7 +73,7 @@ def test_a_redirect_hop_that_parsers_read_differently_is_refused(tmp_path, other
         mirror.close()
     assert "to host 127.0.0.2" in str(err.value)
     assert mirror.hits == ["/book.txt"] and other_host.hits == []
-    assert list(tmp_path.iterdir()) == []  # neither the file nor a .part
+    assert list(tmp_path.iterdir()) == []  # neither the file nor a temporary one
 
 
 def test_the_prepared_url_is_what_is_fetched(tmp_path, other_host):

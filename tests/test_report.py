@@ -177,7 +177,7 @@ def fitted(tmp_path_factory):
     stats = RunStats(
         tokens_per_step=BATCH * CONTEXT, flops_per_token=module.model.flops_per_token()
     )
-    report = RunReport(cfg, str(out), stats, overrides=["seed=0"], swept=["seed=0"])
+    report = RunReport(cfg, out, stats, overrides=["seed=0"], swept=["seed=0"])
     trainer = L.Trainer(
         accelerator="cpu",
         devices=1,

@@ -227,9 +227,14 @@ def test_a_budget_sets_max_steps_before_the_trainer_and_too_small_a_budget_is_re
     cfg.trainer.accumulate_grad_batches = 2
     assert world_size(cfg.trainer) == 2 and tokens_per_step(cfg, 2) == 8 * 32 * 2 * 2
     per_step = 1000 * 8 * 32 * 2 * 2  # 1000 FLOPs a token
-    assert run_length(cfg, 1000) == (1200, 8 * 32 * 2 * 2, 2, ())  # no budget: trainer.max_steps
+    assert run_length(cfg, 1000, OptimConfig()) == (
+        1200,
+        8 * 32 * 2 * 2,
+        2,
+        (),
+    )  # no budget: trainer.max_steps
     cfg.flops_budget = 10.4 * per_step
-    assert run_length(cfg, 1000).max_steps == 10
+    assert run_length(cfg, 1000, OptimConfig()).max_steps == 10
     with pytest.raises(ConfigError, match=r"flops_budget=.*buys no step"):
         steps_for_budget(0.4 * per_step, 1000, 8 * 32 * 2 * 2)
 

@@ -21,6 +21,7 @@ import tiktoken
 
 from gptlab.data import store as token_store
 from gptlab.data import stream
+from gptlab.data.corpus import remove_stale
 from gptlab.data.datamodule import GPTDataModule
 from gptlab.errors import ConfigError
 
@@ -112,8 +113,8 @@ def test_compact_store_is_uint16_and_maps_back(tmp_path, corpus_text):
     store = write(tmp_path, np.array_split(ids, 7), "compact")
     assert store.meta["dtype"] == "uint16" and store.meta["count"] == len(ids)
     assert (tmp_path / "s" / "tokens.bin").stat().st_size == 2 * len(ids)
-    assert store.vocab == np.unique(ids).tolist()
-    assert np.array_equal(np.asarray(store.vocab)[store.tokens], ids)
+    assert store.meta["vocab"] == np.unique(ids).tolist()
+    assert np.array_equal(np.asarray(store.meta["vocab"])[store.tokens], ids)
     assert sorted(p.name for p in (tmp_path / "s").iterdir()) == ["meta.json", "tokens.bin"]
     assert [p.name for p in tmp_path.iterdir()] == ["s"]  # no temporary folder left
 
@@ -122,7 +123,7 @@ def test_full_vocabulary_store_is_uint32_and_a_given_vocabulary_refuses_unseen_i
     encoding = tiktoken.get_encoding("cl100k_base")
     ids = np.asarray(encoding.encode_ordinary("Clar sells. Sales!"), dtype=np.uint32)
     full = write(tmp_path, [ids], "full", "full")
-    assert full.meta["dtype"] == "uint32" and full.vocab is None
+    assert full.meta["dtype"] == "uint32" and full.meta["vocab"] is None
     assert np.array_equal(full.tokens, ids)
     given = sorted(set(ids.tolist()))
     assert np.array_equal(np.asarray(given)[write(tmp_path, [ids], given, "v").tokens], ids)
@@ -180,12 +181,12 @@ def test_a_live_tokenization_is_left_alone(tmp_path):
         live.mkdir()
         other_host = tmp_path / ".y-cl100k_base-compact.elsewhere.1.tmp"
         other_host.mkdir()
-        token_store.remove_stale(tmp_path)
+        remove_stale(tmp_path)
         assert live.is_dir() and other_host.is_dir()
     finally:
         sleeper.kill()
         sleeper.wait()
-    token_store.remove_stale(tmp_path)
+    remove_stale(tmp_path)
     assert not live.exists() and other_host.is_dir()  # another host's is never guessed at
 
 

@@ -18,7 +18,7 @@ from gptlab.run.screen import print_first_screen
 from gptlab.sweep.jobs import job_overrides, swept_overrides
 from gptlab.training.budget import run_length
 from gptlab.training.fitting import fit
-from gptlab.training.run_callbacks import run_callbacks
+from gptlab.training.report import run_callbacks
 
 log = logging.getLogger("gptlab.train")
 

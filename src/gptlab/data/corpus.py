@@ -7,6 +7,8 @@ import contextlib
 import hashlib
 import logging
 import os
+import shutil
+import socket
 from pathlib import Path
 from urllib.parse import unquote, urljoin
 
@@ -116,13 +118,24 @@ def gone(pid: str) -> bool:
     return False
 
 
-def remove_stale_parts(target: Path) -> None:
-    """Delete the partial downloads of `target` whose process is gone (killed mid-download)."""
-    for part in target.parent.glob(f".{target.name}.*.part"):
-        if gone(part.name[len(target.name) + 2 : -len(".part")]):
+def temporary(path: Path) -> Path:
+    """Where `path` (a name without dots) is made, named by its host and process (remove_stale)."""
+    return path.parent / f".{path.name}.{socket.gethostname()}.{os.getpid()}.tmp"
+
+
+def remove_stale(folder: Path) -> None:
+    """Remove what processes on this host left in `folder` (temporary) once they are gone."""
+    host = socket.gethostname()
+    for tmp in Path(folder).glob(".*.tmp"):
+        parts = tmp.name[1 : -len(".tmp")].split(".", 1)
+        where, _, pid = parts[-1].rpartition(".")
+        if len(parts) == 2 and where == host and gone(pid):
             with contextlib.suppress(OSError):  # a read-only data directory keeps it
-                part.unlink()
-                log.info("Removed %s, left by a download that was killed", part)
+                if tmp.is_dir():
+                    shutil.rmtree(tmp)
+                else:
+                    tmp.unlink()
+                log.info("Removed %s, left by a process that was killed", tmp)
 
 
 def download(url: str, folder: Path, name: str, sha256: str | None, timeout: float = 30.0) -> Path:
@@ -136,8 +149,8 @@ def download(url: str, folder: Path, name: str, sha256: str | None, timeout: flo
             "paths.data_dir (or GPTLAB_DATA_DIR) at a writable folder, or set data.path to a "
             "local copy."
         ) from e
-    remove_stale_parts(folder / name)
-    tmp = folder / f".{name}.{os.getpid()}.part"  # the pid tells a killed download
+    remove_stale(folder)
+    tmp = temporary(folder / "download")
     log.info("Downloading %s to %s", url, folder)
     digest = hashlib.sha256()
     try:

@@ -12,8 +12,9 @@ import torch
 from torch.utils.data import DataLoader
 
 from gptlab.data.config import DataConfig
+from gptlab.data.corpus import remove_stale
 from gptlab.data.sources import find_corpus, is_many
-from gptlab.data.store import TokenStore, open_store, remove_stale, store_folder, store_key
+from gptlab.data.store import TokenStore, open_store, store_folder, store_key
 from gptlab.data.store import write_store as write_token_store
 from gptlab.data.stream import encode_documents
 from gptlab.data.tokenizer import Tokenizer, check_encoding
@@ -34,14 +35,20 @@ class GPTDataModule(L.LightningDataModule):
     """The tokenized corpus, its splits and their loaders; the tokenizer for generation too."""
 
     def __init__(self, **settings):
-        """The settings of gptlab.data.config.DataConfig (its defaults, its checks)."""
+        """The settings of gptlab.data.config.DataConfig, each an attribute of its name."""
         super().__init__()
         config = DataConfig(**settings)
         check_encoding(config.encoding)
-        self.given_tokenizer = config.tokenizer
-        # every setting is an attribute of its name, the two folders as paths
+        given = config.tokenizer  # a checkpoint's: the text is encoded with it
         folders = {key: Path(getattr(config, key)) for key in ("data_dir", "cache_dir")}
         vars(self).update(vars(config), **folders)
+        self.store_encoding = given["encoding"] if given else self.encoding
+        self.vocab_mode = "compact" if self.compact_vocab and not given else "full"
+        self.store_vocab = self.vocab_mode  # write_store's: the mode, or a checkpoint's ids
+        if given and given.get("vocab") is not None:
+            self.store_vocab = list(given["vocab"])
+            digest = hashlib.sha256(json.dumps(self.store_vocab).encode()).hexdigest()[:12]
+            self.vocab_mode = f"vocab-{digest}"
         self._corpus = None  # the sources, found and checked once
         self._store: TokenStore | None = None
         self._store_folder: Path | None = None  # kept when pickled: a DDP rank maps it itself
@@ -66,18 +73,6 @@ class GPTDataModule(L.LightningDataModule):
             return Path(self.name or self.path)
         return self.corpus().paths[0]
 
-    def store_encoding(self) -> str:
-        return self.given_tokenizer["encoding"] if self.given_tokenizer else self.encoding
-
-    def vocab_mode(self) -> tuple[str, str | list[int]]:
-        """(the name in the store's key, what write_store is given)."""
-        if self.given_tokenizer and self.given_tokenizer.get("vocab") is not None:
-            vocab = list(self.given_tokenizer["vocab"])
-            digest = hashlib.sha256(json.dumps(vocab).encode()).hexdigest()[:12]
-            return f"vocab-{digest}", vocab
-        mode = "compact" if self.compact_vocab and not self.given_tokenizer else "full"
-        return mode, mode
-
     def token_store(self) -> TokenStore:
         """The mapped store of the corpus, tokenized first if no whole one exists."""
         if self._store is None and self._store_folder is not None:
@@ -85,8 +80,7 @@ class GPTDataModule(L.LightningDataModule):
         if self._store is not None:
             return self._store
         corpus = self.corpus()
-        encoding = self.store_encoding()
-        mode, vocab = self.vocab_mode()
+        encoding, mode = self.store_encoding, self.vocab_mode
         identity = corpus.identity()
         key = store_key(identity, encoding, mode)
         folder = store_folder(self.cache_dir, key, encoding, mode)
@@ -97,7 +91,7 @@ class GPTDataModule(L.LightningDataModule):
             tiktoken_encoding = Tokenizer(encoding).encoding
             encoded = encode_documents(tiktoken_encoding, corpus.documents(), corpus.total_bytes())
             meta = {"encoding": encoding, "vocab_mode": mode, "key": key, "sources": identity}
-            write_token_store(folder, encoded, tiktoken_encoding, vocab, meta)
+            write_token_store(folder, encoded, tiktoken_encoding, self.store_vocab, meta)
             store = open_store(folder)
             log.info("Wrote token store %s (%d tokens)", folder, len(store.tokens))
         else:
@@ -115,7 +109,9 @@ class GPTDataModule(L.LightningDataModule):
         if self.tokenizer is not None:
             return
         store = self.token_store()
-        tokenizer = Tokenizer(self.store_encoding(), store.vocab)  # a checkpoint's vocab is stored
+        tokenizer = Tokenizer(
+            self.store_encoding, store.meta["vocab"]
+        )  # a checkpoint's vocab is stored
         tokens = store.tokens
         # token order, like the seeds: train, then val, then test (with test_fraction 0 the
         # articles' 90/10 split exactly: the same n_train, val up to the last token)

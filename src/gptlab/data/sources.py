@@ -9,15 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from gptlab.data.corpus import resolve_corpus
-from gptlab.data.formats import (
-    check_file,
-    check_text_column,
-    format_of,
-    is_dataset_text,
-    jsonl_texts,
-    parquet_texts,
-    text_blocks,
-)
+from gptlab.data.formats import READERS, check_file, check_text_column, format_of
 from gptlab.errors import ConfigError
 from gptlab.reader import sha256_of
 
@@ -53,7 +45,8 @@ def find_files(path: str) -> list[Path]:
         found = sorted(Path(p) for p in glob.glob(str(where), recursive=True) if Path(p).is_file())
         what = f"data.path='{path}': the glob matches no file"
     else:
-        found = sorted(p for p in where.iterdir() if p.is_file() and is_corpus_file(p))
+        named = (p for p in where.iterdir() if p.name.lower().endswith(FOLDER_SUFFIXES))
+        found = sorted(p for p in named if p.is_file() and not p.name.startswith("."))
         what = (
             f"data.path='{path}': the folder holds no {', '.join(FOLDER_SUFFIXES)} file "
             "(subfolders are not read; a glob such as 'folder/**/*.txt' reads them)"
@@ -64,10 +57,6 @@ def find_files(path: str) -> list[Path]:
             "data.path to download data.url."
         )
     return found
-
-
-def is_corpus_file(path: Path) -> bool:
-    return not path.name.startswith(".") and path.name.lower().endswith(FOLDER_SUFFIXES)
 
 
 class Files:
@@ -105,9 +94,8 @@ class Files:
         return sum(p.stat().st_size for p in self.paths)
 
     def documents(self) -> Iterator[tuple[str, bool]]:
-        readers = {"text": text_blocks, "jsonl": jsonl_texts, "parquet": parquet_texts}
         for path in self.paths:
-            yield from readers[format_of(path)](path, self.text_field)
+            yield from READERS[format_of(path)](path, self.text_field)
 
 
 class HFDataset:
@@ -133,7 +121,7 @@ class HFDataset:
                 "(HF_DATASETS_OFFLINE=1) it must be in the datasets cache (HF_HOME) already, or "
                 "be a local folder."
             ) from None
-        check_text_column(f"data.name='{name}'", text_field, self.dataset.features, is_dataset_text)
+        check_text_column(f"data.name='{name}'", text_field, self.dataset.features.arrow_schema)
 
     def describe(self) -> str:
         return f"{self.name} ({self.split}, {self.dataset.num_rows:,} rows)"

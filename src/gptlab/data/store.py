@@ -8,7 +8,6 @@ import json
 import logging
 import os
 import shutil
-import socket
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from gptlab import files, reader
-from gptlab.data.corpus import gone
+from gptlab.data.corpus import temporary
 from gptlab.data.tokenizer import check_state, unseen_tokens_error
 from gptlab.errors import ConfigError
 
@@ -35,10 +34,6 @@ class TokenStore:
     folder: Path
     meta: dict
     tokens: np.ndarray  # [count] model ids, an np.memmap of tokens.bin
-
-    @property
-    def vocab(self) -> list[int] | None:
-        return self.meta["vocab"]
 
 
 def store_key(identity: list[dict], encoding: str, vocab_mode: str) -> str:
@@ -74,26 +69,11 @@ def open_store(folder: Path) -> TokenStore | None:
     return TokenStore(folder, meta, mapped)
 
 
-def temporary_folder(folder: Path) -> Path:
-    return folder.parent / f".{folder.name}.{socket.gethostname()}.{os.getpid()}.tmp"
-
-
-def remove_stale(cache_dir: Path) -> None:
-    """Remove the temporary folders of stores whose process (on this host) is gone."""
-    host = socket.gethostname()
-    for tmp in Path(cache_dir).glob(".*.tmp"):
-        parts = tmp.name[1 : -len(".tmp")].split(".", 1)
-        where, _, pid = parts[-1].rpartition(".")
-        if len(parts) == 2 and where == host and pid.isdigit() and tmp.is_dir() and gone(pid):
-            shutil.rmtree(tmp, ignore_errors=True)
-            log.info("Removed %s, left by a tokenization that was killed", tmp)
-
-
 def write_store(
     folder: Path, encoded: Iterable[np.ndarray], encoding, vocab: str | list[int], meta: dict
 ) -> None:
     """Write `encoded` (tiktoken ids) as a store; `vocab`: compact, full, or a checkpoint's ids."""
-    tmp = temporary_folder(folder)
+    tmp = temporary(folder)
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         tmp.mkdir(parents=True)
@@ -152,7 +132,7 @@ def publish(tmp: Path, folder: Path) -> None:
     if folder.exists():
         if open_store(folder) is not None:
             return
-        old = temporary_folder(folder.with_name(f"{folder.name}-old"))
+        old = temporary(folder.with_name(f"{folder.name}-old"))
         os.replace(folder, old)
         shutil.rmtree(old, ignore_errors=True)
     try:

@@ -2,17 +2,13 @@
 tiktoken id `vocab[i]`. Checkpoints store `vocab`, so they alone can encode and decode prompts."""
 
 import contextlib
-import os
 from unittest import mock
 
 import numpy as np
 import tiktoken
+import tiktoken.load
 
 from gptlab.errors import ConfigError
-
-# requests honours these: a download tried while they point at a closed port here fails at once
-PROXIES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
-CLOSED_PORT = "http://127.0.0.1:9"
 
 
 def check_encoding(name: str) -> None:
@@ -25,13 +21,9 @@ def check_encoding(name: str) -> None:
         )
 
 
-@contextlib.contextmanager
 def no_downloads():
-    """While it lasts, any download requests would make fails at once, on this machine."""
-    with mock.patch.dict(os.environ, dict.fromkeys(PROXIES, CLOSED_PORT)):  # restored after
-        for key in ("NO_PROXY", "no_proxy"):
-            os.environ.pop(key, None)
-        yield
+    """While it lasts, tiktoken's fetch of a file its cache lacks fails at once."""
+    return mock.patch.object(tiktoken.load, "read_file", side_effect=OSError("no downloads"))
 
 
 def load_encoding(name: str, offline: bool = False) -> tiktoken.Encoding:
@@ -103,17 +95,15 @@ class Tokenizer:
         """Raw tiktoken ids; special-token text is treated as plain text."""
         return np.asarray(self.encoding.encode_ordinary(text), dtype=np.uint32)
 
-    def to_model_ids(self, tiktoken_ids: np.ndarray) -> np.ndarray:
-        if self.vocab is None:
-            return tiktoken_ids.astype(np.int64)
-        idx = np.searchsorted(self.vocab, tiktoken_ids)
-        missing = self.vocab[np.minimum(idx, len(self.vocab) - 1)] != tiktoken_ids
-        if missing.any():
-            raise unseen_tokens_error(self.encoding, tiktoken_ids[missing])
-        return idx.astype(np.int64)
-
     def encode(self, text: str) -> list[int]:
-        return self.to_model_ids(self.encode_tiktoken(text)).tolist()
+        ids = self.encode_tiktoken(text)
+        if self.vocab is None:
+            return ids.tolist()
+        idx = np.searchsorted(self.vocab, ids)
+        missing = self.vocab[np.minimum(idx, len(self.vocab) - 1)] != ids
+        if missing.any():
+            raise unseen_tokens_error(self.encoding, ids[missing])
+        return idx.tolist()
 
     def encode_prompt(self, prompt) -> list[int]:
         """Model ids of a prompt; an empty prompt starts from a newline token."""
@@ -141,7 +131,7 @@ class Tokenizer:
         """UTF-8 bytes of each model id's token (0 for unused ids and the end-of-text token): a loss
         in nats per token becomes bits per byte, comparable across tokenizers."""
         ids = range(self.vocab_size) if self.vocab is None else self.vocab.tolist()
-        special = self.special_ids()
+        special = {self.encoding.encode_single_token(t) for t in self.encoding.special_tokens_set}
         lengths = np.zeros(len(ids), dtype=np.int64)
         for i, token in enumerate(ids):
             if token not in special:
@@ -149,14 +139,8 @@ class Tokenizer:
                     lengths[i] = len(self.encoding.decode_single_token_bytes(int(token)))
         return lengths
 
-    def special_ids(self) -> set[int]:
-        return {self.encoding.encode_single_token(t) for t in self.encoding.special_tokens_set}
-
     def state_dict(self) -> dict:
-        """Plain types only, so checkpoints load with torch.load(weights_only=True)."""
+        """Plain types only, so checkpoints load with torch.load(weights_only=True); Tokenizer(**it)
+        is the tokenizer again."""
         vocab = None if self.vocab is None else self.vocab.tolist()
         return {"encoding": self.encoding.name, "vocab": vocab}
-
-    @classmethod
-    def from_state_dict(cls, state: dict) -> "Tokenizer":
-        return cls(state["encoding"], state["vocab"])

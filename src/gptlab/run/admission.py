@@ -72,15 +72,6 @@ def follow(place: Path, key: str) -> None:
         time.sleep(0.1)
 
 
-@contextlib.contextmanager
-def refusals() -> Iterator[None]:
-    """Hydra only warns about a callback's exception and goes on: a refusal passes through."""
-    try:
-        yield
-    except ConfigError as e:
-        raise Refusal(e) from None
-
-
 class Outputs(Callback):
     """Hydra's callback that decides a start's directory before Hydra writes a byte there, and
     pins it (a second resolution could name another); `signed`: gptlab-train's runs and sweeps."""
@@ -88,13 +79,18 @@ class Outputs(Callback):
     def __init__(self, signed: bool = False) -> None:
         self.signed = signed
 
+    # Hydra only warns about a callback's exception and goes on: a refusal passes through
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        with refusals():
+        try:
             self.start_run(config)
+        except ConfigError as e:
+            raise Refusal(e) from None
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        with refusals():
+        try:
             self.start_sweep(config)
+        except ConfigError as e:
+            raise Refusal(e) from None
 
     def start_run(self, config: DictConfig) -> None:
         key = "hydra.run.dir"

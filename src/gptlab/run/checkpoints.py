@@ -4,7 +4,7 @@ Light to import: torch comes in when needed."""
 
 import dataclasses
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from gptlab import reader
 from gptlab.data.tokenizer import check_state
@@ -53,43 +53,32 @@ def not_gptlab(path: str | Path, what: str) -> ConfigError:
     )
 
 
-def checked_model(model: Any, path: str | Path) -> dict:
-    """A checkpoint's model settings, each a field of GPTConfig, checked by GPTConfig."""
+def model_settings(checkpoint: dict, path: str | Path) -> tuple[dict, dict]:
+    """Its model settings, each a field of GPTConfig, checked by GPTConfig; its tokenizer a
+    tiktoken encoding on this machine and, for a compact vocabulary, its sorted id list."""
+    hparams = checkpoint.get("hyper_parameters")
+    model = hparams.get("model") if isinstance(hparams, dict) else None
     if not isinstance(model, dict):
         raise not_gptlab(path, "no model settings")
     unknown = set(model) - {f.name for f in dataclasses.fields(GPTConfig)}
     if unknown:
         raise not_gptlab(path, f"an unknown model setting {sorted(unknown)[0]!r}")
     try:
-        return dataclasses.asdict(GPTConfig(**model))
+        model = dataclasses.asdict(GPTConfig(**model))
     except ConfigError as e:
         raise not_gptlab(path, str(e).rstrip(".")) from None
-
-
-def checked_tokenizer(tokenizer: Any, path: str | Path) -> dict:
-    """A tiktoken encoding on this machine and, for a compact vocabulary, its sorted id list."""
+    tokenizer = hparams.get("tokenizer")
     problem = check_state(tokenizer)
     if problem:
         raise not_gptlab(path, problem)
-    return {"encoding": tokenizer["encoding"], "vocab": tokenizer["vocab"]}
-
-
-def model_settings(checkpoint: dict, path: str | Path) -> tuple[dict, dict]:
-    hparams = checkpoint.get("hyper_parameters")
-    if not isinstance(hparams, dict):
-        raise not_gptlab(path, "no hyperparameters")
-    model = checked_model(hparams.get("model"), path)
-    return model, checked_tokenizer(hparams.get("tokenizer"), path)
+    return model, {"encoding": tokenizer["encoding"], "vocab": tokenizer["vocab"]}
 
 
 def weights(checkpoint: dict, path: str | Path) -> dict:
-    """The checkpoint's tensors by name, finite (torch.compile's `_orig_mod.` dropped)."""
-    import torch
-
+    """The checkpoint's tensors by name (reader.load_checkpoint checked each is one), finite
+    (torch.compile's `_orig_mod.` dropped)."""
     state = checkpoint.get("state_dict")
-    if not isinstance(state, dict) or not all(
-        isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()
-    ):
+    if not isinstance(state, dict):
         raise not_gptlab(path, "no weights")
     broken = [k for k, v in state.items() if v.is_floating_point() and not v.isfinite().all()]
     if broken:
@@ -145,7 +134,7 @@ def load_model(path: str | Path, map_location="cpu"):
     GPT.bounded(config, trained.weights, f"ckpt_path: '{path}'")
     model = GPT(config)
     model.load_state_dict({k.removeprefix("model."): v for k, v in trained.weights.items()})
-    tokenizer = Tokenizer.from_state_dict(trained.tokenizer)
+    tokenizer = Tokenizer(**trained.tokenizer)
     return model.to(map_location).eval(), tokenizer, trained.step
 
 
@@ -164,19 +153,16 @@ def step_of(checkpoint: dict) -> int:
 
 def check_architecture(path: str | Path, trained: Trained, hparams: dict) -> None:
     """Refuse a checkpoint trained with another architecture or vocabulary, naming what differs."""
-    model = hparams["model"]
-    differ = [
-        f"model.{k}: checkpoint {trained.model.get(k)!r}, now {model[k]!r}"
-        for k in GPTConfig.architecture()
-        if trained.model.get(k) != model[k]
-    ]
+    model, old = hparams["model"], trained.model
+    changed = [k for k in GPTConfig.architecture() if old[k] != model[k]]
+    differ = [f"model.{k}: checkpoint {old[k]!r}, now {model[k]!r}" for k in changed]
     if trained.tokenizer != hparams["tokenizer"]:
         differ.append("the tokenizer (data.encoding / data.compact_vocab / corpus)")
     # the checkpoint's own settings as overrides (the context length is the data's)
     wanted = [
-        as_override("data.context_length" if k == "context_length" else f"model.{k}", v)
-        for k, v in trained.model.items()
-        if k in GPTConfig.architecture() and v != model[k] and k != "vocab_size"
+        as_override("data.context_length" if k == "context_length" else f"model.{k}", old[k])
+        for k in changed
+        if k != "vocab_size"
     ]
     add = f"add its settings ({' '.join(wanted)}), or " if wanted else ""
     if differ:

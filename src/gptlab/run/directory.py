@@ -61,12 +61,12 @@ def metrics_file(run_dir: str | Path) -> Path:
     return Path(run_dir) / METRICS
 
 
-def saved_config(run_dir: str | Path, start: str = HYDRA) -> Path:
-    return Path(run_dir) / start / SAVED_CONFIG
+def saved_config(run_dir: str | Path) -> Path:
+    return Path(run_dir) / HYDRA / SAVED_CONFIG
 
 
-def saved_overrides(run_dir: str | Path, start: str = HYDRA) -> Path:
-    return Path(run_dir) / start / SAVED_OVERRIDES
+def saved_overrides(run_dir: str | Path) -> Path:
+    return Path(run_dir) / HYDRA / SAVED_OVERRIDES
 
 
 def later_start_subdir() -> str:

@@ -72,8 +72,11 @@ class Place:
         return place
 
     def refuse_inside(self, place: Path, key: str, inside: Path | None) -> None:
-        """No place inside a run or sweep directory (`inside`) but one of the user's own."""
-        if inside is not None and not self.owns(inside):
+        """No place inside a run or sweep directory (`inside`) but one of the user's own: this
+        process's, or a verified own one."""
+        if inside is None or any(inside.is_relative_to(root) for root in self.roots):
+            return
+        if isinstance(ownership.owner(inside), str):
             raise ConfigError(
                 f"{key}: '{place}' lies inside the run or sweep directory '{inside}', which "
                 "gptlab does not write into (it may be anyone's). Run gptlab from another "
@@ -96,16 +99,6 @@ class Place:
                 f"empty folder only, and writes nothing into one that holds anything. Give a new "
                 f"folder, {way}"
             )
-
-    def owns(self, folder: Path) -> bool:
-        """A run or sweep of this process's, or a verified own one (a folder of files inside)."""
-        if any(folder == root or folder.is_relative_to(root) for root in self.roots):
-            return True
-        try:
-            ownership.own(folder, "")
-        except ConfigError:
-            return False
-        return True
 
     def admit_job(self, path: str | Path) -> Path:
         """A sweep's job directory (Hydra made it): inside its sweep, where it resolves."""

@@ -57,21 +57,20 @@ class Length(NamedTuple):
     max_steps: int
     tokens_per_step: int  # over every rank
     ranks: int  # the processes it was counted for
-    branch_steps: tuple[int, ...] = ()  # where a wsd run keeps checkpoints for its branches
+    branch_steps: tuple[int, ...]  # where a wsd run keeps checkpoints for its branches
 
 
-def run_length(cfg: DictConfig, flops_per_token: int, optim: OptimConfig | None = None) -> Length:
+def run_length(cfg: DictConfig, flops_per_token: int, optim: OptimConfig) -> Length:
     """trainer.max_steps, or the steps flops_budget buys, or a branch's (branch_step=: the wsd
     run whose cooldown starts there), said when they differ; `optim`'s schedule checked."""
     ranks = world_size(cfg.trainer)
     tokens = tokens_per_step(cfg, ranks)
-    branch = optim is not None and cfg.get("branch_from")
-    if cfg.flops_budget is not None and not branch:
-        steps = steps_for_budget(cfg.flops_budget, flops_per_token, tokens)
-        why = f"flops_budget={cfg.flops_budget:g}"
-    elif branch:
+    if cfg.get("branch_from"):
         steps, why = branch_length(optim, cfg.branch_step), f"branch_step={cfg.branch_step}"
         optim = replace(optim, branch_at=[])  # a branch keeps no branches of its own
+    elif cfg.flops_budget is not None:
+        steps = steps_for_budget(cfg.flops_budget, flops_per_token, tokens)
+        why = f"flops_budget={cfg.flops_budget:g}"
     else:
         steps, why = cfg.trainer.max_steps, None
     if why and cfg.trainer.max_steps not in (-1, steps):
@@ -79,7 +78,5 @@ def run_length(cfg: DictConfig, flops_per_token: int, optim: OptimConfig | None 
             f"{why} decides the run's length: {steps} steps (not "
             f"trainer.max_steps={cfg.trainer.max_steps})"
         )
-    if optim is None:
-        return Length(steps, tokens, ranks)
     check_schedule(optim, steps)
     return Length(steps, tokens, ranks, tuple(branch_steps(optim, steps)))

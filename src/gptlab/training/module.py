@@ -42,7 +42,7 @@ class GPTModule(L.LightningModule):
 
     @cached_property
     def tokenizer(self) -> Tokenizer:
-        return Tokenizer.from_state_dict(self.tokenizer_state)
+        return Tokenizer(**self.tokenizer_state)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         return self.model(ids)

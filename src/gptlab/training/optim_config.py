@@ -27,63 +27,43 @@ class OptimConfig:
     branch_at: list[float] = field(default_factory=list)  # wsd: checkpoints to branch from
 
     def __post_init__(self) -> None:
-        self.check_adamw()
-        self.check_muon()
-        self.check_wsd()
-
-    def check_adamw(self) -> None:
+        """Each setting in its range or among its choices; min_lr at most lr where it decays;
+        branch_at in wsd's stable phase (its steps: check_schedule, once the length is known)."""
         self.betas = [float(b) for b in self.betas]
-        if self.lr <= 0:
-            raise ConfigError(f"optim.lr={self.lr}: the learning rate must be positive.")
-        if self.weight_decay < 0:
-            raise ConfigError(f"optim.weight_decay={self.weight_decay}: it must be 0 or more.")
-        if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
-            raise ConfigError(
-                f"optim.betas={self.betas}: give two numbers in [0, 1), e.g. [0.9,0.95]."
-            )
-        if self.schedule not in SCHEDULES:
-            raise ConfigError(f"optim.schedule={self.schedule!r}: choose one of {SCHEDULES}.")
-        if self.warmup_steps < 0 or self.min_lr < 0:
-            raise ConfigError("optim.warmup_steps and optim.min_lr must be 0 or more.")
+        self.branch_at = [float(f) for f in self.branch_at]
+        ranges = {
+            "lr": (self.lr > 0, "the learning rate must be positive"),
+            "weight_decay": (self.weight_decay >= 0, "it must be 0 or more"),
+            "betas": (
+                len(self.betas) == 2 and all(0.0 <= b < 1.0 for b in self.betas),
+                "give two numbers in [0, 1), e.g. [0.9,0.95]",
+            ),
+            "warmup_steps": (self.warmup_steps >= 0, "it must be 0 or more"),
+            "min_lr": (self.min_lr >= 0, "it must be 0 or more"),
+            "muon_lr": (self.muon_lr > 0, "the learning rate must be positive"),
+            "muon_momentum": (0.0 <= self.muon_momentum < 1.0, "it must be in [0, 1), e.g. 0.95"),
+            "cooldown_fraction": (
+                0.0 < self.cooldown_fraction < 1.0,
+                "the cooldown's share of the run's steps must be in (0, 1), e.g. 0.2",
+            ),
+        }
+        for key, (ok, rule) in ranges.items():
+            if not ok:
+                raise ConfigError(f"optim.{key}={getattr(self, key)}: {rule}.")
+        for key, choices in CHOICES.items():
+            if getattr(self, key) not in choices:
+                raise ConfigError(f"optim.{key}={getattr(self, key)!r}: choose one of {choices}.")
         if self.schedule != "constant" and self.min_lr > self.lr:
             raise ConfigError(
                 f"optim.min_lr={self.min_lr} is above optim.lr={self.lr}: the {self.schedule} "
                 "schedule decays from lr down to min_lr. Lower optim.min_lr."
             )
-
-    def check_muon(self) -> None:
-        if self.name not in ("adamw", "muon"):
-            raise ConfigError(f"optim.name={self.name!r}: choose one of ('adamw', 'muon').")
-        if self.muon_lr <= 0:
-            raise ConfigError(f"optim.muon_lr={self.muon_lr}: the learning rate must be positive.")
-        if not 0.0 <= self.muon_momentum < 1.0:
-            raise ConfigError(
-                f"optim.muon_momentum={self.muon_momentum}: it must be in [0, 1), e.g. 0.95."
-            )
-        if self.muon_adjust_lr not in ("original", "match_rms_adamw"):
-            raise ConfigError(
-                f"optim.muon_adjust_lr={self.muon_adjust_lr!r}: choose one of "
-                "('original', 'match_rms_adamw')."
-            )
-
-    def check_wsd(self) -> None:
-        """The cooldown's settings; branch_at only in wsd's stable phase (before the cooldown)."""
-        self.branch_at = [float(f) for f in self.branch_at]
-        if not 0.0 < self.cooldown_fraction < 1.0:
-            raise ConfigError(
-                f"optim.cooldown_fraction={self.cooldown_fraction}: the cooldown's share of the "
-                "run's steps must be in (0, 1), e.g. 0.2."
-            )
-        if self.cooldown_shape not in COOLDOWN_SHAPES:
-            raise ConfigError(
-                f"optim.cooldown_shape={self.cooldown_shape!r}: choose one of {COOLDOWN_SHAPES}."
-            )
-        stable_end = 1.0 - self.cooldown_fraction
         if self.branch_at and self.schedule != "wsd":
             raise ConfigError(
                 f"optim.branch_at={self.branch_at}: branches are cooldowns from a constant "
                 f"learning rate, so they need optim.schedule=wsd (now {self.schedule!r})."
             )
+        stable_end = 1.0 - self.cooldown_fraction
         if not all(0.0 < f <= stable_end for f in self.branch_at):
             raise ConfigError(
                 f"optim.branch_at={self.branch_at}: each must be a fraction of the run's steps in "
@@ -92,8 +72,12 @@ class OptimConfig:
             )
 
 
-SCHEDULES = ("cosine", "constant", "wsd")
-COOLDOWN_SHAPES = ("1-sqrt", "linear")
+CHOICES = {
+    "schedule": ("cosine", "constant", "wsd"),
+    "name": ("adamw", "muon"),  # Muon for the blocks' matrices, AdamW for the rest
+    "muon_adjust_lr": ("original", "match_rms_adamw"),
+    "cooldown_shape": ("1-sqrt", "linear"),
+}
 
 
 def cooldown_start(optim: OptimConfig, total_steps: int) -> int:

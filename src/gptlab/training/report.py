@@ -1,5 +1,6 @@
-"""The end of a run, told once, in the process that trains rank 0 whatever the launch path:
-the test split, metrics.json, the trackers' results and the report."""
+"""gptlab's own callbacks of a run, made once, and the end of the run (RunReport), told once, in
+the process that trains rank 0 whatever the launch path: the test split, metrics.json, the
+trackers' results and the report."""
 
 import logging
 import math
@@ -14,11 +15,20 @@ from omegaconf import OmegaConf
 from gptlab import reader
 from gptlab.errors import ConfigError
 from gptlab.run import directory
+from gptlab.run.logs import SpawnedRank
 from gptlab.run.place import PLACE
+from gptlab.training.callbacks import (
+    BranchCheckpoints,
+    DivergenceGuard,
+    FinalValidation,
+    GracefulStop,
+    RngState,
+    ValidationStep,
+)
 from gptlab.training.fitting import best_val_loss
 from gptlab.training.pruning import pruning_result
 from gptlab.training.run_stats import RunStats
-from gptlab.training.trackers import log_results
+from gptlab.training.trackers import StepLoggedBeforeSave, log_results
 
 log = logging.getLogger("gptlab.train")
 
@@ -27,10 +37,10 @@ class RunReport(L.Callback):
     """At the end of fit, on rank 0: the test split, metrics.json, the loggers, the report."""
 
     def __init__(
-        self, cfg: dict, run_dir: str, stats: RunStats, overrides: list[str], swept: list[str]
+        self, cfg: dict, run_dir: Path, stats: RunStats, overrides: list[str], swept: list[str]
     ):
         self.cfg = cfg
-        self.run_dir = Path(run_dir)
+        self.run_dir = run_dir
         self.stats = stats
         self.overrides = overrides
         self.swept = swept  # the overrides its sweep varies: the trackers show them first
@@ -134,3 +144,23 @@ class RunReport(L.Callback):
         if any(isinstance(logger, TensorBoardLogger) for logger in trainer.loggers):
             lines.append(f"TensorBoard: tensorboard --logdir {self.run_dir}")
         return lines
+
+
+def run_callbacks(
+    cfg, run_dir: Path, module, length, overrides: list[str], swept: list[str]
+) -> list[L.Callback]:
+    """gptlab's own callbacks of a run, in the order Lightning calls them: the run's end
+    (RunReport, told its job's overrides and those its sweep varies) last."""
+    stats = RunStats(length.tokens_per_step, module.model.flops_per_token())
+    return [
+        SpawnedRank(run_dir),
+        stats,
+        StepLoggedBeforeSave(),
+        ValidationStep(),
+        FinalValidation(),
+        GracefulStop(),
+        RngState(),
+        DivergenceGuard(),
+        BranchCheckpoints(length.branch_steps, str(run_dir)),
+        RunReport(OmegaConf.to_container(cfg), run_dir, stats, overrides, swept),
+    ]
