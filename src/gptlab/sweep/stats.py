@@ -25,12 +25,12 @@ def sort_key(value: Any) -> tuple:
 
 
 def group_configurations(rows: list[dict], knobs: list[str]) -> dict[str, list[dict]]:
-    """Jobs alike in every knob but `seed`, named "key=value ..." ("(every job)" when only the seed
-    is swept), in the order first seen."""
+    """Jobs alike in every knob but `seed`, named "key=value ..." by the knobs they set ("(every
+    job)" when only the seed is swept), in the order first seen."""
     group = [key for key in knobs if key != "seed"]
     members = {}
     for row in rows:
-        name = " ".join(f"{key}={row.get(key)}" for key in group) or "(every job)"
+        name = " ".join(f"{k}={row[k]}" for k in group if row.get(k) is not None) or "(every job)"
         members.setdefault(name, []).append(row)
     return members
 
