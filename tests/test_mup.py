@@ -73,6 +73,23 @@ def test_mup_rules_four_times_wider_than_the_base():
     assert sorted(scheduler.get_last_lr()) == [1.25e-4, 5e-4, 5e-4]  # each group's own lr, halved
 
 
+@pytest.mark.parametrize("d_model", [32, 128])
+def test_mutransfers_base_multipliers_hold_at_every_width(d_model):
+    """model.mup_*: times the rules' own output, embedding and attention multipliers and every
+    initial draw, the same at the base (32) and 4x wider: what is tuned there carries over."""
+    mults = {"mup_output": 2.0, "mup_embedding": 3.0, "mup_init": 0.5, "mup_attention": 0.25}
+    plain, tuned = (
+        model(d_model=d_model, **mup_at(32)),
+        model(d_model=d_model, **mup_at(32), **mults),
+    )
+    assert tuned.output_mult == pytest.approx(2.0 * plain.output_mult)
+    assert tuned.embed_mult == pytest.approx(3.0 * plain.embed_mult)
+    assert tuned.blocks[0].attn.scale == pytest.approx(0.25 * plain.blocks[0].attn.scale)
+    for name in ("token_embedding.weight", "head.weight", "blocks.1.ffn.down.weight"):
+        ratio = tuned.get_parameter(name) / plain.get_parameter(name)
+        assert torch.allclose(ratio, torch.full_like(ratio, 0.5)), name
+
+
 @pytest.mark.parametrize(
     "toggles",
     [{}, {"positional": "rope", "qk_norm": True, "activation": "swiglu", "tie_weights": True}],
@@ -106,7 +123,8 @@ def test_depth_rule_scales_the_residual_branches():
 
 @pytest.mark.parametrize(
     "settings",
-    [{"parametrization": "mu"}, {"base_width": 0}, {"base_depth": 0}, {"base_width": 64.0}],
+    [{"parametrization": "mu"}, {"base_width": 0}, {"base_depth": 0}, {"base_width": 64.0}]
+    + [{"mup_output": 0.0}, {"mup_init": -1.0}],
 )
 def test_bad_mup_settings_are_refused(settings):
     with pytest.raises(ConfigError, match=f"model.{next(iter(settings))}"):
