@@ -1,7 +1,7 @@
-"""experiment=mutransfer's verdict (docs/model.md): the widest model trained with the rate and
-multipliers tuned at the narrowest width under μP, against the widest tuned directly on a rate
-grid under the standard parametrisation; each side's val loss over its seeds with a 95% interval,
-and the FLOPs its tuning spent (μP: the base trials; standard: its whole grid)."""
+"""experiment=mutransfer's verdict (docs/model.md): the widest model trained with the values tuned
+at the narrowest width under μP, against the widest tuned directly on a rate grid under standard;
+each side's val loss over its seeds with a 95% interval, and the FLOPs its tuning spent (μP: the
+base trials; standard: its whole grid, whose best rate's jobs are its wide models)."""
 
 import statistics
 from pathlib import Path
@@ -12,14 +12,12 @@ from gptlab.sweep.tables import format_estimate, markdown_table
 from gptlab.sweep.transfer import EDGE
 
 
-def flops(jobs: list[dict]) -> float:
-    """What the jobs' training spent, pruned and failed ones included (metrics.json's)."""
-    return sum(number(job.get("train_flops")) or 0.0 for job in jobs)
-
-
-def loss(jobs: list[dict]) -> str:
-    values = job_values(jobs, "best_val_loss")
-    return format_estimate(statistics.fmean(values), ci_half_width(values)) if values else ""
+def side(name: str, how: str, tuning: list[dict], jobs: list[dict]) -> list:
+    """A row: the side, how it was tuned, its tuning FLOPs, its seeds, mean val loss ± 95%."""
+    spent = sum(number(job.get("train_flops")) or 0.0 for job in tuning)  # pruned, failed too
+    losses = job_values(jobs, "best_val_loss")
+    loss = format_estimate(statistics.fmean(losses), ci_half_width(losses)) if losses else ""
+    return [name, how, f"{spent:.3g}", len(losses), loss, spent, losses]
 
 
 def mutransfer_section(rows: list[dict], sweep_dir: Path) -> list[str]:
@@ -29,77 +27,49 @@ def mutransfer_section(rows: list[dict], sweep_dir: Path) -> list[str]:
         saved = saved.get(key) if isinstance(saved, dict) else {}
     if not isinstance(saved, dict) or not saved.get("after"):
         return []
-    lines = ["## μTransfer against direct tuning", ""]
     widths = sorted({w for row in rows if (w := number(row.get("d_model"))) is not None})
-    if len(widths) < 2:
-        return [*lines, "No verdict: the sweep holds no wide model yet.", ""]
-    base = [row for row in rows if number(row.get("d_model")) == widths[0]]
-    wide = [row for row in rows if number(row.get("d_model")) == widths[-1]]
+    base = [row for row in rows if widths and number(row.get("d_model")) == widths[0]]
+    wide = [row for row in rows if len(widths) > 1 and number(row.get("d_model")) == widths[-1]]
     mup = [row for row in wide if row.get("model.parametrization") == "mup"]
+    standard = [row for row in wide if row.get("model.parametrization") == "standard"]
     by_lr = {}
-    for row in wide:
-        if row.get("model.parametrization") == "standard":
-            by_lr.setdefault(number(row.get("lr")), []).append(row)
+    for row in standard:
+        by_lr.setdefault(number(row.get("lr")), []).append(row)
     means = {
-        lr: statistics.fmean(v)
-        for lr, jobs in by_lr.items()
-        if (v := job_values(jobs, "best_val_loss"))
+        lr: statistics.fmean(v) for lr, j in by_lr.items() if (v := job_values(j, "best_val_loss"))
     }
+    lines = ["## μTransfer against direct tuning", ""]
     if not job_values(mup, "best_val_loss") or not means:
-        return [*lines, "No verdict: the wide models of one side or both did not finish.", ""]
+        return [*lines, "No verdict: a side's wide models did not finish.", ""]
     best = min(means, key=means.get)
     edge = f" ({EDGE})" if best in (min(by_lr), max(by_lr)) else ""
-    direct = by_lr[best]
-    cost = (flops(base), sum(flops(jobs) for jobs in by_lr.values()))
-    tuned = " ".join(f"{k}={v:.4g}" for k, v in tuned_values(mup).items())
+    tuned = " ".join(
+        f"{k}={mup[0][k]:.3g}" for k in mup[0] if k.startswith(("optim.lr", "model.mup_"))
+    )
     grid = ", ".join(f"{lr:g}" for lr in sorted(by_lr))
     table = [
-        [
-            "μTransfer (μP)",
-            f"{len(base)} trials at d_model {widths[0]:g}: {tuned}",
-            f"{cost[0]:.3g}",
-            len(job_values(mup, "best_val_loss")),
-            loss(mup),
-        ],
-        [
-            "direct (standard)",
-            f"optim.lr {grid} at d_model {widths[-1]:g}: best {best:g}{edge}",
-            f"{cost[1]:.3g}",
-            len(job_values(direct, "best_val_loss")),
-            loss(direct),
-        ],
+        side("μTransfer (μP)", f"{len(base)} trials at d_model {widths[0]:g}: {tuned}", base, mup),
+        side("direct (standard)", f"optim.lr {grid}: best {best:g}{edge}", standard, by_lr[best]),
     ]
-    delta, half, p = welch(job_values(mup, "best_val_loss"), job_values(direct, "best_val_loss"))
-    said = verdict(delta, p)
-    share = cost[0] / cost[1] if cost[1] else float("inf")
-    pays = (delta <= 0 or said == "not distinguishable") and share <= 0.25 and not edge
+    delta, half, p = welch(table[0][-1], table[1][-1])
+    share = table[0][-2] / table[1][-2] if table[1][-2] else float("inf")
+    faults = ((delta > 0, "a higher loss"), (share > 0.25, "over 25% of the FLOPs"))
+    why = [fault for bad, fault in (*faults, (edge, "the standard optimum at its edge")) if bad]
+    said = f"does not pay ({'; '.join(why)})" if why else "pays"
     header = [
         "side",
         "tuned by",
         "tuning FLOPs",
         "seeds",
-        f"val loss at d_model {widths[-1]:g} [±95%]",
+        f"val loss ± 95%, d_model {widths[-1]:g}",
     ]
     return [
         *lines,
-        *markdown_table(header, table),
+        *markdown_table(header, [row[:5] for row in table]),
         "",
-        f"- Verdict: μTransfer {'pays' if pays else 'does not pay'}: its wide model's val loss is "
-        f"{format_estimate(delta, half, '+.4f')} against the directly tuned one's (Welch: {said}), "
-        f"for {share:.1%} of the standard side's tuning FLOPs (the bar: at most as good a loss, "
-        "or one the test cannot tell apart, for at most 25%, with the standard optimum inside its"
-        " grid).",
+        f"- Verdict: μTransfer {said}: its wide model's val loss is "
+        f"{format_estimate(delta, half, '+.4f')} against the directly tuned one's (Welch: "
+        f"{verdict(delta, p)}), for {share:.1%} of the standard side's tuning FLOPs (it pays at "
+        "a loss at most the other's for at most 25%, the standard optimum inside its grid).",
         "",
     ]
-
-
-def tuned_values(jobs: list[dict]) -> dict[str, float]:
-    """The transferred values: what the wide μP jobs were given besides width and seed."""
-    keys = (
-        "optim.lr",
-        "model.mup_output",
-        "model.mup_embedding",
-        "model.mup_init",
-        "model.mup_attention",
-    )
-    return {k.split(".")[-1]: number(jobs[0].get(k)) for k in keys if number(jobs[0].get(k))}
