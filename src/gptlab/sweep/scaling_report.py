@@ -20,9 +20,9 @@ def verdict_line(fit: dict) -> str:
     return f"**Not identified:** {'; '.join(fit['why_not'])}. Not extrapolated in the plot."
 
 
-def exponent(fit: dict, name: str, spec: str = ".3g") -> str:
-    """An exponent with its interval, or "not identified" (a number from such a fit, e.g.
-    -6.31e-16, would read as a finding)."""
+def estimate(fit: dict, name: str, spec: str = ".3g") -> str:
+    """A fitted value with its interval, or "not identified" (a number from such a fit, e.g.
+    a = -6.31e-16, would read as a finding)."""
     if not fit["identified"]:
         return "not identified"
     return format_estimate(fit[name], fit["ci95"][name], spec)
@@ -38,7 +38,7 @@ def approach2_lines(fit: dict) -> list[str]:
     return [
         "### Approach 2: a parabola per IsoFLOP budget",
         "",
-        f"N_opt ∝ C^a with a = {exponent(fit, 'a')}; D_opt ∝ C^b with b = {exponent(fit, 'b')} "
+        f"N_opt ∝ C^a with a = {estimate(fit, 'a')}; D_opt ∝ C^b with b = {estimate(fit, 'b')} "
         f"(95% bootstrap over jobs within each budget, {fit['draws_used']} draws).",
         "",
         verdict_line(fit),
@@ -52,12 +52,7 @@ def approach2_lines(fit: dict) -> list[str]:
 
 def approach3_lines(law: dict) -> list[str]:
     rows = [
-        [
-            name,
-            exponent(law, name, ".4g")
-            if name in ("alpha", "beta", "a")
-            else format_estimate(law[name], law["ci95"][name], ".4g"),
-        ]
+        [name, estimate(law, name, ".4g")]
         for name in ("E", "A", "alpha", "B", "beta", "a")
         if law[name] is not None
     ]
