@@ -47,14 +47,13 @@ def scales(config: GPTConfig) -> Scales:
     # equal to 1/sqrt(head_size) at the base width
     base_head = config.base_width / config.num_heads if mup else config.head_size
     attention = config.mup_attention * math.sqrt(base_head) / config.head_size
-    init = config.mup_init
     return Scales(
         embedding=embedding * config.mup_embedding,
         # μP's readout 1/m: the logits' update stays Θ(1) (microsoft/mup's MuReadout)
         output=config.mup_output / width_mult(config),
         residual=1.0 / depth_mult(config),  # CompleteP (α = 1): base_depth / num_blocks
         attention=attention if mup or config.mup_attention != 1 else None,
-        hidden_init=init / math.sqrt(width_mult(config)),  # variance ∝ 1/fan_in
+        hidden_init=config.mup_init / math.sqrt(width_mult(config)),  # variance ∝ 1/fan_in
         # GPT-2's 1/sqrt(2 num_blocks) becomes the base depth's: CompleteP's branch multiplier
         # scales the branches instead
         proj_init=math.sqrt(depth_mult(config)),
