@@ -4,6 +4,7 @@ another width, and the coordinate check, which must fail for the standard parame
 import itertools
 import json
 import math
+import re
 import time
 
 import pytest
@@ -72,6 +73,23 @@ def test_mup_rules_four_times_wider_than_the_base():
     assert sorted(scheduler.get_last_lr()) == [1.25e-4, 5e-4, 5e-4]  # each group's own lr, halved
 
 
+@pytest.mark.parametrize("d_model", [32, 128])
+def test_mutransfers_base_multipliers_hold_at_every_width(d_model):
+    """model.mup_*: times the rules' own output, embedding and attention multipliers and every
+    initial draw, the same at the base (32) and 4x wider: what is tuned there carries over."""
+    mults = {"mup_output": 2.0, "mup_embedding": 3.0, "mup_init": 0.5, "mup_attention": 0.25}
+    plain, tuned = (
+        model(d_model=d_model, **mup_at(32)),
+        model(d_model=d_model, **mup_at(32), **mults),
+    )
+    assert tuned.output_mult == pytest.approx(2.0 * plain.output_mult)
+    assert tuned.embed_mult == pytest.approx(3.0 * plain.embed_mult)
+    assert tuned.blocks[0].attn.scale == pytest.approx(0.25 * plain.blocks[0].attn.scale)
+    for name in ("token_embedding.weight", "head.weight", "blocks.1.ffn.down.weight"):
+        ratio = tuned.get_parameter(name) / plain.get_parameter(name)
+        assert torch.allclose(ratio, torch.full_like(ratio, 0.5)), name
+
+
 @pytest.mark.parametrize(
     "toggles",
     [{}, {"positional": "rope", "qk_norm": True, "activation": "swiglu", "tie_weights": True}],
@@ -105,7 +123,8 @@ def test_depth_rule_scales_the_residual_branches():
 
 @pytest.mark.parametrize(
     "settings",
-    [{"parametrization": "mu"}, {"base_width": 0}, {"base_depth": 0}, {"base_width": 64.0}],
+    [{"parametrization": "mu"}, {"base_width": 0}, {"base_depth": 0}, {"base_width": 64.0}]
+    + [{"mup_output": 0.0}, {"mup_init": -1.0}],
 )
 def test_bad_mup_settings_are_refused(settings):
     with pytest.raises(ConfigError, match=f"model.{next(iter(settings))}"):
@@ -197,3 +216,45 @@ def test_transfer_experiments_hold_their_grids(experiment, size):
         model.pop("_target_")
         model.update({k.split(".")[1]: v for k, v in job.items() if k.startswith("model.")})
         GPTConfig(**{k: int(v) if k in ("d_model", "num_blocks") else v for k, v in model.items()})
+
+
+def test_mutransfer_workflow_writes_its_verdict_with_intervals(tmp_path):
+    """experiment=mutransfer end to end at a tiny size through the real command: 2 Optuna trials
+    at d_model 8 (the rate and the four base multipliers), the best carried to d_model 16 over 2
+    seeds, and d_model 16 tuned directly under standard on 2 rates x 2 seeds; summary.md's verdict
+    gives both wide models' val loss with 95% intervals and each side's tuning FLOPs."""
+    after = (
+        "[{best:true,model.parametrization:mup,model.d_model:16,seed:'1,2'},"
+        "{model.parametrization:standard,model.d_model:16,optim.lr:'1e-3,1e-2',seed:'1,2'}]"
+    )
+    tiny = ["trainer.max_steps=4", "trainer.val_check_interval=2", "optim.warmup_steps=1"]
+    tiny += ["model.d_model=8", "model.base_width=8", "logger=none", "data.batch_size=4"]
+    search = ["hydra.sweeper.n_trials=2", "hydra.sweeper.sampler.n_startup_trials=1"]
+    args = ["-m", "experiment=mutransfer", *tiny, *search, f"hydra.sweeper.after={after}"]
+    check(run_main(*args, "hydra.sweep.dir=sweep", cwd=tmp_path))
+    sweep = tmp_path / "sweep"
+    trials = [read_metrics(sweep / str(job)) for job in range(2)]
+    wide = [read_metrics(sweep / str(job)) for job in range(2, 8)]
+    assert all(m["num_params"] < wide[0]["num_params"] for m in trials)
+    transferred = {o for o in wide[0]["overrides"] if o.split("=")[0].startswith("model.mup_")}
+    assert len(transferred) == 4 and transferred <= set(wide[1]["overrides"])  # the best trial's
+    text = (sweep / "summary.md").read_text()
+    section = text.split("## μTransfer against direct tuning")[1].split("\n## ")[0]
+    mup_row, direct_row = [
+        line
+        for line in section.splitlines()
+        if line.startswith("| μT") or line.startswith("| direct")
+    ]
+    for row, jobs in ((mup_row, trials), (direct_row, wide[2:])):
+        flops = sum(m["train_flops"] for m in jobs)
+        assert f"| {flops:.3g} | 2 |" in row, row  # its tuning FLOPs, its 2 seeds
+        assert re.search(r"\| \d\.\d{4} ± \d\.\d{4} \|$", row), row  # mean ± the 95% half-width
+    assert (
+        "2 trials at d_model 8: optim.lr=" in mup_row and "optim.lr 0.001, 0.01: best" in direct_row
+    )
+    # two rates: the standard optimum is at an edge of its grid, so no verdict can say it pays
+    assert "(at the edge: the optimum may lie beyond)" in direct_row
+    said = r"- Verdict: μTransfer does not pay \(.*the standard optimum at its edge\): its wide "
+    assert re.search(said + r"model's val loss is [+-]\d\.\d{4} ± \d\.\d{4} against", section)
+    share = sum(m["train_flops"] for m in trials) / sum(m["train_flops"] for m in wide[2:])
+    assert f"for {share:.1%} of the standard side's tuning FLOPs" in section

@@ -387,3 +387,18 @@ def test_experiment_scaling_branches_lands_its_branches_on_the_grids_budgets():
             per_step * steps_for_budget(b, flops.flops_per_token(), tokens) for b in budgets
         )
     assert spent / full == pytest.approx(0.63, abs=0.02)
+
+
+def test_a_flat_loss_identifies_no_exponent_and_prints_none(tmp_path, monkeypatch):
+    """Every job of the grid at the same loss: no size is better at any budget, so there is no
+    exponent; scaling.md says "not identified" where a number (a = -6.31e-16) would read as one."""
+    law_sweep(tmp_path / "sweep")  # the grid's sizes and tokens
+    for path in (tmp_path / "sweep").glob("*/metrics.json"):
+        path.write_text(json.dumps({**json.loads(path.read_text()), "best_val_loss": 3.0}))
+    _, out = report(tmp_path / "sweep", tmp_path, monkeypatch, "--scaling")
+    fit = json.loads((out / "scaling.json").read_text())
+    assert not fit["approach2"]["identified"] and not fit["approach3"]["identified"]
+    text = (out / "scaling.md").read_text()
+    assert "with a = not identified; D_opt ∝ C^b with b = not identified" in text
+    table = text.split("| parameter | fit (95% CI) |")[1].split("\n\n")[0].splitlines()[2:]
+    assert table and all(row.endswith("| not identified |") for row in table), table

@@ -55,3 +55,15 @@ def test_one_seed_gives_no_interval(tmp_path):
     rows = jobs({32: 1e-2, 64: 5e-3}, seeds=(1,))
     text = "\n".join(transfer_section(rows, ["model.d_model", "optim.lr"], tmp_path))
     assert "| (every job) | 64 | 5 | 0.003 | 4.0392 | 0.005 |" in text
+
+
+def test_an_optimum_at_the_grids_edge_is_marked_and_gives_no_ratio(tmp_path):
+    """The wide model's optimum lies below the grid (1e-4): its best rate is the grid's lowest,
+    marked, and no transfer ratio is reported from it; the narrow one's, inside, stands."""
+    rows = jobs({32: 1e-2, 256: 1e-4})
+    text = "\n".join(transfer_section(rows, ["seed", "model.d_model", "optim.lr"], tmp_path))
+    [wide] = [line for line in text.splitlines() if line.startswith("| (every job) | 256 |")]
+    assert wide.endswith("(at the edge: the optimum may lie beyond) |")
+    assert "octaves" not in text and "x0." not in text
+    [narrow] = [line for line in text.splitlines() if line.startswith("| (every job) | 32 |")]
+    assert "edge" not in narrow

@@ -46,9 +46,16 @@ class GPTConfig:
     parametrization: str = "standard"  # standard | mup (μP: model/mup.py, docs/model.md)
     base_width: int = 128  # μP's base d_model: there μP is the standard parametrisation
     base_depth: int | None = None  # CompleteP's base num_blocks under mup; None: no depth rule
+    # μTransfer's base multipliers (model/mup.py), tuned at the base width with the rate and
+    # carried to every width: the logits', the token embedding's, the hidden matrices' initial
+    # std and the attention scale's; 1: the rules alone
+    mup_output: float = 1.0
+    mup_embedding: float = 1.0
+    mup_init: float = 1.0
+    mup_attention: float = 1.0
 
     # the settings a trained model's weights do not depend on: anything else names another model
-    TRAINING_ONLY = ("dropout", "attention", "compile", "zero_init")
+    TRAINING_ONLY = ("dropout", "attention", "compile", "zero_init", "mup_init")
 
     def __post_init__(self) -> None:
         self.check_types()
@@ -80,6 +87,9 @@ class GPTConfig:
                 f"{self.num_heads}: each head gets head_size = d_model // num_heads features. "
                 f"Pick num_heads among the divisors of {self.d_model}, or change d_model."
             )
+        for key in ("mup_output", "mup_embedding", "mup_init", "mup_attention"):
+            if not getattr(self, key) > 0:
+                raise ConfigError(f"model.{key}={getattr(self, key)}: give a positive multiplier.")
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"model.dropout={self.dropout}: it must satisfy 0 <= dropout < 1.")
         if self.logit_softcap is not None and self.logit_softcap < 0:

@@ -164,6 +164,10 @@ class GPT(nn.Module):
                 weight.mul_(scales.hidden_init)
             for weight in outputs:
                 weight.mul_(scales.proj_init)
+            # μTransfer's initial std (model.mup_init) draws the embedding and readout too (once
+            # when tied: a set)
+            for weight in {self.token_embedding.weight, self.head.weight}:
+                weight.mul_(config.mup_init)
         self.embed_mult = scales.embedding  # sqrt(d_model); μP: sqrt(base_width)
         self.output_mult = scales.output  # 1; μP: base_width / d_model
 

@@ -38,18 +38,22 @@ class Scales(NamedTuple):
 
 
 def scales(config: GPTConfig) -> Scales:
+    """The rules' multipliers times μTransfer's base ones (model.mup_*, 1 by default), which are
+    tuned at the base and so hold at every width, as the rate does."""
     mup = config.parametrization == "mup"
     # the article's sqrt(d_model) grows with width; μP keeps each coordinate Θ(1): sqrt(base)
     embedding = math.sqrt(config.base_width if mup else config.d_model)
     # μP's 1/head_size (aligned queries and keys make Q·K grow as head_size, not its root),
     # equal to 1/sqrt(head_size) at the base width
-    attention = math.sqrt(config.base_width / config.num_heads) / config.head_size if mup else None
+    base_head = config.base_width / config.num_heads if mup else config.head_size
+    attention = config.mup_attention * math.sqrt(base_head) / config.head_size
     return Scales(
-        embedding=embedding,
-        output=1.0 / width_mult(config),  # μP's readout 1/m: the logits' update stays Θ(1)
+        embedding=embedding * config.mup_embedding,
+        # μP's readout 1/m: the logits' update stays Θ(1) (microsoft/mup's MuReadout)
+        output=config.mup_output / width_mult(config),
         residual=1.0 / depth_mult(config),  # CompleteP (α = 1): base_depth / num_blocks
-        attention=attention,
-        hidden_init=1.0 / math.sqrt(width_mult(config)),  # variance ∝ 1/fan_in
+        attention=attention if mup or config.mup_attention != 1 else None,
+        hidden_init=config.mup_init / math.sqrt(width_mult(config)),  # variance ∝ 1/fan_in
         # GPT-2's 1/sqrt(2 num_blocks) becomes the base depth's: CompleteP's branch multiplier
         # scales the branches instead
         proj_init=math.sqrt(depth_mult(config)),

@@ -20,6 +20,14 @@ def verdict_line(fit: dict) -> str:
     return f"**Not identified:** {'; '.join(fit['why_not'])}. Not extrapolated in the plot."
 
 
+def estimate(fit: dict, name: str, spec: str = ".3g") -> str:
+    """A fitted value with its interval, or "not identified" (a number from such a fit, e.g.
+    a = -6.31e-16, would read as a finding)."""
+    if not fit["identified"]:
+        return "not identified"
+    return format_estimate(fit[name], fit["ci95"][name], spec)
+
+
 def approach2_lines(fit: dict) -> list[str]:
     rows = []
     for o in fit["optima"]:
@@ -30,8 +38,7 @@ def approach2_lines(fit: dict) -> list[str]:
     return [
         "### Approach 2: a parabola per IsoFLOP budget",
         "",
-        f"N_opt ∝ C^a with a = {format_estimate(fit['a'], fit['ci95']['a'], '.3g')}; "
-        f"D_opt ∝ C^b with b = {format_estimate(fit['b'], fit['ci95']['b'], '.3g')} "
+        f"N_opt ∝ C^a with a = {estimate(fit, 'a')}; D_opt ∝ C^b with b = {estimate(fit, 'b')} "
         f"(95% bootstrap over jobs within each budget, {fit['draws_used']} draws).",
         "",
         verdict_line(fit),
@@ -45,7 +52,7 @@ def approach2_lines(fit: dict) -> list[str]:
 
 def approach3_lines(law: dict) -> list[str]:
     rows = [
-        [name, format_estimate(law[name], law["ci95"][name], ".4g")]
+        [name, estimate(law, name, ".4g")]
         for name in ("E", "A", "alpha", "B", "beta", "a")
         if law[name] is not None
     ]

@@ -18,6 +18,7 @@ from gptlab.run.place import PLACE
 from gptlab.sweep import tables
 from gptlab.sweep.ablation import BASELINE, leading_sections
 from gptlab.sweep.jobs import job_identity
+from gptlab.sweep.mutransfer import mutransfer_section
 from gptlab.sweep.plots import summary_figure
 from gptlab.sweep.scaling import TooFewPoints
 from gptlab.sweep.scaling_report import scaling_section
@@ -187,7 +188,8 @@ def write_summary(
     rows, knobs = collect(sweep_dir)
     configs = aggregate(rows, knobs) if "seed" in knobs else None
     leading = leading_sections(rows, configs, out, target_val_loss, baseline)
-    leading += transfer_section(rows, knobs, out)  # optim.lr and a size swept: μP's question
+    # μTransfer's verdict (experiment=mutransfer), else where optim.lr and a size are swept, μP's
+    leading += mutransfer_section(rows, sweep_dir) or transfer_section(rows, knobs, out)
     head = headline(rows, configs, out)
     smoke = smoke_test_note(rows)
     fit, missing = scaling_section(rows, knobs, (sweep_dir, out), scaling, metric, baseline, smoke)

@@ -14,6 +14,7 @@ from gptlab.sweep.stats import bootstrap, number, percentile_interval, sort_key
 from gptlab.sweep.tables import format_estimate, markdown_table
 
 LR = "optim.lr"
+EDGE = "at the edge: the optimum may lie beyond"
 SIZES = ("model.d_model", "model.num_blocks")  # the first one swept is the size
 
 
@@ -37,6 +38,12 @@ def best_rate(jobs: list[dict]) -> float | None:
     if a <= 0:
         return float(10 ** lrs[np.argmin(losses)])
     return float(10 ** np.clip(-b / (2 * a), lrs[0], lrs[-1]))
+
+
+def at_edge(jobs: list[dict]) -> bool:
+    """Whether the best grid rate is the grid's lowest or highest: no minimum is bracketed."""
+    means = list(mean_losses(jobs).values())
+    return means.index(min(means)) in (0, len(means) - 1)
 
 
 def curves(rows: list[dict], knobs: list[str]) -> tuple[str, dict]:
@@ -67,6 +74,8 @@ def transfer_section(rows: list[dict], knobs: list[str], out: Path) -> list[str]
             interval = percentile_interval(bootstrap(best_rate, jobs, strata)) if seeded else None
             grid = min(mean_losses(jobs).items(), key=lambda item: item[1])
             estimate = format_estimate(best[value], interval, ".3g") if best[value] else ""
+            if at_edge(jobs):  # no transfer ratio is taken from it
+                estimate, best[value] = f"{estimate} ({EDGE})", None
             row = [panel, value, len(jobs), f"{grid[0]:g}", f"{grid[1]:.4f}", estimate]
             table.append(row)
         rates = [(value, rate) for value, rate in best.items() if rate]
@@ -83,7 +92,8 @@ def transfer_section(rows: list[dict], knobs: list[str], out: Path) -> list[str]
         "",
         "The best rate at each size: the vertex of a parabola in log lr through the best grid "
         "rate's mean val loss and its neighbours', with a 95% bootstrap interval (seeds "
-        "resampled at each rate).",
+        "resampled at each rate). An optimum at the grid's edge is marked and left out of the "
+        "ratios.",
         "",
         *markdown_table(header, table),
         "",
@@ -103,9 +113,10 @@ def transfer_figure(found: dict, size: str):
     for ax, (panel, by_size) in zip(axes, found.items(), strict=True):
         for value in sorted(by_size, key=sort_key):
             means = mean_losses(by_size[value])
-            (line,) = ax.plot(list(means), list(means.values()), marker="o", label=f"{value}")
+            edge = " (optimum at the edge)" if at_edge(by_size[value]) else ""
+            (line,) = ax.plot(list(means), list(means.values()), marker="o", label=f"{value}{edge}")
             rate = best_rate(by_size[value])
-            if rate:
+            if rate and not edge:
                 ax.axvline(rate, color=line.get_color(), linestyle=":", linewidth=1)
         ax.set(xscale="log", xlabel="optim.lr (peak)", ylabel="best val loss (mean over seeds)")
         ax.set_title(panel, fontsize=10)

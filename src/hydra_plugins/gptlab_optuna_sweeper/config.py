@@ -77,6 +77,9 @@ class GptlabOptunaSweeperConf:
     pruner: str = "none"  # none | median | hyperband
     pruners: PrunersConf = field(default_factory=PrunersConf)
     params: dict[str, str] | None = None  # the search space, in Hydra's sweep grammar
+    # grids run once the study is done (experiment=mutransfer): each a dict of overrides in
+    # Hydra's sweep grammar ("1,2": every value); `best: true` adds the best trial's parameters
+    after: Any = None
 
 
 store = ConfigStore.instance()

@@ -4,6 +4,7 @@ trial through three environment variables (set by `hydra.job.env_set`, so they r
 processes and SLURM's nodes alike), and reports to it through the storage (training/pruning.py)."""
 
 import functools
+import itertools
 import logging
 import sys
 from pathlib import Path
@@ -26,7 +27,7 @@ PRUNERS = ("none", "median", "hyperband")
 # never where its study lives (storage, study_name): those come from the command line, or the
 # sweep's own directory (sqlite:///<sweep dir>/optuna.db)
 RESUMED = ("n_trials", "n_jobs", "direction", "objectives", "pruner", "pruners")
-RESUMED += ("max_failure_rate",)
+RESUMED += ("max_failure_rate", "after")
 
 
 def check(settings: dict[str, Any]) -> dict[str, Any]:
@@ -139,6 +140,31 @@ class GptlabOptunaSweeper(Sweeper):
             trials = [study.ask(space) for _ in range(min(settings["n_jobs"], left))]
             self.run_batch(study, trials, fixed, settings["max_failure_rate"])
         self.report(study, Path(self.config.hydra.sweep.dir))
+        self.run_after(study, fixed, settings.get("after") or [])
+
+    def run_after(self, study, fixed: list[str], grids: list[dict]) -> None:
+        """hydra.sweeper.after's grids, each launched as one batch after the study, numbered on
+        from its trials; an override of the grid or the best trial replaces a fixed one."""
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        for grid in grids:
+            grid = dict(grid)
+            chosen = study.best_params if grid.pop("best", False) and study.best_trials else {}
+            given = [as_override(k, v) for k, v in chosen.items()]
+            given += [f"{k}={v}" for k, v in grid.items()]
+            axes = [
+                [f"{o.get_key_element()}={v}" for v in o.sweep_string_iterator()]
+                if o.is_sweep_override()
+                else [o.input_line]
+                for o in OverridesParser.create().parse_overrides(given)
+            ]
+            keys = {override_key(a[0]) for a in axes}
+            kept = [f for f in fixed if override_key(f) not in keys]
+            batch = [[*kept, *combo] for combo in itertools.product(*axes)]
+            log.info("After the study: %d jobs of %s", len(batch), " ".join(given))
+            self.job_idx = max(self.job_idx, len(study.trials))
+            self.launcher.launch(batch, initial_job_idx=self.job_idx)
+            self.job_idx += len(batch)
 
     def job_overrides(self, trial: Any, fixed: list[str]) -> list[str]:
         """The trial's parameters, the fixed overrides, its job directory and its trial number (the
