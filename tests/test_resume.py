@@ -81,6 +81,15 @@ def test_sigterm_then_resume_matches_an_uninterrupted_run(tmp_path, uninterrupte
     assert max((whole[k] - resumed[k]).abs().max().item() for k in whole) <= 1e-6
     assert read_metrics(run_dir)["steps"] == read_metrics(uninterrupted)["steps"] == 120
     assert read_metrics(run_dir)["tokens_seen"] == read_metrics(uninterrupted)["tokens_seen"]
+    # tokens/s counts the tokens of the seconds it counts: the resumed run's, like the whole
+    # run's, in metrics.json (2x: the two ran on the same machine, under the same load) and in
+    # TensorBoard's first rate after the resume (not the steps before it over one step's time:
+    # stopped_at + 1 times a step's rate)
+    rate = read_metrics(run_dir)["tokens_per_sec"] / read_metrics(uninterrupted)["tokens_per_sec"]
+    assert 0.5 < rate < 2
+    first = dict(scalars(run_dir / "tensorboard")["vitals/tokens_per_sec"])[stopped_at]
+    whole = sorted(v for _, v in scalars(uninterrupted / "tensorboard")["vitals/tokens_per_sec"])
+    assert first < 3 * whole[len(whole) // 2]
 
     curve = scalars(run_dir / "tensorboard")["train/loss"]
     steps = [step for step, _ in curve]
