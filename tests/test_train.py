@@ -14,6 +14,7 @@ import threading
 from pathlib import Path
 
 import gptlab.conf
+import lightning as L
 import pytest
 import torch
 import yaml
@@ -24,7 +25,9 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.plugins.hparams import plugin_data_pb2
 
 from gptlab.config.schemas import register_configs
+from gptlab.data.datamodule import GPTDataModule
 from gptlab.run.checkpoints import load_model
+from gptlab.run.screen import data_lines
 
 register_configs()  # the config schemas and resolvers that composing conf/train.yaml needs
 CONF = Path(gptlab.conf.__file__).parent
@@ -114,6 +117,38 @@ def test_the_first_screen_shows_the_config_model_and_run_dir(fast_run):
     assert "d_model: 32" in before_training and "GPT: " in before_training
     assert f"Run directory: {run_dir}" in before_training
     assert "d_model: 32" in (run_dir / "config_tree.log").read_text()
+    assert "a validation covers 1,024 of the 7,792 val tokens (trainer.limit_val_batches=4)" in (
+        before_training  # debug=fast: 4 batches of 8 x 32 of the book's val split
+    )
+
+
+class ScoredTokens(L.LightningModule):
+    """Counts the target tokens Lightning's validation feeds it."""
+
+    scored = 0
+
+    def validation_step(self, batch, batch_idx):
+        self.scored += batch[1].numel()
+
+
+@pytest.mark.parametrize("limit", [4, 0.5, 1.0])
+def test_the_first_screen_says_what_a_validation_scores(corpus_path, tmp_path, limit):
+    """trainer.limit_val_batches (batches, or a fraction of them) as Lightning's own validation
+    scores the val split: the first screen's figure is the tokens it fed."""
+    folders = {"data_dir": str(tmp_path), "cache_dir": str(tmp_path)}
+    dm = GPTDataModule(path=str(corpus_path), batch_size=8, context_length=32, **folders)
+    dm.prepare_data()
+    dm.setup("fit")
+    module = ScoredTokens()
+    trainer = L.Trainer(limit_val_batches=limit, logger=False, enable_progress_bar=False)
+    trainer.validate(module, datamodule=dm, verbose=False)
+    [line] = data_lines(OmegaConf.create(), dm, trainer)
+    val = len(dm.splits["val"])
+    expected = f"{module.scored:,} of the {val:,} val tokens (trainer.limit_val_batches={limit})"
+    if limit == 1.0:
+        assert module.scored > val - 32 and line.endswith(f"covers all {val:,} val tokens")
+    else:
+        assert module.scored < val and line.endswith(f"covers {expected}")
 
 
 def test_model_summary_counts_real_flops(fast_run):
