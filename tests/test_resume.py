@@ -14,9 +14,11 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from helpers import BIN, check, read_metrics, run_cli, run_main, scalars
+from helpers import BIN, check, read_metrics, run_cli, run_main, scalars, tensorboard_runs
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
+
+from gptlab.run import directory
 
 # A tiny model that takes a few seconds: long enough to interrupt, deterministic on CPU, with
 # dropout so that a resume must also restore the random state.
@@ -120,8 +122,12 @@ def test_resume_applies_new_overrides_on_top(tmp_path, uninterrupted):
     assert "Trainer already configured with model summary" not in result.stderr
     # TensorBoard's HPARAMS tab shows the latest start's hyperparameters, not the first one's:
     # the run's own, in its one HPARAMS event file (TensorBoard keeps the first it reads)
-    assert len(list((run_dir / "tensorboard").glob("*tfevents*.hparams"))) == 1
-    acc = EventAccumulator(str(run_dir / "tensorboard"))
+    # one TensorBoard run, named by the first start's overrides (not a second for max_steps)
+    name = "debug=fast,max_steps=120,val_check_interval=40,dropout=0.1,deterministic=true,"
+    assert tensorboard_runs(run_dir) == [f"tensorboard/{name}every_n_train_steps=5"]
+    run = directory.tensorboard_run(run_dir)
+    assert len(list(run.glob("*tfevents*.hparams"))) == 1
+    acc = EventAccumulator(str(run))
     acc.Reload()
     content = acc.PluginTagToContent("hparams")["_hparams_/session_start_info"]
     session = plugin_data_pb2.HParamsPluginData.FromString(content).session_start_info

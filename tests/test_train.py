@@ -26,6 +26,7 @@ from tensorboard.plugins.hparams import plugin_data_pb2
 
 from gptlab.config.schemas import register_configs
 from gptlab.data.datamodule import GPTDataModule
+from gptlab.run import directory
 from gptlab.run.checkpoints import load_model
 from gptlab.run.screen import data_lines
 
@@ -78,7 +79,7 @@ def test_run_directory_is_complete(fast_run):
         "checkpoints/last.ckpt",
     ):
         assert (run_dir / name).is_file(), name
-    assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
+    assert list((run_dir / "tensorboard").rglob("events.out.tfevents.*"))
     assert "debug=fast" in (run_dir / ".hydra/overrides.yaml").read_text()
     assert "Best val loss" in (run_dir / "train.log").read_text()
 
@@ -180,10 +181,11 @@ def test_metrics_json_is_sane(fast_run):
 
 
 def test_tensorboard_holds_one_run_with_its_curves_samples_and_hparams(fast_run):
-    """`tensorboard --logdir <run dir>` finds one run: the curves (no `epoch`), the text samples
-    and the HPARAMS with the real results; validations at the steps metrics.json names."""
+    """`tensorboard --logdir <run dir>` finds one run, named by what it changes (as a sweep's
+    job): the curves (no `epoch`), the text samples and the HPARAMS with the real results;
+    validations at the steps metrics.json names."""
     run_dir, _ = fast_run
-    assert tensorboard_runs(run_dir) == ["tensorboard"]
+    assert tensorboard_runs(run_dir) == ["tensorboard/debug=fast"]
     tags = scalars(run_dir / "tensorboard")
     for tag in ("train/loss", "val/loss", "val/perplexity", "val/bpb", "vitals/lr/matrices"):
         assert tags.get(tag), f"missing scalar {tag}; have {sorted(tags)}"
@@ -191,7 +193,7 @@ def test_tensorboard_holds_one_run_with_its_curves_samples_and_hparams(fast_run)
     # TensorBoard shows groups (the tag up to its first /) in order: the losses come first
     assert sorted({tag.split("/")[0] for tag in tags})[:2] == ["train", "val"]
     metrics = read_metrics(run_dir)
-    acc = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"tensors": 0})
+    acc = EventAccumulator(str(directory.tensorboard_run(run_dir)), size_guidance={"tensors": 0})
     acc.Reload()
     val_steps = [step for step, _ in tags["val/loss"]]
     assert val_steps == [point[0] for point in metrics["val_curve"]] == [10, 20, 30]
