@@ -36,12 +36,9 @@ def scored_val_tokens(datamodule, limit: int | float, world_size: int) -> int:
     trainer.limit_val_batches keeps (an int: that many, a float: that fraction, as Lightning)."""
     T = datamodule.context_length
     batches = every_window(datamodule.evaluated("val"), T, datamodule.batch_size)
-    scored = 0
-    for rank in range(world_size):
-        share = batches[rank::world_size]
-        kept = min(limit, len(share)) if isinstance(limit, int) else int(len(share) * limit)
-        scored += sum(map(len, share[:kept])) * T
-    return scored
+    shares = [batches[rank::world_size] for rank in range(world_size)]
+    kept = [s[: limit if isinstance(limit, int) else int(len(s) * limit)] for s in shares]
+    return T * sum(len(batch) for share in kept for batch in share)
 
 
 def data_lines(cfg: DictConfig, datamodule, trainer) -> list[str]:
