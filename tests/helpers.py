@@ -115,10 +115,12 @@ def read_metrics(run_dir: Path) -> dict:
 
 
 def scalars(log_dir: Path) -> dict[str, list[tuple[int, float]]]:
-    """Every scalar in the TensorBoard event files under log_dir, as {tag: [(step, value)]}."""
+    """Every scalar of the one TensorBoard run under log_dir (a run's tensorboard/, whatever its
+    run is named), as {tag: [(step, value)]}."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    acc = EventAccumulator(str(log_dir), size_guidance={"scalars": 0, "tensors": 0})
+    [run] = {path.parent for path in Path(log_dir).rglob("events.out.tfevents.*")} or {log_dir}
+    acc = EventAccumulator(str(run), size_guidance={"scalars": 0, "tensors": 0})
     acc.Reload()
     return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
 

@@ -11,6 +11,7 @@ import torch
 from helpers import check, read_metrics, run_main, scalars
 from test_resume import TINY, kill_at_save, start, weights
 
+from gptlab.run import directory
 from gptlab.training.optim_config import OptimConfig, lr_factor
 
 WSD = [*TINY, "optim.schedule=wsd", "optim.branch_at=[0.25,0.5,0.75]"]  # 120 steps, warmup 5
@@ -66,11 +67,18 @@ def test_a_branch_trains_the_cooldown_only_in_a_new_run_directory(trunk, branch)
     assert metrics["branch_train_flops"] == 22 * per_step  # its own, the trunk counted apart
     assert metrics["train_flops"] == 112 * per_step  # the trunk's share up to step 90 too
     assert metrics["tokens_seen"] == read_metrics(trunk)["tokens_per_step"] * 112
+    # its tokens/s: its own 22 steps over its own seconds (112 steps over them would be 5x)
+    assert 0.5 < metrics["tokens_per_sec"] / read_metrics(trunk)["tokens_per_sec"] < 2
     expected = [3e-3 * lr_factor(step, OPTIM, 112) for step in range(90, 112)]
     assert learning_rates(branch) == pytest.approx(expected, rel=1e-6)
     assert expected[0] == pytest.approx(3e-3) and expected[-1] < 3e-3 * 0.2
     assert not list((branch / "checkpoints").glob("branch-step=*"))  # no branches of its own
     assert "debug=fast" in (branch / ".hydra" / "overrides.yaml").read_text()  # the trunk's
+    # TensorBoard tells it from its trunk: its run is named by its overrides, the branch's too
+    names = [directory.tensorboard_run(run).name for run in (trunk, branch)]
+    assert names[0].startswith("debug=fast,") and "branch_from=" not in names[0]
+    assert names[1].startswith("debug=fast,") and names[1].endswith(",branch_step=90")
+    assert f"branch_from={str(trunk).replace('/', '_')}," in names[1]
 
 
 def test_wsd_resumes_exactly_after_kill_9(trunk, tmp_path):

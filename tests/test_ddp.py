@@ -56,6 +56,8 @@ def test_every_trainer_option_trains_on_cpu(tmp_path, option):
     world = 2 if "trainer.devices=2" in overrides or option == "ddp_cpu" else 1
     assert metrics["status"] == "ok" and metrics["device"] == f"cpu x{world}"
     assert metrics["tokens_seen"] == world * FAST_TOKENS  # every rank trained, on its own windows
+    # and validates its own 4 batches of 8 x 32 (trainer.limit_val_batches is a rank's)
+    assert f"a validation covers {world * 1024:,} of the 7,792 val tokens" in result.stderr
     files = files_under(run_dir)
     assert files.count("metrics.json") == 1
     assert [f for f in files if f.endswith(".ckpt")] == [

@@ -15,6 +15,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from gptlab.cli.inspect_model import Step, inspect_model, random_model, run_job
 from gptlab.errors import ConfigError
 from gptlab.model.gpt import GPTConfig
+from gptlab.run import directory
 from gptlab.training.module import GPTModule, OptimConfig
 
 PROMPT = (
@@ -202,7 +203,8 @@ def test_run_directory_figures_also_go_to_its_tensorboard(tmp_path, capsys):
     stems = [s.replace("block0", "block1") for s in FIGURES]
     for stem in stems:
         assert_real_png(tmp_path / "out" / f"{stem}.png")
-    events = EventAccumulator(str(tmp_path / "run" / "tensorboard"), size_guidance={"images": 0})
+    run = directory.tensorboard_run(tmp_path / "run")
+    events = EventAccumulator(str(run), size_guidance={"images": 0})
     events.Reload()
     assert sorted(events.Tags()["images"]) == sorted(f"inspect/{stem}" for stem in stems)
     assert events.Images("inspect/attention_block1_softmax")[0].step == 7

@@ -14,9 +14,11 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from helpers import BIN, check, read_metrics, run_cli, run_main, scalars
+from helpers import BIN, check, read_metrics, run_cli, run_main, scalars, tensorboard_runs
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
+
+from gptlab.run import directory
 
 # A tiny model that takes a few seconds: long enough to interrupt, deterministic on CPU, with
 # dropout so that a resume must also restore the random state.
@@ -81,6 +83,15 @@ def test_sigterm_then_resume_matches_an_uninterrupted_run(tmp_path, uninterrupte
     assert max((whole[k] - resumed[k]).abs().max().item() for k in whole) <= 1e-6
     assert read_metrics(run_dir)["steps"] == read_metrics(uninterrupted)["steps"] == 120
     assert read_metrics(run_dir)["tokens_seen"] == read_metrics(uninterrupted)["tokens_seen"]
+    # tokens/s counts the tokens of the seconds it counts: the resumed run's, like the whole
+    # run's, in metrics.json (2x: the two ran on the same machine, under the same load) and in
+    # TensorBoard's first rate after the resume (not the steps before it over one step's time:
+    # stopped_at + 1 times a step's rate)
+    rate = read_metrics(run_dir)["tokens_per_sec"] / read_metrics(uninterrupted)["tokens_per_sec"]
+    assert 0.5 < rate < 2
+    first = dict(scalars(run_dir / "tensorboard")["vitals/tokens_per_sec"])[stopped_at]
+    whole = sorted(v for _, v in scalars(uninterrupted / "tensorboard")["vitals/tokens_per_sec"])
+    assert first < 3 * whole[len(whole) // 2]
 
     curve = scalars(run_dir / "tensorboard")["train/loss"]
     steps = [step for step, _ in curve]
@@ -111,8 +122,12 @@ def test_resume_applies_new_overrides_on_top(tmp_path, uninterrupted):
     assert "Trainer already configured with model summary" not in result.stderr
     # TensorBoard's HPARAMS tab shows the latest start's hyperparameters, not the first one's:
     # the run's own, in its one HPARAMS event file (TensorBoard keeps the first it reads)
-    assert len(list((run_dir / "tensorboard").glob("*tfevents*.hparams"))) == 1
-    acc = EventAccumulator(str(run_dir / "tensorboard"))
+    # one TensorBoard run, named by the first start's overrides (not a second for max_steps)
+    name = "debug=fast,max_steps=120,val_check_interval=40,dropout=0.1,deterministic=true,"
+    assert tensorboard_runs(run_dir) == [f"tensorboard/{name}every_n_train_steps=5"]
+    run = directory.tensorboard_run(run_dir)
+    assert len(list(run.glob("*tfevents*.hparams"))) == 1
+    acc = EventAccumulator(str(run))
     acc.Reload()
     content = acc.PluginTagToContent("hparams")["_hparams_/session_start_info"]
     session = plugin_data_pb2.HParamsPluginData.FromString(content).session_start_info

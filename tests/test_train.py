@@ -14,6 +14,7 @@ import threading
 from pathlib import Path
 
 import gptlab.conf
+import lightning as L
 import pytest
 import torch
 import yaml
@@ -24,7 +25,10 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.plugins.hparams import plugin_data_pb2
 
 from gptlab.config.schemas import register_configs
+from gptlab.data.datamodule import GPTDataModule
+from gptlab.run import directory
 from gptlab.run.checkpoints import load_model
+from gptlab.run.screen import data_lines
 
 register_configs()  # the config schemas and resolvers that composing conf/train.yaml needs
 CONF = Path(gptlab.conf.__file__).parent
@@ -75,7 +79,7 @@ def test_run_directory_is_complete(fast_run):
         "checkpoints/last.ckpt",
     ):
         assert (run_dir / name).is_file(), name
-    assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
+    assert list((run_dir / "tensorboard").rglob("events.out.tfevents.*"))
     assert "debug=fast" in (run_dir / ".hydra/overrides.yaml").read_text()
     assert "Best val loss" in (run_dir / "train.log").read_text()
 
@@ -114,6 +118,38 @@ def test_the_first_screen_shows_the_config_model_and_run_dir(fast_run):
     assert "d_model: 32" in before_training and "GPT: " in before_training
     assert f"Run directory: {run_dir}" in before_training
     assert "d_model: 32" in (run_dir / "config_tree.log").read_text()
+    assert "a validation covers 1,024 of the 7,792 val tokens (trainer.limit_val_batches=4)" in (
+        before_training  # debug=fast: 4 batches of 8 x 32 of the book's val split
+    )
+
+
+class ScoredTokens(L.LightningModule):
+    """Counts the target tokens Lightning's validation feeds it."""
+
+    scored = 0
+
+    def validation_step(self, batch, batch_idx):
+        self.scored += batch[1].numel()
+
+
+@pytest.mark.parametrize("limit", [4, 0.5, 1.0])
+def test_the_first_screen_says_what_a_validation_scores(corpus_path, tmp_path, limit):
+    """trainer.limit_val_batches (batches, or a fraction of them) as Lightning's own validation
+    scores the val split: the first screen's figure is the tokens it fed."""
+    folders = {"data_dir": str(tmp_path), "cache_dir": str(tmp_path)}
+    dm = GPTDataModule(path=str(corpus_path), batch_size=8, context_length=32, **folders)
+    dm.prepare_data()
+    dm.setup("fit")
+    module = ScoredTokens()
+    trainer = L.Trainer(limit_val_batches=limit, logger=False, enable_progress_bar=False)
+    trainer.validate(module, datamodule=dm, verbose=False)
+    [line] = data_lines(OmegaConf.create(), dm, trainer)
+    val = len(dm.splits["val"])
+    expected = f"{module.scored:,} of the {val:,} val tokens (trainer.limit_val_batches={limit})"
+    if limit == 1.0:
+        assert module.scored > val - 32 and line.endswith(f"covers all {val:,} val tokens")
+    else:
+        assert module.scored < val and line.endswith(f"covers {expected}")
 
 
 def test_model_summary_counts_real_flops(fast_run):
@@ -145,10 +181,11 @@ def test_metrics_json_is_sane(fast_run):
 
 
 def test_tensorboard_holds_one_run_with_its_curves_samples_and_hparams(fast_run):
-    """`tensorboard --logdir <run dir>` finds one run: the curves (no `epoch`), the text samples
-    and the HPARAMS with the real results; validations at the steps metrics.json names."""
+    """`tensorboard --logdir <run dir>` finds one run, named by what it changes (as a sweep's
+    job): the curves (no `epoch`), the text samples and the HPARAMS with the real results;
+    validations at the steps metrics.json names."""
     run_dir, _ = fast_run
-    assert tensorboard_runs(run_dir) == ["tensorboard"]
+    assert tensorboard_runs(run_dir) == ["tensorboard/debug=fast"]
     tags = scalars(run_dir / "tensorboard")
     for tag in ("train/loss", "val/loss", "val/perplexity", "val/bpb", "vitals/lr/matrices"):
         assert tags.get(tag), f"missing scalar {tag}; have {sorted(tags)}"
@@ -156,7 +193,7 @@ def test_tensorboard_holds_one_run_with_its_curves_samples_and_hparams(fast_run)
     # TensorBoard shows groups (the tag up to its first /) in order: the losses come first
     assert sorted({tag.split("/")[0] for tag in tags})[:2] == ["train", "val"]
     metrics = read_metrics(run_dir)
-    acc = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"tensors": 0})
+    acc = EventAccumulator(str(directory.tensorboard_run(run_dir)), size_guidance={"tensors": 0})
     acc.Reload()
     val_steps = [step for step, _ in tags["val/loss"]]
     assert val_steps == [point[0] for point in metrics["val_curve"]] == [10, 20, 30]

@@ -73,7 +73,9 @@ def tensorboard_scalars(run_dir: Path, tag: str) -> list[tuple[int, float, float
     """(step, wall time, value) of one scalar in the run's TensorBoard event files."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"scalars": 0})
+    from gptlab.run.directory import tensorboard_run
+
+    events = EventAccumulator(str(tensorboard_run(run_dir)), size_guidance={"scalars": 0})
     events.Reload()
     if tag not in events.Tags().get("scalars", []):
         return []

@@ -110,8 +110,8 @@ def callback_nodes(cfg: DictConfig, folder: Path, with_loggers: bool) -> list[tu
 
 def logger_nodes(cfg: DictConfig, resume_step: int | None) -> list[tuple]:
     """(key, node, extra) of the logger group's. A resumed TensorBoard log drops the steps after
-    its checkpoint; a sweep's job is a TensorBoard run named by its settings (unless the config
-    names one)."""
+    its checkpoint; a run is a TensorBoard run named by what it changes (unless the config names
+    one)."""
     nodes = []
     for name, node in cfg.logger.items():
         if "_target_" not in node:  # an experiment may tune a logger that logger=none removed

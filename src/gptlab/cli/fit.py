@@ -51,6 +51,6 @@ def train(cfg: DictConfig) -> float:
     callbacks = run_callbacks(cfg, run_dir, module, length, job_overrides(), swept_overrides())
     trainer = build_trainer(cfg, run_dir, start, length, callbacks)
     if trainer.is_global_zero:
-        print_first_screen(cfg, module.model, run_dir, datamodule)
+        print_first_screen(cfg, module.model, run_dir, datamodule, trainer)
 
     return fit(trainer, module, datamodule, start, run_dir)

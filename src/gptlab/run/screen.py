@@ -8,6 +8,7 @@ from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 from rich.tree import Tree
 
+from gptlab.data.windows import every_window
 from gptlab.model.gpt import GPT
 from gptlab.run import directory, place
 from gptlab.run.place import PLACE
@@ -30,16 +31,30 @@ def config_tree(cfg: DictConfig) -> Tree:
     return tree
 
 
-def data_lines(cfg: DictConfig, datamodule) -> list[str]:
+def scored_val_tokens(datamodule, limit: int | float, world_size: int) -> int:
+    """The val tokens a validation scores: of each rank's share of the windows, the batches
+    trainer.limit_val_batches keeps (an int: that many, a float: that fraction, as Lightning)."""
+    T = datamodule.context_length
+    batches = every_window(datamodule.evaluated("val"), T, datamodule.batch_size)
+    shares = [batches[rank::world_size] for rank in range(world_size)]
+    kept = [s[: limit if isinstance(limit, int) else int(len(s) * limit)] for s in shares]
+    return T * sum(len(batch) for share in kept for batch in share)
+
+
+def data_lines(cfg: DictConfig, datamodule, trainer) -> list[str]:
     """The corpus, how much of val a validation covers, and a sample prompt it cannot encode."""
     if datamodule is None:
         return []
     train, val, test = (len(datamodule.splits[split]) for split in ("train", "val", "test"))
     covered = datamodule.evaluated("val")
+    limit = trainer.limit_val_batches
+    scored = scored_val_tokens(datamodule, limit, trainer.world_size)
+    what = f"{'all' if covered == val else 'the first'} {covered:,} val tokens"
+    if scored < scored_val_tokens(datamodule, 1.0, trainer.world_size):
+        what = f"{scored:,} of the {val:,} val tokens (trainer.limit_val_batches={limit})"
     lines = [
         f"Data: {datamodule.corpus().describe()}: {datamodule.token_store().meta['count']:,} "
-        f"tokens (train {train:,}, val {val:,}, test {test:,}); a validation covers "
-        f"{'all' if covered == val else 'the first'} {covered:,} val tokens"
+        f"tokens (train {train:,}, val {val:,}, test {test:,}); a validation covers {what}"
     ]
     prompts = {cfg.get("sample_prompt"), OmegaConf.select(cfg, "callbacks.text_sample.prompt")}
     for prompt in sorted(p for p in prompts if isinstance(p, str)):
@@ -51,7 +66,7 @@ def data_lines(cfg: DictConfig, datamodule) -> list[str]:
     return lines
 
 
-def print_first_screen(cfg: DictConfig, model: GPT, output_dir: Path, datamodule=None) -> None:
+def print_first_screen(cfg: DictConfig, model: GPT, output_dir: Path, datamodule, trainer) -> None:
     """The config tree (saved; not printed in a sweep's jobs), the data, model and run dir."""
     c, tree = model.config, config_tree(cfg)
     if output_dir.is_dir():
@@ -60,7 +75,7 @@ def print_first_screen(cfg: DictConfig, model: GPT, output_dir: Path, datamodule
         PLACE.write_text(output_dir / directory.CONFIG_TREE, console.file.getvalue())
     if not place.in_multirun():
         Console(stderr=True, width=110).print(tree)
-    for line in data_lines(cfg, datamodule):
+    for line in data_lines(cfg, datamodule, trainer):
         log.info(line)
     log.info(
         f"GPT: {model.num_params()['total']:,} parameters (d_model {c.d_model}, {c.num_heads} "

@@ -52,16 +52,18 @@ def swept_overrides() -> list[str]:
 
 
 def tensorboard_version(folder: Path) -> str | None:
-    """A sweep job's TensorBoard run in `folder`, named by what it varies ("heads=2,blocks=4"), or
-    the name its first start gave; None outside a sweep (docs/reading-runs.md)."""
-    if not in_multirun():
-        return None
+    """A run's TensorBoard run in `folder`, named by what it changes: a sweep's job by what the
+    sweep varies ("heads=2,blocks=4"), a single run by its overrides; or as its first start
+    logged (None: into `folder` itself, a run of no overrides) (docs/reading-runs.md)."""
     if folder.is_dir() and not folder.is_symlink():
-        named = sorted(p.name for p in folder.iterdir() if p.is_dir() and not p.is_symlink())
-        if named:
-            return named[0]
-    name = short_label(swept_overrides()).replace("/", "_").replace("\\", "_").lstrip(".")[:200]
-    return name or "job"
+        logged = [p for p in folder.iterdir() if not p.is_symlink() and not p.name.startswith(".")]
+        if any(p.is_file() for p in logged):
+            return None  # into the folder itself, as its first start did
+        if logged:
+            return min(p.name for p in logged)
+    changed = swept_overrides() if in_multirun() else job_identity(job_overrides())
+    name = short_label(changed).replace("/", "_").replace("\\", "_").lstrip(".")[:200]
+    return name or ("job" if in_multirun() else None)
 
 
 def job_threads(cfg: DictConfig) -> None:

@@ -64,7 +64,7 @@ class RunReport(L.Callback):
         device = trainer.strategy.root_device
         name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
         tokens = trainer.global_step * self.stats.tokens_per_step
-        rate = tokens / self.stats.train_seconds if self.stats.train_seconds else 0.0
+        rate = self.stats.rate(trainer.global_step, (self.stats.timed_from or 0, 0.0))
         mfu = self.stats.mfu(rate, trainer.world_size)
         train_tokens = len(trainer.datamodule.splits["train"]) if trainer.datamodule else 0
         return {

@@ -13,8 +13,9 @@ log = logging.getLogger(__name__)
 
 
 class RunStats(L.Callback):
-    """Seconds of training and in all over the run's whole life (resumes included), tokens/s,
-    MFU (where the device's peak is known), the val curve: [step, wall seconds, val loss]."""
+    """Seconds of training and in all over the run's whole life (resumes included; a branch's
+    own), tokens/s of the steps trained in them, MFU (where the device's peak is known), the val
+    curve: [step, wall seconds, val loss]."""
 
     def __init__(self, tokens_per_step: int, flops_per_token: int):
         self.tokens_per_step = tokens_per_step
@@ -23,6 +24,7 @@ class RunStats(L.Callback):
         self.wall_seconds = 0.0
         self.val_curve: list[list[float]] = []
         self.peak_flops: float | None = None
+        self.timed_from: int | None = None  # the step train_seconds counts from (a branch's own)
         self._fit_start = 0.0
         self._wall_before = 0.0  # of the runs this one continues
         self._clock: float | None = None  # when the stretch of training being timed began
@@ -35,9 +37,14 @@ class RunStats(L.Callback):
 
     def on_fit_start(self, trainer, pl_module) -> None:
         self._fit_start = time.perf_counter()
-        self._rate_since = self._line_since = (trainer.global_step, self.train_seconds)
         dtype = torch.bfloat16 if "bf16" in str(trainer.precision) else torch.float32
         self.peak_flops = get_available_flops(trainer.strategy.root_device, dtype)
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        """After Lightning restored the step (on_fit_start comes before it)."""
+        self._rate_since = self._line_since = (trainer.global_step, self.train_seconds)
+        if self.timed_from is None:  # none restored: a new run, or a branch (trunk's state dropped)
+            self.timed_from = trainer.global_step
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if self._clock is None:
@@ -112,9 +119,11 @@ class RunStats(L.Callback):
 
     def state_dict(self) -> dict:
         """Carried in checkpoints, so a resumed run reports totals over its whole life."""
+        self.pause()  # seconds up to the saved step: a stop saves between logged steps
         wall = self._wall_before + time.perf_counter() - self._fit_start
         return {
             "train_seconds": self.train_seconds,
+            "timed_from": self.timed_from,
             "wall_seconds": wall,
             "last_validation": self.last_validation,
             "val_curve": self.val_curve,
@@ -122,6 +131,7 @@ class RunStats(L.Callback):
 
     def load_state_dict(self, state_dict: dict) -> None:
         self.train_seconds = state_dict["train_seconds"]
+        self.timed_from = state_dict.get("timed_from", 0)
         self._wall_before = state_dict["wall_seconds"]
         self.last_validation = state_dict.get("last_validation", {})
         self.val_curve = state_dict.get("val_curve", [])  # a checkpoint of an older gptlab

@@ -17,7 +17,7 @@ from torch.utils.tensorboard.writer import FileWriter
 
 from gptlab.run import directory
 from gptlab.run.overrides import override_key, split_override
-from gptlab.run.place import PLACE
+from gptlab.run.place import PLACE, in_multirun
 
 HPARAMS_EVENTS = "events.out.tfevents.hparams"  # the event file of a run's HPARAMS
 # the results beside the hyperparameters: a group TensorBoard lists after train/ and val/
@@ -65,8 +65,9 @@ class RunTensorBoardLogger(TensorBoardLogger):
         ]
         experiment = api_pb2.Experiment(hparam_infos=infos, metric_infos=metric_infos)
         ended = plugin_data_pb2.SessionEndInfo(status=api_pb2.STATUS_SUCCESS)
-        # a single run: its run directory's last parts (2026-12-01/20-15-33)
-        trial = str(self.version) or "/".join(Path(self.save_dir).parts[-2:])
+        # a single run: its run directory's last parts (2026-12-01/20-15-33), not a name of
+        # overrides that another run can share
+        trial = str(self.version) if in_multirun() else "/".join(Path(self.save_dir).parts[-2:])
         folder = Path(self.log_dir)
         with tempfile.TemporaryDirectory(dir=folder, prefix=".hparams.") as fresh:
             writer = FileWriter(fresh)
