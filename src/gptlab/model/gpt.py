@@ -108,8 +108,7 @@ def make_norm(config: GPTConfig) -> nn.Module:
     """LayerNorm (the articles'), or RMSNorm: x / RMS(x) * gain, no mean subtracted, no bias."""
     if config.norm_layer == "rmsnorm":
         return nn.RMSNorm(config.d_model, eps=config.norm_eps)
-    eps = 1e-5 if config.norm_eps is None else config.norm_eps
-    return nn.LayerNorm(config.d_model, eps=eps, bias=config.bias)
+    return nn.LayerNorm(config.d_model, eps=config.norm_eps or 1e-5, bias=config.bias)
 
 
 class Block(nn.Module):
@@ -151,19 +150,17 @@ class GPT(nn.Module):
         if config.tie_weights:
             self.head.weight = self.token_embedding.weight
         self.apply(self._init_weights)
-        # GPT-2's depth scaling keeps the residual stream's variance steady; zero_init: each
-        # block starts as the identity and learns what to add (modded-nanogpt)
-        outputs = [w for b in self.blocks for w in (b.attn.proj.weight, b.ffn.down.weight)]
-        for weight in outputs:
+        # GPT-2's depth scaling (μP: the base depth's) keeps the residual stream's variance
+        # steady; zero_init: each block starts as the identity, learns what to add (modded-nanogpt)
+        std = 0.02 / math.sqrt(2 * config.num_blocks) * scales.proj_init
+        for weight in [w for b in self.blocks for w in (b.attn.proj.weight, b.ffn.down.weight)]:
             if config.zero_init:
                 nn.init.zeros_(weight)
             else:
-                nn.init.normal_(weight, std=0.02 / math.sqrt(2 * config.num_blocks))
-        with torch.no_grad():  # μP's (times 1 under standard): hidden variance ∝ 1/fan_in, and
-            for weight in self.block_matrices():  # the output projections' at the base depth
+                nn.init.normal_(weight, std=std)
+        with torch.no_grad():  # μP's (times 1 under standard): hidden variance ∝ 1/fan_in
+            for weight in self.block_matrices():
                 weight.mul_(scales.hidden_init)
-            for weight in outputs:
-                weight.mul_(scales.proj_init)
             # μTransfer's initial std (model.mup_init) draws the embedding and readout too (once
             # when tied: a set)
             for weight in {self.token_embedding.weight, self.head.weight}:
