@@ -93,10 +93,10 @@ def coord_check(
     return results
 
 
-def slope(by_width: dict[int, list[dict[str, float]]], layer: str, step: int = -1) -> float:
-    """How a layer's scale grows with width at a step: the least-squares slope in log-log."""
+def slope(by_width: dict[int, list[dict[str, float]]], layer: str) -> float:
+    """How a layer's scale grows with width by the last step: the least-squares slope in log-log."""
     widths = sorted(by_width)
-    scales = [by_width[w][step][layer] for w in widths]
+    scales = [by_width[w][-1][layer] for w in widths]
     return float(np.polyfit(np.log(widths), np.log(scales), 1)[0])
 
 
