@@ -238,6 +238,7 @@ def test_zero_init_zeroes_the_output_projections_only():
         ({"logit_softcap": -1.0}, ["model.logit_softcap=-1.0"]),
         ({"norm_eps": -1e-5}, ["model.norm_eps=-1e-05: it must be positive"]),
         ({"rope_theta": 0.0}, ["model.rope_theta=0.0: it must be positive"]),
+        ({"mup_init": float("nan")}, ["model.mup_init=nan: it must be positive"]),
     ],
 )
 def test_bad_toggle_is_a_clear_error(overrides, expected):

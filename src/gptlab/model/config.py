@@ -87,9 +87,6 @@ class GPTConfig:
                 f"{self.num_heads}: each head gets head_size = d_model // num_heads features. "
                 f"Pick num_heads among the divisors of {self.d_model}, or change d_model."
             )
-        for key in ("mup_output", "mup_embedding", "mup_init", "mup_attention"):
-            if not getattr(self, key) > 0:
-                raise ConfigError(f"model.{key}={getattr(self, key)}: give a positive multiplier.")
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"model.dropout={self.dropout}: it must satisfy 0 <= dropout < 1.")
         if self.logit_softcap is not None and self.logit_softcap < 0:
@@ -97,9 +94,10 @@ class GPTConfig:
                 f"model.logit_softcap={self.logit_softcap}: give a positive cap (e.g. 30), "
                 "or null or 0 for no cap."
             )
-        for key in ("norm_eps", "rope_theta"):
+        multipliers = ("mup_output", "mup_embedding", "mup_init", "mup_attention")
+        for key in ("norm_eps", "rope_theta", *multipliers):
             value = getattr(self, key)
-            if value is not None and value <= 0:
+            if value is not None and not value > 0:  # NaN too
                 raise ConfigError(f"model.{key}={value}: it must be positive.")
 
     def check_choices(self) -> None:
