@@ -178,13 +178,21 @@ def rope_order(t: Tensor, head_size: int, inverse: bool = False) -> Tensor:
     return t.reshape(*pairs, *t.shape[1:]).transpose(1, 2).reshape(t.shape)
 
 
-def match(name: str, table: dict) -> tuple[str, str | tuple]:
-    """(the block number or "", the other side's name) of the module `name` in `table`."""
-    for pattern, other in table.items():
-        found = re.fullmatch(re.escape(pattern).replace(r"\{i\}", r"(\d+)"), name)
+def counterparts(kind: str, module: str) -> tuple[str, list[str], list[bool]]:
+    """(the block number or "", the class's names of gptlab's `module` (Wq, Wk, Wv: three), and
+    whether each one's rows are RoPE pairs: Wq, Wk and the QK-norm gains of the Llama family)."""
+    for pattern, other in NAMES[kind].items():
+        found = re.fullmatch(re.escape(pattern).replace(r"\{i\}", r"(\d+)"), module)
         if found:
-            return (found.group(1) if found.groups() else ""), other
-    raise KeyError(name)
+            block = found.group(1) if found.groups() else ""
+            names = other if isinstance(other, tuple) else (other,)
+            rope = kind not in ("gpt2", "opt")
+            rotated = [
+                rope and (module.endswith(("q_norm", "k_norm")) or len(names) == 3 and i < 2)
+                for i in range(len(names))
+            ]
+            return block, [name.format(i=block) for name in names], rotated
+    raise KeyError(module)
 
 
 def final_norm(config: GPTConfig) -> str:
@@ -241,28 +249,18 @@ def to_hf(config: GPTConfig, state: dict[str, Tensor]) -> dict[str, Tensor]:
     return out
 
 
-def is_rotated(kind: str, module: str, parts: int, i: int) -> bool:
-    """Whether a tensor's rows are RoPE pairs: Wq, Wk (parts 0, 1 of 3) and the QK-norm gains."""
-    if kind in ("gpt2", "opt"):
-        return False
-    return (parts == 3 and i < 2) or module.endswith(("q_norm", "k_norm"))
-
-
 def rename(kind: str, config: GPTConfig, key: str, tensor: Tensor) -> dict[str, Tensor]:
     """One gptlab tensor as the class's: renamed, split (Wq, Wk, Wv), transposed (GPT-2's Conv1D),
     its RoPE rows reordered (the Llama family)."""
     module, leaf = key.rsplit(".", 1)
-    block, other = match(module, NAMES[kind])
+    block, names, rotated = counterparts(kind, module)
     if kind == "gpt2" and tensor.dim() == 2 and block:
         tensor = tensor.t()
-    names = other if isinstance(other, tuple) else (other,)
-    parts = tensor.chunk(len(names)) if len(names) > 1 else (tensor,)
-    out = {}
-    for i, (name, part) in enumerate(zip(names, parts, strict=True)):
-        if is_rotated(kind, module, len(names), i):
-            part = rope_order(part, config.head_size)
-        out[f"{name.format(i=block)}.{leaf}"] = part.contiguous()
-    return out
+    parts = tensor.chunk(len(names))
+    return {
+        f"{name}.{leaf}": (rope_order(part, config.head_size) if turned else part).contiguous()
+        for name, part, turned in zip(names, parts, rotated, strict=True)
+    }
 
 
 def unscaled(wte: Tensor, scale: float) -> Tensor:
@@ -302,14 +300,12 @@ def from_hf(kind: str, config: GPTConfig, hf: dict[str, Tensor]) -> tuple[dict, 
     state = {}
     for key in gptlab_keys(kind, config, hf):
         module, leaf = key.rsplit(".", 1)
-        block, other = match(module, NAMES[kind])
-        names = other if isinstance(other, tuple) else (other,)
-        parts = []
-        for i, name in enumerate(names):
-            part = hf[f"{name.format(i=block)}.{leaf}"]
-            if is_rotated(kind, module, len(names), i):
-                part = rope_order(part, config.head_size, inverse=True)
-            parts.append(part)
+        block, names, rotated = counterparts(kind, module)
+        parts = [hf[f"{name}.{leaf}"] for name in names]
+        parts = [
+            rope_order(part, config.head_size, inverse=True) if turned else part
+            for part, turned in zip(parts, rotated, strict=True)
+        ]
         tensor = torch.cat(parts) if len(parts) > 1 else parts[0]
         if kind == "gpt2" and tensor.dim() == 2 and block:
             tensor = tensor.t()
