@@ -27,7 +27,8 @@ from gptlab.errors import ConfigError  # noqa: E402
 from gptlab.model import mup  # noqa: E402
 from gptlab.model.config import GPTConfig  # noqa: E402
 from gptlab.model.gpt import GPT  # noqa: E402
-from gptlab.model.hf import model_type, to_hf  # noqa: E402
+from gptlab.model.hf import to_hf
+from gptlab.model.hf_config import model_type  # noqa: E402
 from gptlab.run.checkpoints import Trained  # noqa: E402
 from gptlab.run.hf_folder import check_exportable, read_folder, write_folder  # noqa: E402
 

@@ -19,7 +19,7 @@ from gptlab.data.tokenizer import Tokenizer  # noqa: E402
 from gptlab.errors import ConfigError  # noqa: E402
 from gptlab.model.config import GPTConfig  # noqa: E402
 from gptlab.model.gpt import GPT  # noqa: E402
-from gptlab.model.hf import CLASSES, FIELDS  # noqa: E402
+from gptlab.model.hf_config import CLASSES, FIELDS  # noqa: E402
 from gptlab.run.checkpoints import read_trained  # noqa: E402
 from gptlab.run.directory import last_checkpoint  # noqa: E402
 from gptlab.run.hf_folder import read_folder  # noqa: E402
@@ -80,7 +80,7 @@ def val_ids(corpus_text) -> torch.Tensor:
 
 
 def test_every_field_of_each_class_is_carried_fixed_or_irrelevant():
-    """model.hf.FIELDS rules on each field of the installed transformers' config classes; a field
+    """model.hf_config.FIELDS rules on each field of the installed transformers' config classes; a field
     a later version adds is refused as unknown until it is ruled on."""
     for kind in CLASSES:
         fields = {f.name for f in dataclasses.fields(AutoConfig.for_model(kind))}

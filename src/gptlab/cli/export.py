@@ -60,7 +60,7 @@ def export(cfg: DictConfig) -> Path:
         raise ConfigError("out is not set. Give the folder to write, e.g. out=exported.")
     from gptlab.model.config import GPTConfig
     from gptlab.model.gpt import GPT
-    from gptlab.model.hf import CLASSES, model_type
+    from gptlab.model.hf_config import CLASSES, model_type
     from gptlab.run.checkpoints import find_checkpoint, read_trained
     from gptlab.run.hf_folder import check_exportable, write_folder
 

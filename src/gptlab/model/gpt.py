@@ -54,9 +54,8 @@ class MultiHeadAttention(nn.Module):
         end = start + context_length
         heads = (batch, context_length, self.num_heads, self.head_size)
         q, k, v = self.qkv(x).split(d_model, dim=2)  # each [batch, context_length, d_model]
-        q = q.view(heads).transpose(1, 2)  # [batch, num_heads, context_length, head_size]
-        k = k.view(heads).transpose(1, 2)
-        v = v.view(heads).transpose(1, 2)
+        # each split into heads: [batch, num_heads, context_length, head_size]
+        q, k, v = (t.view(heads).transpose(1, 2) for t in (q, k, v))
         q = self.rotary(self.q_norm(q), start)  # QK-norm, then RoPE: each the identity when off
         k = self.rotary(self.k_norm(k), start)
         if cache is not None:  # the earlier tokens' keys and values, then these
@@ -161,8 +160,7 @@ class GPT(nn.Module):
         with torch.no_grad():  # μP's (times 1 under standard): hidden variance ∝ 1/fan_in
             for weight in self.block_matrices():
                 weight.mul_(scales.hidden_init)
-            # μTransfer's initial std (model.mup_init) draws the embedding and readout too (once
-            # when tied: a set)
+            # μTransfer's model.mup_init: the embedding's and readout's draws (a set: once if tied)
             for weight in {self.token_embedding.weight, self.head.weight}:
                 weight.mul_(config.mup_init)
         self.embed_mult = scales.embedding  # sqrt(d_model); μP: sqrt(base_width)

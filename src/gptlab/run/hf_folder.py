@@ -8,7 +8,8 @@ from pathlib import Path
 from gptlab import files, reader
 from gptlab.errors import ConfigError
 from gptlab.model.config import GPTConfig
-from gptlab.model.hf import CLASSES, from_hf, hf_config, model_type, settings_of, to_hf
+from gptlab.model.hf import from_hf, to_hf
+from gptlab.model.hf_config import CLASSES, hf_config, model_type, settings_of
 from gptlab.run.checkpoints import Trained
 from gptlab.run.place import PLACE
 
