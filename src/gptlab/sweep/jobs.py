@@ -13,7 +13,7 @@ from omegaconf import DictConfig
 from gptlab import reader
 from gptlab.errors import ConfigError
 from gptlab.run import directory, place
-from gptlab.run.overrides import NOT_REPLAYED, override_key, short_label
+from gptlab.run.overrides import NOT_REPLAYED, override_key, short_label, split_override
 from gptlab.run.place import PLACE, in_multirun, named_places, sweep_dir
 from gptlab.sweep.stats import number
 
@@ -62,6 +62,8 @@ def tensorboard_version(folder: Path) -> str | None:
         if logged:
             return min(p.name for p in logged)
     changed = swept_overrides() if in_multirun() else job_identity(job_overrides())
+    # a path by its last part (branch_from=.../trunk -> branch_from=trunk): the name stays short
+    changed = [f"{k}={v.rstrip('/').rsplit('/', 1)[-1]}" for k, v in map(split_override, changed)]
     name = short_label(changed).replace("/", "_").replace("\\", "_").lstrip(".")[:200]
     return name or ("job" if in_multirun() else None)
 
