@@ -126,6 +126,22 @@ def test_the_summary_counts_pruned_trials_and_draws_the_study(search):
     assert "ExperimentalWarning" not in result.stderr
 
 
+def test_optunas_plots_leave_the_process_style_as_it_was(search, tmp_path):
+    """Optuna's matplotlib plots call pyplot.style.use("ggplot"): a sweep drawn after them in the
+    same process kept its 7 colours, so configurations 8 to 10 shared colours with 1 to 3."""
+    import shutil
+
+    import matplotlib
+
+    from gptlab.sweep.search import add_plots
+
+    sweep, _ = search
+    png = Path(shutil.copy(sweep / "summary.png", tmp_path / "summary.png"))
+    before = dict(matplotlib.rcParams)
+    add_plots(study_of(sweep), png, with_importances=True)
+    assert dict(matplotlib.rcParams) == before
+
+
 def job_log(job: Path) -> tuple[set[int], datetime, datetime]:
     """The process ids of a job's log lines, its first and its last time."""
     lines = re.findall(r"^\[(\d+)\]\[([\d\- :,]+)\]", (job / "train.log").read_text(), re.M)

@@ -96,19 +96,20 @@ def add_plots(study: Any, png: Path, with_importances: bool) -> None:
     from matplotlib.figure import Figure
 
     target, name = first_objective(study), objectives(study)[0]
-    with warnings.catch_warnings():
+    images = [matplotlib.image.imread(png)]
+    # Optuna's plots set pyplot's style (ggplot) for the whole process: undone on leaving
+    with warnings.catch_warnings(), plt.rc_context():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         axes = [plots.plot_optimization_history(study, target=target, target_name=name)]
         if with_importances:
             axes.append(plots.plot_param_importances(study, target=target, target_name=name))
-    images = [matplotlib.image.imread(png)]
-    for ax in axes:
-        buffer = io.BytesIO()
-        ax.figure.set_size_inches(8, 3.6)
-        ax.figure.savefig(buffer, format="png", dpi=80, bbox_inches="tight")
-        plt.close(ax.figure)
-        buffer.seek(0)
-        images.append(matplotlib.image.imread(buffer, format="png"))
+        for ax in axes:
+            buffer = io.BytesIO()
+            ax.figure.set_size_inches(8, 3.6)
+            ax.figure.savefig(buffer, format="png", dpi=80, bbox_inches="tight")
+            plt.close(ax.figure)
+            buffer.seek(0)
+            images.append(matplotlib.image.imread(buffer, format="png"))
     heights = [image.shape[0] for image in images]
     width = max(image.shape[1] for image in images)
     fig = Figure(figsize=(width / 80, sum(heights) / 80))
