@@ -80,8 +80,8 @@ def val_ids(corpus_text) -> torch.Tensor:
 
 
 def test_every_field_of_each_class_is_carried_fixed_or_irrelevant():
-    """model.hf_config.FIELDS rules on each field of the installed transformers' config classes; a field
-    a later version adds is refused as unknown until it is ruled on."""
+    """model.hf_config.FIELDS rules on each field of the installed transformers' config classes; a
+    field a later version adds is refused as unknown until it is ruled on."""
     for kind in CLASSES:
         fields = {f.name for f in dataclasses.fields(AutoConfig.for_model(kind))}
         assert fields <= set(FIELDS), (kind, fields - set(FIELDS))
