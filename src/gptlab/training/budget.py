@@ -65,14 +65,13 @@ def run_length(cfg: DictConfig, flops_per_token: int, optim: OptimConfig) -> Len
     run whose cooldown starts there), said when they differ; `optim`'s schedule checked."""
     ranks = world_size(cfg.trainer)
     tokens = tokens_per_step(cfg, ranks)
-    if cfg.get("branch_from"):
-        steps, why = branch_length(optim, cfg.branch_step), f"branch_step={cfg.branch_step}"
-        optim = replace(optim, branch_at=[])  # a branch keeps no branches of its own
-    elif cfg.flops_budget is not None:
+    steps, why = cfg.trainer.max_steps, None
+    if cfg.flops_budget is not None:
         steps = steps_for_budget(cfg.flops_budget, flops_per_token, tokens)
         why = f"flops_budget={cfg.flops_budget:g}"
-    else:
-        steps, why = cfg.trainer.max_steps, None
+    if cfg.get("branch_from"):  # a branch's length wins: its trunk's schedule, cooled from there
+        steps, why = branch_length(optim, cfg.branch_step), f"branch_step={cfg.branch_step}"
+        optim = replace(optim, branch_at=[])  # a branch keeps no branches of its own
     if why and cfg.trainer.max_steps not in (-1, steps):
         log.info(
             f"{why} decides the run's length: {steps} steps (not "
