@@ -14,6 +14,10 @@ from tqdm.auto import tqdm
 TASK_CHARS = 1 << 20  # characters of text per encoding task
 
 
+def usable_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
 def last_between(text: str, char: str, before) -> int:
     """The last i > 0 with text[i] == `char`, a letter after it and `before(text[i - 1])`, or 0."""
     i = text.rfind(char, 0, len(text) - 1)
@@ -97,7 +101,7 @@ def encode_documents(
     encoding, documents: Iterable[tuple[str, bool]], total_bytes: int | None = None
 ) -> Iterator[np.ndarray]:
     """The documents' tiktoken ids (uint32), a task at a time, with a bar of MB/s and tokens."""
-    threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    threads = usable_cores()
     bar = tqdm(total=total_bytes, unit="B", unit_scale=True, desc="Tokenizing", mininterval=1)
     tokens = 0
     with ThreadPoolExecutor(threads) as pool, bar:
