@@ -6,3 +6,7 @@ FAILED = 1
 BAD_INPUT = 2
 CTRL_C = 130
 SIGTERM = 143
+
+
+def code_of_signal(signal_name: str) -> int:
+    return CTRL_C if signal_name == "Ctrl-C" else SIGTERM

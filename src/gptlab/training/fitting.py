@@ -10,7 +10,7 @@ import lightning as L
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from gptlab.exits import CTRL_C, SIGTERM
+from gptlab.exits import code_of_signal
 from gptlab.run.place import PLACE, sweep_dir
 from gptlab.training.callbacks import GracefulStop
 
@@ -34,7 +34,7 @@ def fit(trainer: L.Trainer, module, datamodule, start, run_dir: Path) -> float:
                 f"Stopped by {stop.signal_name} after step {trainer.global_step}; saved its last "
                 f"checkpoint. Continue with:\n  gptlab-train resume={where}"
             )
-        sys.exit(CTRL_C if stop.signal_name == "Ctrl-C" else SIGTERM)
+        sys.exit(code_of_signal(stop.signal_name))
     return best_val_loss(trainer, module)
 
 
