@@ -43,6 +43,19 @@ FFN_HIDDEN = "[batch, context_length, ffn_mult * d_model]"
 LOGITS = "[batch, context_length, vocab_size]"
 
 
+def record_forward(model: GPT, ids: torch.Tensor) -> tuple[dict, dict]:
+    """The model's own forward on ids, hooked: each module's first input and its output."""
+    inputs, outputs = {}, {}
+
+    def remember(module, args, output):  # removed on leaving the `with`
+        inputs[module] = args[0]
+        outputs[module] = output
+
+    with torch.nn.modules.module.register_module_forward_hook(remember), torch.no_grad():
+        model(ids)
+    return inputs, outputs
+
+
 def trace_forward(model: GPT, ids: torch.Tensor, block: int = 0) -> tuple[list[Step], dict]:
     """The real shapes of the model's own forward on ids [batch, T] (in eval mode). The block's
     attention, which sdpa fuses, is recomputed the articles' way from its Q, K (after QK-norm and
@@ -52,14 +65,7 @@ def trace_forward(model: GPT, ids: torch.Tensor, block: int = 0) -> tuple[list[S
             f"block={block}: the model has {len(model.blocks)} block(s); choose 0 to "
             f"{len(model.blocks) - 1}."
         )
-    ins, outs = {}, {}  # each module's first input and its output in the model's own forward
-
-    def remember(module, args, output):  # removed on leaving the `with`
-        ins[module] = args[0]
-        outs[module] = output
-
-    with torch.nn.modules.module.register_module_forward_hook(remember), torch.no_grad():
-        model(ids)
+    ins, outs = record_forward(model, ids)
     chosen = model.blocks[block]
     attn = chosen.attn
     q, k, v = outs[attn.qkv].chunk(3, dim=2)  # each [batch, T, d_model]
