@@ -5,11 +5,22 @@ builds only configs from your command line and your own runs, never one read fro
 
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from gptlab.errors import ConfigError
 from gptlab.run.overrides import escape_interpolation
+
+
+def resolve(node: DictConfig | ListConfig, where: str) -> Any:
+    try:
+        return OmegaConf.to_container(node, resolve=True)
+    except OmegaConfBaseException as e:
+        key = f"{where}.{e.full_key}" if getattr(e, "full_key", None) else where
+        reason = " ".join(str(e).split("\n")[0].split())
+        raise ConfigError(
+            f"{key}: cannot be resolved ({reason}). Fix or remove the override that sets it."
+        ) from None
 
 
 def escape(node: Any) -> Any:
@@ -25,14 +36,7 @@ def escape(node: Any) -> Any:
 
 def resolved(cfg: DictConfig) -> DictConfig:
     """The task config resolved once: what is built, and what is shown."""
-    try:
-        plain = OmegaConf.to_container(cfg, resolve=True)
-    except OmegaConfBaseException as e:
-        key = f"config.{e.full_key}" if getattr(e, "full_key", None) else "config"
-        reason = " ".join(str(e).split("\n")[0].split())
-        raise ConfigError(
-            f"{key}: cannot be resolved ({reason}). Fix or remove the override that sets it."
-        ) from None
+    plain = resolve(cfg, "config")
     resolved = OmegaConf.create(escape(plain))
     OmegaConf.set_struct(resolved, True)
     return resolved
