@@ -1,16 +1,10 @@
 """gptlab: train small decoder-only GPTs written from scratch, with Lightning and Hydra.
 Importing it applies the process defaults (gptlab.process) and ignores Lightning's noise."""
 
-import os
-
 from gptlab.noise import ignore_known_warnings
-from gptlab.process import keep_freed_memory, set_openmp_default
+from gptlab.process import apply_defaults
 
 __version__ = "0.1.0"
 
-# which defaults this process got
-PROCESS_DEFAULTS = {
-    "openmp": set_openmp_default(os.environ),
-    "malloc": keep_freed_memory(os.environ),
-}
+PROCESS_DEFAULTS = apply_defaults()  # which defaults this process got: {"openmp": .., "malloc": ..}
 ignore_known_warnings()

@@ -70,19 +70,23 @@ def parse_yaml(raw: bytes) -> Any:
     return yaml.load(raw, Loader=YAML_LOADER)  # noqa: S506 - the safe loader
 
 
-def read_json(path: str | Path, limit: int = MAX_TEXT, parse=json.loads) -> Any:
-    """A JSON file (or YAML: read_yaml) as plain data; None when read_bytes gives none, it is
-    too deep, or it does not parse."""
+def read_data(path: str | Path, yaml_too: bool = False, limit: int = MAX_TEXT) -> Any:
+    """A JSON (or YAML) file as plain data; None when read_bytes gives none, it is too deep, or
+    it does not parse."""
     raw = read_bytes(path, limit)
     try:
-        data = None if raw is None else parse(raw)
+        data = None if raw is None else parse_yaml(raw) if yaml_too else json.loads(raw)
     except (ValueError, yaml.YAMLError, RecursionError):
         return None
     return data if depth(data) <= MAX_DEPTH else None
 
 
+def read_json(path: str | Path, limit: int = MAX_TEXT) -> Any:
+    return read_data(path, limit=limit)
+
+
 def read_yaml(path: str | Path) -> Any:
-    return read_json(path, parse=parse_yaml)
+    return read_data(path, yaml_too=True)
 
 
 def not_a_checkpoint(path: str | Path, why: str) -> ConfigError:
@@ -112,6 +116,10 @@ def check_archive(path: str | Path) -> None:
         raise not_a_checkpoint(path, "its members declare more bytes than the file holds")
 
 
+def first_line(error: Exception) -> str:
+    return f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else 'no details'}"
+
+
 def load_checkpoint(path: str | Path) -> dict:
     """torch.load with weights_only=True, mapped from the file (nothing is copied yet), once the
     archive is bounded; its `state_dict` tensors dense views within their storage."""
@@ -131,10 +139,8 @@ def load_checkpoint(path: str | Path) -> dict:
     except RecursionError:
         raise not_a_checkpoint(path, "its settings are nested too deeply") from None
     except Exception as e:  # zip, EOF and storage errors all mean the same thing here
-        first = str(e).splitlines()[0] if str(e) else "no details"
-        reason = first.split(" Please ")[0].split(" (1) ")[0]  # not torch's advice
-        why = f"it is truncated or not a checkpoint ({type(e).__name__}: {reason})"
-        raise not_a_checkpoint(path, why) from None
+        reason = first_line(e).split(" Please ")[0].split(" (1) ")[0]  # not torch's advice
+        raise not_a_checkpoint(path, f"it is truncated or not a checkpoint ({reason})") from None
     if not isinstance(checkpoint, dict):
         raise not_a_checkpoint(path, f"it holds a {type(checkpoint).__name__}")
     state = checkpoint.get("state_dict")

@@ -1,4 +1,4 @@
-"""The corpus's file formats, each checked before any long work (a text file's first block as
+"""The corpus's file formats, each checked before any long work (a text file's first bytes as
 UTF-8, a JSONL file's first record, a Parquet file's schema) and read in blocks, never whole:
 (text, new_document) pairs."""
 
@@ -11,6 +11,7 @@ from pathlib import Path
 from gptlab.errors import ConfigError
 
 BLOCK = 1 << 20  # bytes read at a time from a text file
+HEAD = 1 << 16  # bytes of each text file checked before any long work
 
 
 def format_of(path: Path) -> str:
@@ -21,27 +22,23 @@ def format_of(path: Path) -> str:
     return "parquet" if name.endswith(".parquet") else "text"
 
 
-def check_file(path: Path, field: str) -> None:
-    """Before any long work: a Parquet file's schema, else what its reader gives first (a text
-    file's first block, a JSONL file's first record)."""
-    kind = format_of(path)
+# ------------------------------------------------------------------ checks before any long work
+def check_file(path: Path, text_field: str) -> None:
+    checks = {"text": check_text, "jsonl": check_jsonl, "parquet": parquet_file}
     try:
-        if kind == "parquet":
-            parquet_file(path, field)
-            return
-        first = next(READERS[kind](path, field), None)
-    except (EOFError, gzip.BadGzipFile) as e:
-        raise ConfigError(f"The corpus file '{path}' is not a readable gzip file ({e}).") from e
+        checks[format_of(path)](path, text_field)
     except OSError as e:
         raise ConfigError(
             f"Cannot read the corpus file '{path}' ({e.strerror or e}). Check its permissions."
         ) from e
-    if first is None:
-        raise ConfigError(
-            f"The JSONL file '{path}' holds no record. Remove it or give another path."
-        )
-    if not first[0].strip() and path.stat().st_size <= BLOCK:
+
+
+def check_text(path: Path, _field: str) -> None:
+    with open(path, "rb") as f:
+        head = f.read(HEAD)
+    if not head.strip() and path.stat().st_size <= HEAD:
         raise ConfigError(f"The corpus file '{path}' is empty. Point data.path at a text file.")
+    check_block(path, head, 0, codecs.getincrementaldecoder("utf-8")(), final=False)
 
 
 def check_block(path: Path, raw: bytes, offset: int, decoder, final: bool) -> str:
@@ -59,6 +56,22 @@ def check_block(path: Path, raw: bytes, offset: int, decoder, final: bool) -> st
             f"The corpus file '{path}' is not UTF-8 text (bad byte at offset {offset + e.start}). "
             "Convert it to UTF-8, e.g. `iconv -t UTF-8`."
         ) from None
+
+
+def open_jsonl(path: Path):
+    return gzip.open(path, "rb") if path.name.lower().endswith(".gz") else open(path, "rb")
+
+
+def check_jsonl(path: Path, field: str) -> None:
+    """Its first record."""
+    try:
+        first = next(jsonl_texts(path, field), None)
+    except (EOFError, gzip.BadGzipFile) as e:
+        raise ConfigError(f"The corpus file '{path}' is not a readable gzip file ({e}).") from e
+    if first is None:
+        raise ConfigError(
+            f"The JSONL file '{path}' holds no record. Remove it or give another path."
+        )
 
 
 def record_text(path: Path, number: int, line: bytes, field: str) -> str:
@@ -89,23 +102,31 @@ def parquet_file(path: Path, field: str):
         parquet = pq.ParquetFile(path)
     except (pa.ArrowException, OSError) as e:
         raise ConfigError(f"The Parquet file '{path}' cannot be read ({e}).") from None
-    check_text_column(f"The Parquet file '{path}'", field, parquet.schema_arrow)
+    kinds = {column.name: column.type for column in parquet.schema_arrow}
+    check_text_column(f"The Parquet file '{path}'", field, kinds, is_arrow_text)
     return parquet
 
 
-def check_text_column(where: str, field: str, schema) -> None:
-    """Column `field` of an Arrow `schema` holds text, else a ConfigError naming `where`."""
+def is_arrow_text(kind) -> bool:
     import pyarrow as pa
 
-    if field not in schema.names:
+    return pa.types.is_string(kind) or pa.types.is_large_string(kind)
+
+
+def is_dataset_text(feature) -> bool:
+    return getattr(feature, "dtype", None) in ("string", "large_string")
+
+
+def check_text_column(where: str, field: str, kinds: dict, is_text) -> None:
+    """Column `field` (`kinds`: each one's type) holds text, else a ConfigError naming `where`."""
+    if field not in kinds:
         raise ConfigError(
-            f"{where} has no column '{field}' (its columns: {', '.join(schema.names)}). Set "
+            f"{where} has no column '{field}' (its columns: {', '.join(kinds)}). Set "
             "data.text_field to the column that holds the text."
         )
-    kind = schema.field(field).type
-    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+    if not is_text(kinds[field]):
         raise ConfigError(
-            f"{where}: column '{field}' holds {kind}, not text. Set data.text_field to a "
+            f"{where}: column '{field}' holds {kinds[field]}, not text. Set data.text_field to a "
             "string column."
         )
 
@@ -123,7 +144,7 @@ def text_blocks(path: Path, _field: str) -> Iterator[tuple[str, bool]]:
 
 def jsonl_texts(path: Path, field: str) -> Iterator[tuple[str, bool]]:
     """One document per record."""
-    with (gzip.open if path.name.lower().endswith(".gz") else open)(path, "rb") as f:
+    with open_jsonl(path) as f:
         for number, line in enumerate(f, 1):
             if line.strip():
                 yield record_text(path, number, line, field), True
@@ -141,6 +162,3 @@ def parquet_texts(path: Path, field: str) -> Iterator[tuple[str, bool]]:
                     f"'{field}' (null). Drop such rows, or choose another data.text_field."
                 )
             yield text, True
-
-
-READERS = {"text": text_blocks, "jsonl": jsonl_texts, "parquet": parquet_texts}

@@ -9,7 +9,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from gptlab.data.corpus import resolve_corpus
-from gptlab.data.formats import READERS, check_file, check_text_column, format_of
+from gptlab.data.formats import (
+    check_file,
+    check_text_column,
+    format_of,
+    is_dataset_text,
+    jsonl_texts,
+    parquet_texts,
+    text_blocks,
+)
 from gptlab.errors import ConfigError
 from gptlab.reader import sha256_of
 
@@ -94,8 +102,9 @@ class Files:
         return sum(p.stat().st_size for p in self.paths)
 
     def documents(self) -> Iterator[tuple[str, bool]]:
+        readers = {"text": text_blocks, "jsonl": jsonl_texts, "parquet": parquet_texts}
         for path in self.paths:
-            yield from READERS[format_of(path)](path, self.text_field)
+            yield from readers[format_of(path)](path, self.text_field)
 
 
 class HFDataset:
@@ -121,7 +130,7 @@ class HFDataset:
                 "(HF_DATASETS_OFFLINE=1) it must be in the datasets cache (HF_HOME) already, or "
                 "be a local folder."
             ) from None
-        check_text_column(f"data.name='{name}'", text_field, self.dataset.features.arrow_schema)
+        check_text_column(f"data.name='{name}'", text_field, self.dataset.features, is_dataset_text)
 
     def describe(self) -> str:
         return f"{self.name} ({self.split}, {self.dataset.num_rows:,} rows)"
