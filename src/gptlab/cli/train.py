@@ -12,7 +12,8 @@ from gptlab.cli.app import run_hydra_app, run_task
 from gptlab.config.schemas import register_configs
 from gptlab.errors import ConfigError
 from gptlab.exits import BAD_INPUT
-from gptlab.run.resume import branch_argv, resume_argv
+from gptlab.run.branch import branch_argv
+from gptlab.run.resume import resume_argv
 
 log = logging.getLogger("gptlab.train")
 register_configs()
