@@ -52,26 +52,34 @@ class OptunaPruning(L.Callback):
 
     def __init__(self, monitor: str = "val/loss"):
         self.monitor = monitor
-        self.trial = None  # rank 0's, of a single-objective study (Optuna prunes no other)
+        self.trial = None
         self.pruned = False
 
     def setup(self, trainer, pl_module, stage: str) -> None:
         if stage == "fit" and trainer.is_global_zero:
-            trial = job_trial()
-            self.trial = trial if trial and len(trial.study.directions) == 1 else None
+            self.trial = job_trial()
 
     def on_validation_end(self, trainer, pl_module) -> None:
         if trainer.sanity_checking or self.pruned:
             return
         prune = False
         value = trainer.callback_metrics.get(self.monitor)
-        if self.trial is not None and value is not None and math.isfinite(float(value)):
-            self.trial.report(float(value), step=trainer.global_step)
-            prune = self.trial.should_prune()
-        if trainer.strategy.broadcast(prune, src=0):  # rank 0 decides, every rank stops
-            log.info("Pruned by the Optuna study at step %d", trainer.global_step)
+        if trainer.is_global_zero and value is not None and math.isfinite(float(value)):
+            prune = self.ask(trainer.global_step, float(value))
+        prune = trainer.strategy.broadcast(prune, src=0)  # rank 0 decides, every rank stops
+        if prune:
             self.pruned = True
             trainer.should_stop = True
+
+    def ask(self, step: int, value: float) -> bool:
+        """Report the value at this step; True when the study's pruner says stop."""
+        if self.trial is None or len(self.trial.study.directions) > 1:  # Optuna: one objective only
+            return False
+        self.trial.report(value, step=step)
+        if not self.trial.should_prune():
+            return False
+        log.info("Pruned by the Optuna study at step %d (%s %.4f)", step, self.monitor, value)
+        return True
 
 
 def pruning_result(trainer) -> dict[str, Any]:
