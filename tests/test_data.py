@@ -187,13 +187,14 @@ def test_second_setup_loads_the_store_without_tokenizing(
     tmp_path, corpus_path, caplog, monkeypatch
 ):
     caplog.set_level(logging.INFO, logger="gptlab.data")
+    before = sorted(p.name for p in corpus_path.parent.iterdir())
     first = make_dm(tmp_path, corpus_path)
     first.prepare_data()
     first.setup("fit")
     caches = list((tmp_path / "cache").iterdir())
     assert len(caches) == 1 and (caches[0] / "tokens.bin").is_file()
     mtime = (caches[0] / "tokens.bin").stat().st_mtime_ns
-    assert sorted(p.name for p in corpus_path.parent.iterdir()) == ["sales_textbook.txt"]
+    assert sorted(p.name for p in corpus_path.parent.iterdir()) == before  # nothing written there
     assert not (tmp_path / "data").exists()  # data_dir untouched when data.path is given
 
     def no_tokenizing(*_args, **_kw):
