@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 import lightning as L
 import pytest
-from helpers import run_main
+from helpers import run_cli, run_main
 from hydra import compose, initialize_config_module
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import ConfigCompositionException
@@ -137,6 +137,17 @@ def test_the_entry_points_check_a_command_line_without_torch_or_lightning(tmp_pa
     assert out.stdout == "2\n[]\n", out.stderr
     assert "did you mean num_heads?" in out.stderr and len(out.stderr.splitlines()) == 1
     assert not list(tmp_path.iterdir())  # nothing made
+
+
+def test_multirun_with_cfg_is_one_paragraph_and_exit_code_2(tmp_path):
+    """`-m ... --cfg job`: Hydra's ValueError traceback becomes one paragraph, found in the
+    command line Hydra's own parser reads, before Hydra starts; nothing made."""
+    result = run_cli("-m", "experiment=mutransfer", "--cfg", "job", cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr and len(result.stderr.splitlines()) == 1
+    assert "-m (--multirun) and --cfg" in result.stderr and "drop -m" in result.stderr
+    assert not list(tmp_path.iterdir())
+    assert run_cli("experiment=mutransfer", "--cfg", "job", cwd=tmp_path).returncode == 0
 
 
 def test_the_top_level_schema_types_the_keys_of_train_yaml():

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 from pathlib import Path
 
@@ -134,17 +135,24 @@ def test_a_run_dir_that_cannot_be_written_leaves_the_result_in_the_output_dir(ru
 def test_bad_input_is_one_paragraph_and_exit_code_2(run_dir, tmp_path):
     alien = tmp_path / "alien.txt"
     alien.write_text("Zyzzyva quokkas juggle at dawn\n" * 20)
+    fifo, zero = tmp_path / "fifo.ckpt", tmp_path / "zero.ckpt"
+    os.mkfifo(fifo)  # reading it would wait for a writer forever
+    zero.symlink_to("/dev/zero")  # reading it would never end
     for args, needle in (
         (["ckpt_path=/no/such/run"], "'/no/such/run' does not exist"),
         ([f"ckpt_path={run_dir}", f"data.path={alien}"], "data.compact_vocab=false"),
         ([f"ckpt_path={run_dir}", "device=tpu"], "device='tpu'"),
         # gptlab-train's group: another text is data.path alone
-        ([f"ckpt_path={run_dir}", "data=text_file"], "Could not override 'data'"),
+        (
+            [f"ckpt_path={run_dir}", "data=text_file"],
+            "Give its data keys alone instead, e.g. `data.path=",
+        ),
+        ([f"ckpt_path={fifo}"], f"'{fifo}' is not a regular file"),
+        ([f"ckpt_path={zero}"], f"'{zero}' is not a regular file"),
     ):
         result = run_main(*args, cwd=tmp_path, tool="gptlab-eval")
-        assert (
-            result.returncode == 2 and needle in result.stderr and "Traceback" not in result.stderr
-        )
+        assert result.returncode == 2 and needle in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr and "+data" not in result.stderr
 
 
 def test_a_corrupt_eval_json_is_refused_before_the_evaluation_and_kept(finished, tmp_path):

@@ -3,14 +3,18 @@ input ends in one paragraph with exit code 2 (gptlab.exits), whether Hydra's com
 or the task; Ctrl-C during the start in one line; a failed start leaves nothing it made
 (gptlab.run.place). And the device a tool runs on."""
 
+import contextlib
 import difflib
+import io
 import logging
 import os
 import sys
 from collections.abc import Callable
+from importlib.resources import files
 from typing import Any
 
-from hydra.errors import HydraException, MissingConfigException
+from hydra.errors import ConfigCompositionException, HydraException, MissingConfigException
+from hydra.main import get_args_parser
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
@@ -35,6 +39,10 @@ def run_task(task: Callable[[DictConfig], Any], cfg: DictConfig, log: logging.Lo
 def run_hydra_app(hydra_main: Callable[[], object], tool: str) -> None:
     """Run a `@hydra.main` function; Hydra's own errors (a key, a group's option, a value's type)
     come back as exceptions, said here in one paragraph, exit code 2."""
+    conflict = command_conflict(sys.argv[1:])
+    if conflict:
+        print(f"{tool}: {conflict}", file=sys.stderr)
+        sys.exit(BAD_INPUT)
     users = os.environ.get(FULL_ERROR)  # the user's wish for whole tracebacks stays theirs
     os.environ[FULL_ERROR] = "1"
     try:
@@ -61,6 +69,68 @@ def run_hydra_app(hydra_main: Callable[[], object], tool: str) -> None:
             os.environ.pop(FULL_ERROR, None)
 
 
+COMMANDS = {  # Hydra's commands, of which a command line gives one: its parsed field -> its flag
+    "run": "--run",
+    "multirun": "-m (--multirun)",
+    "cfg": "--cfg",
+    "info": "--info",
+    "shell_completion": "--shell-completion",
+}
+
+
+def command_conflict(argv: list[str]) -> str | None:
+    """Two of Hydra's commands on one command line (`-m ... --cfg job`), read from Hydra's own
+    argument parser before Hydra raises its ValueError: the paragraph that says what to drop."""
+    try:
+        quiet = io.StringIO()  # --version, a malformed flag: Hydra's to say, next
+        with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
+            args = get_args_parser().parse_args(argv)
+    except SystemExit:
+        return None
+    given = [
+        flag for field, flag in COMMANDS.items() if getattr(args, field, None) not in (None, False)
+    ]
+    if len(given) < 2:
+        return None
+    show = f"--cfg {args.cfg or 'job'}"
+    return (
+        f"{' and '.join(given)}: Hydra runs one of --run, --multirun, --cfg, --info and "
+        "--shell-completion per command line. To see what a sweep's jobs get, drop -m: "
+        f"`{show}` prints the composed config of one job, `--cfg hydra` shows the sweep's "
+        "choices (hydra.sweeper.params)."
+    )
+
+
+def missing_group(tool: str) -> str | None:
+    """A `group=option` of the command line that names a group of gptlab's configs (conf/data,
+    gptlab-train's) which the tool's own config does not choose in its defaults list: Hydra can
+    only say "Could not override"; the fix is the tool's own keys of that name, given alone."""
+    conf = files("gptlab.conf")
+    own = conf / f"{tool.removeprefix('gptlab-')}.yaml"
+    if not own.is_file():
+        return None
+    config = OmegaConf.create(own.read_text())
+    chosen = set()
+    for entry in config.get("defaults") or []:
+        for key in entry.keys() if OmegaConf.is_dict(entry) else []:
+            name = str(key).removeprefix("override ").removeprefix("optional ").lstrip("/")
+            chosen.add(name.split("/")[0].split("@")[0])
+    for arg in sys.argv[1:]:
+        group, sep, _ = arg.partition("=")
+        if not sep or not group.isidentifier() or group in chosen or not (conf / group).is_dir():
+            continue
+        node = config.get(group)
+        keys = [str(k) for k in node.keys()] if OmegaConf.is_dict(node) else []
+        if not keys:
+            return f"{arg}: {tool} has no {group} group (the {group} options are gptlab-train's)."
+        return (
+            f"{arg}: {tool} has no {group} group to choose from (the {group} options are "
+            f"gptlab-train's). Give its {group} keys alone instead, e.g. `{group}.{keys[0]}=...` "
+            f"(its {group} keys: {', '.join(keys)})."
+        )
+    return None
+
+
 def did_you_mean(name: str, candidates) -> str:
     close = difflib.get_close_matches(name, [str(c) for c in candidates], n=3, cutoff=0.6)
     return f"; did you mean {' or '.join(close)}?" if close else ""
@@ -75,6 +145,9 @@ def explain(tool: str, error: Exception) -> str:
     """Hydra's composition error as one paragraph, from the exception's own fields: the key or
     the group's option, the reason, "did you mean" among its neighbours."""
     cause = error.__cause__
+    missing = missing_group(tool) if isinstance(error, ConfigCompositionException) else None
+    if missing:
+        return f"{missing} `{tool} --help` lists its keys."
     if isinstance(error, MissingConfigException) and "/" in str(error.missing_cfg_file):
         group, option = str(error.missing_cfg_file).rsplit("/", 1)
         options = list(error.options or [])

@@ -28,6 +28,11 @@ def find_checkpoint(path: str | Path | None, prefer: str = directory.BEST) -> Pa
     given = Path(path).expanduser()
     if given.is_file():
         return given
+    if given.exists() and not given.is_dir():  # a FIFO, a device, a link to /dev/zero
+        raise ConfigError(
+            f"ckpt_path: '{given}' is not a regular file (nor a directory). Give a .ckpt file "
+            "or a run directory (e.g. outputs/<date>/<time>)."
+        )
     if not given.is_dir():
         raise ConfigError(
             f"ckpt_path: '{given}' does not exist. Give a .ckpt file or a run directory "
