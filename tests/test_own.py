@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 from pathlib import Path
 
 import pytest
@@ -184,6 +185,27 @@ def test_a_key_of_another_user_is_refused(tmp_path):
     os.chown(key, 4242, 4242)
     result = key_result(tmp_path, key)
     assert result.returncode == 2 and "user id 4242" in result.stderr
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="giving a folder to another user needs root")
+def test_a_key_folder_of_another_user_is_refused_as_theirs(tmp_path):
+    key = a_key(tmp_path / "keys")
+    os.chown(tmp_path / "keys", 4242, 4242)  # mode 700: no one else writes it, but 4242 can
+    result = key_result(tmp_path, key)
+    assert result.returncode == 2, result.stderr
+    assert "belongs to user id 4242" in result.stderr and "written by others" not in result.stderr
+
+
+def test_a_key_refused_for_its_folder_is_not_made_there(tmp_path):
+    """A new key's folder is checked before the key is made: a refused key leaves nothing."""
+    (tmp_path / "open").mkdir()
+    (tmp_path / "open").chmod(0o777)
+    result = key_result(tmp_path, tmp_path / "open" / "key")
+    assert result.returncode == 2 and "can be written by others" in result.stderr
+    assert not list((tmp_path / "open").iterdir())
+    (tmp_path / "open").chmod(0o755)  # the fix the message gives works: the key is made
+    check(key_result(tmp_path, tmp_path / "open" / "key"))
+    assert stat.S_IMODE(os.stat(tmp_path / "open" / "key").st_mode) == 0o600
 
 
 def test_a_key_inside_a_run_directory_is_refused(finished, tmp_path):

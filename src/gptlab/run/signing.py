@@ -48,12 +48,22 @@ def check_key_place(path: Path) -> None:
 
 def check_folders(path: Path) -> None:
     """OpenSSH's rule for the folders above a key, up to your home: each yours or root's, and
-    none that group or others can write to (but a sticky one, as /tmp, above the key's own)."""
+    none that group or others can write to (but a sticky one, as /tmp, above the key's own).
+    Folders not made yet are skipped: checked before the key is made, and again when used."""
     home = Path.home()
     for i, folder in enumerate(path.parents):
-        info = os.stat(folder)
+        try:
+            info = os.stat(folder)
+        except FileNotFoundError:
+            continue
         sticky = i > 0 and info.st_mode & stat.S_ISVTX
-        if info.st_uid not in (0, os.getuid()) or (info.st_mode & 0o022 and not sticky):
+        if info.st_uid not in (0, os.getuid()):
+            raise refused(
+                path,
+                f"its folder '{folder}' belongs to user id {info.st_uid}, who could swap the key",
+                f"Keep it in a folder of yours (e.g. ~/.config/gptlab) and point {KEY_FILE} there.",
+            )
+        if info.st_mode & 0o022 and not sticky:
             raise refused(
                 path,
                 f"its folder '{folder}' can be written by others, who could swap the key",
@@ -91,7 +101,9 @@ def check_key(path: Path) -> None:
 
 def create_key(path: Path) -> None:
     """A new random key, readable by this user only; of two processes racing, one key wins."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    for folder in reversed(path.parents):  # each folder made is the user's alone
+        if not folder.exists():
+            folder.mkdir(mode=0o700, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
     handle = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(handle, "w") as f:
@@ -108,6 +120,7 @@ def signing_key() -> bytes:
     """This user's secret key (made on first use), checked each time it is used."""
     path = key_file()
     check_key_place(path)
+    check_folders(path)  # a key refused for its folder is not made there first
     try:
         if not os.path.lexists(path):
             create_key(path)
