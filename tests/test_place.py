@@ -188,8 +188,13 @@ def test_paths_output_dir_is_the_run_directory_not_a_second_one(tmp_path):
     """The issue's example: a new hydra.run.dir and paths.output_dir at a folder of notes."""
     folder = notes(tmp_path / "notes")
     result = run_main(*FAST, "hydra.run.dir=new", f"paths.output_dir={folder}", cwd=tmp_path)
-    assert result.returncode == 2 and f"hydra.run.dir={folder}" in result.stderr
+    assert result.returncode == 2 and "Drop paths.output_dir" in result.stderr
+    assert f"hydra.run.dir={folder}" not in result.stderr  # it holds notes: refused too
     assert tree(folder) == {"today.log": b"my notes\n"} and not (tmp_path / "new").exists()
+    empty = tmp_path / "empty"  # a folder that can be the run's: the fix offered is it
+    result = run_main(*FAST, "hydra.run.dir=new", f"paths.output_dir={empty}", cwd=tmp_path)
+    assert result.returncode == 2 and f"Give hydra.run.dir={empty} instead" in result.stderr
+    assert not empty.exists() and not (tmp_path / "new").exists()
 
 
 def test_a_store_of_the_runs_beside_it_is_new_or_its_own(tmp_path):
@@ -228,6 +233,7 @@ def test_eval_inspect_and_export_write_nowhere_in_someone_elses_run(finished, fo
         result = run_main(*args, cwd=tmp_path, tool=tool)
         assert result.returncode == 2 and str(foreign) in result.stderr, (tool, result.stderr)
         assert "Traceback" not in result.stderr
+        assert f"hydra.run.dir={foreign}" not in result.stderr  # no fix that is refused too
     assert tree(foreign) == before
 
 

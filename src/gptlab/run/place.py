@@ -147,9 +147,18 @@ class Place:
         for key, value in places.items():
             leaf = key.rsplit(".", 1)[-1]
             if leaf in RUN_DIR_KEYS and self.run_dir and where(value) != self.run_dir:
+                fix = f"Give hydra.run.dir={value} instead ({key} follows it)."
+                try:  # the fix offered is one that is admitted
+                    self.check_fresh(where(value), "hydra.run.dir")
+                except ConfigError:
+                    fix = (
+                        f"Drop {key}: '{value}' cannot be a run's directory either (it holds "
+                        "files or lies inside a run or sweep). To choose where, give "
+                        "hydra.run.dir a new or empty folder outside every run."
+                    )
                 raise ConfigError(
                     f"{key}={value}: this run's directory is '{self.run_dir}', and a run writes "
-                    f"into one directory. Give hydra.run.dir={value} instead ({key} follows it)."
+                    f"into one directory. {fix}"
                 )
             if leaf in URI_KEYS:
                 value = re.sub(r"^(sqlite://|file:(//)?)", "", value)  # a local store's folder
