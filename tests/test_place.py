@@ -141,15 +141,21 @@ def test_a_file_written_meanwhile_by_another_process_survives_a_failed_start(tmp
     assert tree(given) == {"notes.log": b"another process's\n"}
 
 
-def test_ctrl_c_during_the_start_is_one_line_and_leaves_nothing(tmp_path):
+@pytest.mark.parametrize(
+    ("sent", "code", "said"), [(signal.SIGINT, 130, "Ctrl-C"), (signal.SIGTERM, 143, "SIGTERM")]
+)
+def test_ctrl_c_or_sigterm_during_the_start_is_one_line_and_leaves_nothing(
+    tmp_path, sent, code, said
+):
     process = started("gptlab-train", *FAST, cwd=tmp_path)
     wait_for(tmp_path / "outputs", process)
     time.sleep(0.5)  # Hydra's files written; torch still loading
-    process.send_signal(signal.SIGINT)
+    process.send_signal(sent)
     _, err = process.communicate(timeout=300)
-    assert process.returncode == 130, err
-    assert "Traceback" not in err and "stopped by Ctrl-C" in err
+    assert process.returncode == code, err
+    assert "Traceback" not in err and f"stopped by {said}" in err
     assert not list((tmp_path / "outputs").rglob("*.*"))  # no config, log or manifest left
+    assert not list((tmp_path / "outputs").rglob("*/*"))  # nor the run directory it made
 
 
 # ------------------------------------------- one place, whatever key names it

@@ -1,10 +1,14 @@
-"""This process: its rank, the memory its machine has left, and its CPU defaults set when gptlab
+"""This process: its rank, the memory its machine has left, its CPU defaults set when gptlab
 is imported (GOMP_SPINCOUNT, glibc's malloc thresholds) unless the user set their own
-(docs/devices.md)."""
+(docs/devices.md), and SIGTERM outside training (raised, as Ctrl-C is)."""
 
+import contextlib
 import ctypes
 import os
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 
 OPENMP_PRINT_ONLY = ("OMP_DISPLAY_ENV", "OMP_DISPLAY_AFFINITY")
 GOMP_SPINCOUNT = "1000"
@@ -82,3 +86,39 @@ def available_memory() -> int | None:
 def apply_defaults(environ=os.environ) -> dict[str, bool]:
     """Both defaults; which of them this process got."""
     return {"openmp": set_openmp_default(environ), "malloc": keep_freed_memory(environ)}
+
+
+class Terminated(BaseException):
+    """SIGTERM outside training, raised as Ctrl-C raises KeyboardInterrupt: a start stopped by
+    it is undone the same way (gptlab.cli.app), not killed with its half-made run left."""
+
+
+def raise_terminated(signum, frame) -> None:
+    raise Terminated
+
+
+@contextlib.contextmanager
+def sigterm_raises() -> Iterator[None]:
+    """Within: SIGTERM raises Terminated (in the main thread, where Python runs handlers)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def sigterm_passes() -> Iterator[None]:
+    """Within (training): SIGTERM is not raised but back at its default, on which Lightning
+    puts its own handler (finish the step, save, stop)."""
+    if signal.getsignal(signal.SIGTERM) is not raise_terminated:
+        yield
+        return
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, raise_terminated)

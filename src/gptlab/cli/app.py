@@ -1,6 +1,6 @@
 """What every command-line tool shares: Hydra composes its command line and runs its task; bad
 input ends in one paragraph with exit code 2 (gptlab.exits), whether Hydra's composition found it
-or the task; Ctrl-C during the start in one line; a failed start leaves nothing it made
+or the task; Ctrl-C or SIGTERM during the start in one line; a failed start leaves nothing it made
 (gptlab.run.place). And the device a tool runs on."""
 
 import contextlib
@@ -19,7 +19,8 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from gptlab.errors import ConfigError, Refusal
-from gptlab.exits import BAD_INPUT, CTRL_C
+from gptlab.exits import BAD_INPUT, CTRL_C, SIGTERM
+from gptlab.process import Terminated, sigterm_raises
 from gptlab.run.overrides import override_key
 from gptlab.run.place import PLACE
 
@@ -46,7 +47,8 @@ def run_hydra_app(hydra_main: Callable[[], object], tool: str) -> None:
     users = os.environ.get(FULL_ERROR)  # the user's wish for whole tracebacks stays theirs
     os.environ[FULL_ERROR] = "1"
     try:
-        hydra_main()
+        with sigterm_raises():  # a SIGTERM before training undoes the start as Ctrl-C does
+            hydra_main()
     except (ConfigError, Refusal) as e:
         PLACE.undo()
         print(f"{tool}: {e}", file=sys.stderr)
@@ -55,6 +57,10 @@ def run_hydra_app(hydra_main: Callable[[], object], tool: str) -> None:
         PLACE.undo()
         print(f"{tool}: stopped by Ctrl-C.", file=sys.stderr)
         sys.exit(CTRL_C)
+    except Terminated:
+        PLACE.undo()
+        print(f"{tool}: stopped by SIGTERM.", file=sys.stderr)
+        sys.exit(SIGTERM)
     except (HydraException, OmegaConfBaseException) as e:
         if users or PLACE.roots:  # not a command line Hydra could not compose: a traceback
             PLACE.undo()

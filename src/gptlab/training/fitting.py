@@ -11,6 +11,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from gptlab.exits import code_of_signal
+from gptlab.process import sigterm_passes
 from gptlab.run.place import PLACE, sweep_dir
 from gptlab.training.callbacks import GracefulStop
 
@@ -24,7 +25,7 @@ def fit(trainer: L.Trainer, module, datamodule, start, run_dir: Path) -> float:
     ckpt_path = start.ckpt_path if start.whole else None
     PLACE.commit()  # training begins: what the run makes is its result
     try:
-        with console:
+        with console, sigterm_passes():  # Lightning's graceful stop takes SIGTERM
             trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
     except SIGTERMException:
         stop = next(c for c in trainer.callbacks if isinstance(c, GracefulStop))
