@@ -69,6 +69,11 @@ def test_a_branch_trains_the_cooldown_only_in_a_new_run_directory(trunk, branch)
     assert metrics["tokens_seen"] == read_metrics(trunk)["tokens_per_step"] * 112
     # its tokens/s: its own 22 steps over its own seconds (112 steps over them would be 5x)
     assert 0.5 < metrics["tokens_per_sec"] / read_metrics(trunk)["tokens_per_sec"] < 2
+    done = next(
+        line for line in (branch / "train.log").read_text().splitlines() if "Done: " in line
+    )
+    own = 22 * metrics["tokens_per_step"]  # its last line: its own tokens, as its seconds are
+    assert f"Done: 112 steps (22 of them this branch's, from step 90), {own:,} tokens in " in done
     expected = [3e-3 * lr_factor(step, OPTIM, 112) for step in range(90, 112)]
     assert learning_rates(branch) == pytest.approx(expected, rel=1e-6)
     assert expected[0] == pytest.approx(3e-3) and expected[-1] < 3e-3 * 0.2

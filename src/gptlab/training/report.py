@@ -132,8 +132,16 @@ class RunReport(L.Callback):
             return f"No sample: {e}"
 
     def report(self, trainer, m: dict) -> list[str]:
+        """Its tokens over its seconds: a branch's own (from its step), not its trunk's too."""
+        first = self.stats.timed_from or 0
+        steps = f"{m['steps']} steps"
+        if first:
+            steps += f" ({m['steps'] - first} of them this branch's, from step {first})"
+        tokens = (m["steps"] - first) * m["tokens_per_step"]
+        wall = m["wall_seconds"]
+        seconds = f"{wall:.1f}" if wall < 10 else f"{wall:.0f}"
         lines = [
-            f"Done: {m['steps']} steps, {m['tokens_seen']:,} tokens in {m['wall_seconds']:.0f} s "
+            f"Done: {steps}, {tokens:,} tokens in {seconds} s "
             f"({m['tokens_per_sec']:,.0f} tokens/s on {m['device']}).",
             f"Best val loss {m['best_val_loss']:.4f} (perplexity {m['best_val_perplexity']:.1f}, "
             f"{m['best_val_bpb']:.3f} bits per byte), final {m['final_val_loss']:.4f}.",
