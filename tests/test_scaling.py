@@ -154,12 +154,16 @@ def test_too_few_budgets_or_sizes_name_what_is_missing_and_the_summary_stands(
 
 
 def test_a_fit_not_identified_is_drawn_without_extrapolation_one_identified_with_it(tmp_path):
-    """And a budget's optimum whose bootstrap interval does not hold it draws (no negative yerr)."""
+    """Both from the smallest budget, not below it. And a budget's optimum whose bootstrap
+    interval does not hold it draws (no negative yerr)."""
     law_sweep(tmp_path, budgets=(1e15, 2e15), spread=(-1.0, 0.0, 1.0))
     fit = fit_sweep(*collect(tmp_path), "best_val_loss")["configurations"]["(every job)"]
     optimum = fit["approach2"]["optima"][0]
     optimum["L_opt_ci95"] = [optimum["L_opt"] + 0.1, optimum["L_opt"] + 0.2]
-    largest = max(p["budget"] for p in fit["points"])
+    smallest, largest = (
+        min(p["budget"] for p in fit["points"]),
+        max(p["budget"] for p in fit["points"]),
+    )
     for identified, reach in ((False, 1.0), (True, scaling_plot.EXTRAPOLATE)):
         fit["approach2"]["identified"] = fit["approach3"]["identified"] = identified
         fig = Figure()
@@ -169,6 +173,8 @@ def test_a_fit_not_identified_is_drawn_without_extrapolation_one_identified_with
         for ax in axes[1:]:
             drawn = max(max(line.get_xdata()) for line in ax.lines)
             assert drawn == pytest.approx(largest * reach), (identified, ax.get_title())
+            first = min(min(line.get_xdata()) for line in ax.lines)  # not below the budgets
+            assert first == pytest.approx(smallest), (identified, ax.get_title())
         assert len(fig.axes) == 4 and axes[0].get_legend() is None  # budgets: a colour scale
     labels = [t.get_text() for t in axes[2].get_legend().get_texts()]
     a = f"{fit['approach3']['a']:.2f}"

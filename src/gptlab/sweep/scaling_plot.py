@@ -14,9 +14,10 @@ LEGEND = {"loc": "upper center", "bbox_to_anchor": (0.5, -0.2), "fontsize": 8, "
 
 
 def compute_range(fit: dict) -> tuple[np.ndarray, np.ndarray]:
-    """C from half the smallest budget to the largest, and from there one decade further."""
+    """C over the budgets (from the smallest to the largest: a fit says nothing below them), and
+    from the largest one decade further (drawn only for a fit identified)."""
     budgets = sorted({p["budget"] for p in fit["points"]})
-    inside = np.geomspace(budgets[0] / 2, budgets[-1], 40)
+    inside = np.geomspace(budgets[0], budgets[-1], 40)
     return inside, np.geomspace(budgets[-1], budgets[-1] * EXTRAPOLATE, 20)
 
 
