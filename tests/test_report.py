@@ -19,9 +19,9 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from gptlab.config.schemas import register_configs
 from gptlab.data.tokenizer import Tokenizer
-from gptlab.model.gpt import GPTConfig
+from gptlab.model.gpt import GPT, GPTConfig
 from gptlab.run.place import PLACE
-from gptlab.run.screen import GROUPS, config_tree
+from gptlab.run.screen import GROUPS, config_tree, model_line
 from gptlab.training.module import GPTModule, OptimConfig
 from gptlab.training.report import RunReport
 from gptlab.training.run_stats import RunStats
@@ -131,6 +131,26 @@ def test_config_tree_has_a_branch_per_group_then_the_top_level(tmp_path):
     out = io.StringIO()
     Console(file=out, width=110, color_system=None).print(tree)
     assert "d_model: 64" in out.getvalue() and "ckpt_path" not in out.getvalue()
+
+
+def test_the_first_screen_reads_as_written_counts_separated_and_says_mup(tmp_path):
+    """flops_budget=4e10 as 4e+10 (its value unchanged), counts with separators, a plural only
+    for more than one, and a line that says μP is on, with its base width."""
+    cfg = composed(tmp_path, "flops_budget=4e10")
+    tree = config_tree(OmegaConf.create(OmegaConf.to_container(cfg, resolve=True)))
+    top = str(tree.children[-1].children[0].label)
+    assert "flops_budget: 4e+10" in top.splitlines() and "40000000000" not in top
+    assert yaml.safe_load(top)["flops_budget"] == "4e+10"  # shown as written, read as 4e10
+    shape = {"vocab_size": 3771, "context_length": 32, "d_model": 32, "num_heads": 1}
+    one = GPT(GPTConfig(**shape, num_blocks=1))
+    line = model_line(one)
+    total = one.num_params()["total"]
+    assert line == (
+        f"GPT: {total:,} parameters (d_model 32, 1 head, 1 block, context 32, vocab 3,771)"
+    )
+    assert total > 1000 and "μP" not in line
+    mup = model_line(GPT(GPTConfig(**shape, num_blocks=2, parametrization="mup", base_width=16)))
+    assert "2 blocks" in mup and mup.splitlines()[1].startswith("μP on: base width 16 ")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -93,9 +93,9 @@ class GPTDataModule(L.LightningDataModule):
             meta = {"encoding": encoding, "vocab_mode": mode, "key": key, "sources": identity}
             write_token_store(folder, encoded, tiktoken_encoding, self.store_vocab, meta)
             store = open_store(folder)
-            log.info("Wrote token store %s (%d tokens)", folder, len(store.tokens))
+            log.info("Wrote token store %s (%s tokens)", folder, f"{len(store.tokens):,}")
         else:
-            log.info("Loaded token store %s (%d tokens)", folder, len(store.tokens))
+            log.info("Loaded token store %s (%s tokens)", folder, f"{len(store.tokens):,}")
         self._store = store
         self._store_folder = folder
         return store

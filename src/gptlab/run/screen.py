@@ -4,6 +4,7 @@ import io
 import logging
 from pathlib import Path
 
+import yaml
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 from rich.tree import Tree
@@ -17,6 +18,24 @@ log = logging.getLogger("gptlab.train")
 GROUPS = ("data", "model", "optim", "trainer", "callbacks", "logger", "paths")
 
 
+class ScreenDumper(yaml.SafeDumper):
+    """YAML as a person reads it: a large whole float as written (flops_budget=4e10: 4e+10, not
+    40000000000.0); .hydra/config.yaml keeps the exact value."""
+
+
+def represent_float(dumper: yaml.SafeDumper, value: float) -> yaml.ScalarNode:
+    if value.is_integer() and abs(value) >= 1e6:
+        return dumper.represent_scalar("tag:yaml.org,2002:str", f"{value:g}")  # read plain
+    return dumper.represent_float(value)
+
+
+ScreenDumper.add_representer(float, represent_float)
+
+
+def as_yaml(settings: dict) -> str:
+    return yaml.dump(settings, Dumper=ScreenDumper, sort_keys=False, allow_unicode=True)
+
+
 def config_tree(cfg: DictConfig) -> Tree:
     """The composed config, a branch per group, unset keys hidden."""
     tree = Tree("config", guide_style="dim")
@@ -27,7 +46,7 @@ def config_tree(cfg: DictConfig) -> Tree:
             for k, v in OmegaConf.to_container(OmegaConf.create(node), resolve=True).items()
             if v is not None
         }  # unset keys (null) stay in .hydra/config.yaml
-        tree.add(f"[bold]{name}[/bold]").add(OmegaConf.to_yaml(settings).rstrip() or "{}")
+        tree.add(f"[bold]{name}[/bold]").add(as_yaml(settings).rstrip() if settings else "{}")
     return tree
 
 
@@ -68,7 +87,7 @@ def data_lines(cfg: DictConfig, datamodule, trainer) -> list[str]:
 
 def print_first_screen(cfg: DictConfig, model: GPT, output_dir: Path, datamodule, trainer) -> None:
     """The config tree (saved; not printed in a sweep's jobs), the data, model and run dir."""
-    c, tree = model.config, config_tree(cfg)
+    tree = config_tree(cfg)
     if output_dir.is_dir():
         console = Console(file=io.StringIO(), width=110, color_system=None)
         console.print(tree)
@@ -77,8 +96,26 @@ def print_first_screen(cfg: DictConfig, model: GPT, output_dir: Path, datamodule
         Console(stderr=True, width=110).print(tree)
     for line in data_lines(cfg, datamodule, trainer):
         log.info(line)
-    log.info(
-        f"GPT: {model.num_params()['total']:,} parameters (d_model {c.d_model}, {c.num_heads} "
-        f"heads, {c.num_blocks} blocks, context {c.context_length}, vocab {c.vocab_size})\n"
-        f"Run directory: {output_dir}"
+    log.info("\n".join([model_line(model), f"Run directory: {output_dir}"]))
+
+
+def counted(n: int, what: str) -> str:
+    """`1 block`, `4 blocks`, `3,771 tokens`."""
+    return f"{n:,} {what}" if n == 1 else f"{n:,} {what}s"
+
+
+def model_line(model: GPT) -> str:
+    """`GPT: 254,048 parameters (d_model 32, 2 heads, 1 block, context 32, vocab 3,771)`, and
+    under μP its base width (and depth), the shape its learning rate was tuned at."""
+    c = model.config
+    line = (
+        f"GPT: {counted(model.num_params()['total'], 'parameter')} (d_model {c.d_model:,}, "
+        f"{counted(c.num_heads, 'head')}, {counted(c.num_blocks, 'block')}, context "
+        f"{c.context_length:,}, vocab {c.vocab_size:,})"
     )
+    if c.parametrization != "mup":
+        return line
+    base = f"base width {c.base_width:,}"
+    if c.base_depth:
+        base += f", base depth {c.base_depth:,}"
+    return f"{line}\nμP on: {base} (model.parametrization=mup; docs/model.md)"

@@ -156,7 +156,7 @@ def headline(rows: list[dict], configs: list[dict] | None, sweep_dir: Path) -> l
     if ok:
         head.append(
             f"Best: job {ok[0]['job']} ({ok[0]['overrides'] or 'no overrides'}): val loss "
-            f"{ok[0]['best_val_loss']:.4f}, {ok[0].get('num_params')} parameters."
+            f"{ok[0]['best_val_loss']:.4f}, {ok[0].get('num_params') or 0:,} parameters."
         )
     if configs and configs[0]["vs_best"] == "best":
         best, others = configs[0], Counter(c["vs_best"] for c in configs[1:])
