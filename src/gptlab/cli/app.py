@@ -93,17 +93,18 @@ def command_conflict(argv: list[str]) -> str | None:
             args = get_args_parser().parse_args(argv)
     except SystemExit:
         return None
-    given = [
+    commands = [
         flag for field, flag in COMMANDS.items() if getattr(args, field, None) not in (None, False)
     ]
-    if len(given) < 2:
+    if len(commands) < 2:
         return None
-    show = f"--cfg {args.cfg or 'job'}"
+    said = f"{' and '.join(commands)}: Hydra runs one of --run, --multirun, --cfg, --info and "
+    if not args.multirun:
+        return f"{said}--shell-completion per command line; give one of them."
     return (
-        f"{' and '.join(given)}: Hydra runs one of --run, --multirun, --cfg, --info and "
-        "--shell-completion per command line. To see what a sweep's jobs get, drop -m: "
-        f"`{show}` prints the composed config of one job, `--cfg hydra` shows the sweep's "
-        "choices (hydra.sweeper.params)."
+        f"{said}--shell-completion per command line. To see what a sweep's jobs get, drop -m: "
+        f"`--cfg {args.cfg or 'job'}` prints the composed config of one job, `--cfg hydra` "
+        "shows the sweep's choices (hydra.sweeper.params)."
     )
 
 
