@@ -100,8 +100,8 @@ def score(checkpoint: Path, split: str, data: dict, trainer_cfg: dict, device: s
     from gptlab.training.module import GPTModule
 
     model, tokenizer, step = load_model(checkpoint)
-    settings = asdict(model.config)
-    module = GPTModule(model=settings, optim={}, tokenizer=tokenizer.state_dict(), built=model)
+    tokenizer_state = tokenizer.state_dict()
+    module = GPTModule(asdict(model.config), optim={}, tokenizer=tokenizer_state, built=model)
     most = module.config.context_length  # windows of the model's length unless the run or cfg says
     settings = {"context_length": most, **data, "tokenizer": module.tokenizer_state}
     if settings["context_length"] > most:

@@ -154,6 +154,7 @@ class GPT(nn.Module):
         self.init_weights()  # after the modules' own defaults, drawn as each was built
 
     def tie(self) -> None:
+        """tie_weights: the head reads out with the token embedding's matrix (one parameter)."""
         if self.config.tie_weights:
             self.head.weight = self.token_embedding.weight
 
