@@ -120,7 +120,7 @@ def test_transformers_computes_gptlab_log_probs(name, tmp_path, val_ids):
     settings, expected = ARCHITECTURES[name]
     config, model = random_model(**settings)
     out = tmp_path / "exported"
-    write_folder(trained_of(config, model), out, "card\n")
+    write_folder(trained_of(config, model), model, out, "card\n")
 
     hf, info = AutoModelForCausalLM.from_pretrained(
         out, local_files_only=True, output_loading_info=True
@@ -182,7 +182,7 @@ def test_a_mup_model_exports_with_its_multipliers(name, tmp_path, val_ids):
     assert s.embedding != math.sqrt(config.d_model) and s.attention != config.head_size**-0.5
     assert s.output != 1.0 and s.residual != 1.0
     out = tmp_path / "exported"
-    write_folder(trained_of(config, model), out, "card\n")
+    write_folder(trained_of(config, model), model, out, "card\n")
     hf = AutoModelForCausalLM.from_pretrained(out, local_files_only=True).eval()
     back = read_folder(out)  # imported: a standard model computing the same function
     imported = GPT(GPTConfig(**back.model)).eval()
@@ -202,7 +202,7 @@ def test_pipeline_defaults_stop_at_the_context_length(name, tmp_path):
     batches on the left with the end-of-text token."""
     config, model = random_model(**ARCHITECTURES[name][0], context_length=16)
     out = tmp_path / "exported"
-    write_folder(trained_of(config, model), out, "card\n")
+    write_folder(trained_of(config, model), model, out, "card\n")
     generator = pipeline("text-generation", model=str(out))
     assert generator.tokenizer.model_max_length == 16
     torch.manual_seed(0)
@@ -385,7 +385,7 @@ def test_import_counts_the_blocks_before_building_a_model(tmp_path):
     asks for a terabyte is not read."""
     config, model = random_model()
     out = tmp_path / "exported"
-    write_folder(trained_of(config, model), out, "card\n")
+    write_folder(trained_of(config, model), model, out, "card\n")
     settings = json.loads((out / "config.json").read_text())
     key = "n_layer" if "n_layer" in settings else "num_hidden_layers"
     (out / "config.json").write_text(json.dumps({**settings, key: 100_000}))

@@ -444,3 +444,81 @@ def test_only_the_manual_path_holds_a_mask(attention):
     masks = [name for name, _ in model.named_buffers() if name.endswith("attn.mask")]
     assert len(masks) == (2 if attention == "manual" else 0)
     assert "mask" not in "".join(model.state_dict())
+
+
+# ------------------------------------------------------------------ built once, on meta first
+PRESETS = {  # model=<option> overrides, and the toggles whose draws differ
+    "default": [],
+    "modern": ["model=modern"],
+    "tiny": ["model=tiny"],
+    "reference": ["model=reference"],
+    "zero_init": ["model.zero_init=true"],
+    "tie_weights": ["model.tie_weights=true"],
+    "mup": ["model.parametrization=mup", "model.base_width=64", "model.mup_init=2.0"],
+    "learned swiglu": ["model.positional=learned", "model.activation=swiglu", "model.bias=false"],
+}
+
+
+def preset(overrides: list[str]) -> GPTConfig:
+    """The model group's settings as gptlab-train composes them, with a small vocabulary."""
+    from hydra import compose, initialize_config_module
+
+    from gptlab.config.schemas import register_configs
+
+    register_configs()
+    with initialize_config_module("gptlab.conf", version_base="1.3"):
+        cfg = compose("train", ["data.context_length=16", *overrides])
+    settings = {k: v for k, v in cfg.model.items() if k != "_target_"}
+    return GPTConfig(**{**settings, "vocab_size": V, "dropout": 0.0})
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_a_model_built_on_meta_draws_the_numbers_gpt_draws(name):
+    """build_gpt builds on torch's meta device, then replays torch's draws in GPT(config)'s
+    order: for the same seed the same tensors, bit for bit (parameters and tables), ties kept,
+    and torch's generator left where GPT(config) leaves it (dropout draws the same next)."""
+    from gptlab.model.meta import build_gpt
+
+    config = preset(PRESETS[name])
+    for seed in (0, 7):
+        torch.manual_seed(seed)
+        old = GPT(config)  # built directly on the CPU
+        old_rng = torch.get_rng_state()
+        torch.manual_seed(seed)
+        new = build_gpt(config, {}, "test")
+        assert torch.equal(torch.get_rng_state(), old_rng)
+        for mine, theirs in [
+            (old.state_dict(), new.state_dict()),
+            (old.named_buffers(), new.named_buffers()),
+        ]:
+            mine, theirs = dict(mine), dict(theirs)
+            assert mine.keys() == theirs.keys()
+            for key, tensor in mine.items():
+                assert theirs[key].device.type == "cpu"
+                assert torch.equal(tensor, theirs[key]), (name, seed, key)
+        tied = new.head.weight is new.token_embedding.weight
+        assert tied == config.tie_weights
+
+
+def test_a_model_built_with_weights_holds_them_and_draws_nothing():
+    """Weights given (a checkpoint's, a folder's): copied in place, no draw taken from torch's
+    generator; weights of another shape or name are refused by name before anything is built."""
+    from gptlab.model.meta import build_gpt
+
+    config = small_config(tie_weights=True, attention="manual")
+    torch.manual_seed(3)
+    weights = {f"model.{k}": v for k, v in GPT(config).state_dict().items()}
+    torch.manual_seed(0)
+    before = torch.get_rng_state()
+    model = build_gpt(config, weights, "ckpt_path: 'x.ckpt'")
+    assert torch.equal(torch.get_rng_state(), before)
+    for key, tensor in model.state_dict().items():
+        assert torch.equal(tensor, weights[f"model.{key}"]), key
+    assert model.head.weight is model.token_embedding.weight
+    assert model.blocks[0].attn.mask.equal(torch.ones(16, 16, dtype=torch.bool).triu(diagonal=1))
+    wrong = {**weights, "model.ln_f.weight": torch.ones(33)}
+    with pytest.raises(ConfigError, match=r"x.ckpt' does not hold .*ln_f.weight has shape \[33\]"):
+        build_gpt(config, wrong, "ckpt_path: 'x.ckpt'")
+    del wrong["model.ln_f.weight"]
+    with pytest.raises(ConfigError, match="ln_f.weight is missing"):
+        build_gpt(config, wrong, "ckpt_path: 'x.ckpt'")

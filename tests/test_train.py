@@ -112,6 +112,23 @@ def test_best_checkpoint_exists_when_training_ends_before_the_first_validation(t
     assert val[0][1] == pytest.approx(metrics["final_val_loss"], rel=1e-6)
 
 
+def test_a_training_run_builds_its_gpt_once(tmp_path, monkeypatch):
+    """GPT.__init__ runs once in a run (gptlab.model.meta.build_gpt: on torch's meta device, bounded
+    there, then materialised), not once to bound the model and again to train it."""
+    from gptlab.model.gpt import GPT
+
+    built = []
+    init = GPT.__init__
+
+    def counted(self, config):
+        built.append(config)
+        init(self, config)
+
+    monkeypatch.setattr(GPT, "__init__", counted)
+    check(run_main("debug=fast", "trainer.max_steps=2", "hydra.run.dir=run", cwd=tmp_path))
+    assert len(built) == 1 and read_metrics(tmp_path / "run")["steps"] == 2
+
+
 def test_the_first_screen_shows_the_config_model_and_run_dir(fast_run):
     run_dir, result = fast_run
     before_training = result.stderr.split("Total Flops")[0]

@@ -16,7 +16,7 @@ from omegaconf import DictConfig
 from gptlab.data.tokenizer import Tokenizer
 from gptlab.errors import ConfigError
 from gptlab.model.config import GPTConfig
-from gptlab.model.gpt import GPT
+from gptlab.model.meta import build_gpt
 from gptlab.run import directory
 from gptlab.run.checkpoints import check_architecture
 from gptlab.run.logs import own_checkpoint_dir
@@ -43,9 +43,10 @@ def build(node: DictConfig, where: str, **kwargs) -> Any:
 
 
 def build_module(model, optim, tokenizer: Tokenizer, batch_size: int, start) -> GPTModule:
-    """The GPTModule for the data's tokenizer, built once its model is bounded on torch's meta
-    device (memory, and the weights it starts from: a checkpoint of the same architecture and
-    vocabulary, or init_from's folder), then given those weights."""
+    """The GPTModule for the data's tokenizer, its GPT built once (build_gpt): bounded on torch's
+    meta device (memory, and the weights it starts from: a checkpoint of the same architecture
+    and vocabulary, or init_from's folder), then given those weights, or a new run's draws (also
+    where Lightning then restores a checkpoint whole)."""
     model = replace(model, vocab_size=tokenizer.vocab_size)  # its settings final
     if start.init and not start.ckpt_path:  # init_from: the folder's architecture, run's training
         model = replace(model, **{k: start.init.model[k] for k in GPTConfig.architecture()})
@@ -53,11 +54,8 @@ def build_module(model, optim, tokenizer: Tokenizer, batch_size: int, start) -> 
     if start.ckpt_path:
         check_architecture(start.ckpt_path, start.trained, hparams)
     weights = start.init.weights if start.init else {}
-    GPT.bounded(model, weights, start.source, batch_size)
-    module = GPTModule(**hparams)
-    if weights:
-        module.load_state_dict(weights)
-    return module
+    built = build_gpt(model, weights, start.source, batch_size)
+    return GPTModule(**hparams, built=built)
 
 
 def build_trainer(cfg: DictConfig, run_dir: Path, start, length, ours: list) -> L.Trainer:

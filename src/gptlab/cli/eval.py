@@ -4,6 +4,7 @@ byte, by the run's own validation step on its own windows (split=test: its test 
 import logging
 import math
 import os
+from dataclasses import asdict
 from pathlib import Path
 
 import hydra
@@ -95,15 +96,12 @@ def score(checkpoint: Path, split: str, data: dict, trainer_cfg: dict, device: s
     import lightning as L
 
     from gptlab.data.datamodule import GPTDataModule
-    from gptlab.model.config import GPTConfig
-    from gptlab.model.gpt import GPT
-    from gptlab.run.checkpoints import read_trained
+    from gptlab.run.checkpoints import load_model
     from gptlab.training.module import GPTModule
 
-    trained = read_trained(checkpoint)
-    GPT.bounded(GPTConfig(**trained.model), trained.weights, f"ckpt_path: '{checkpoint}'")
-    module = GPTModule(model=trained.model, optim={}, tokenizer=trained.tokenizer)
-    module.load_state_dict(trained.weights)
+    model, tokenizer, step = load_model(checkpoint)
+    tokenizer_state = tokenizer.state_dict()
+    module = GPTModule(asdict(model.config), optim={}, tokenizer=tokenizer_state, built=model)
     most = module.config.context_length  # windows of the model's length unless the run or cfg says
     settings = {"context_length": most, **data, "tokenizer": module.tokenizer_state}
     if settings["context_length"] > most:
@@ -127,7 +125,7 @@ def score(checkpoint: Path, split: str, data: dict, trainer_cfg: dict, device: s
     loss, bpb = (float(trainer.callback_metrics[f"{split}/{k}"]) for k in ("loss", "bpb"))
     result = {
         "checkpoint": str(checkpoint),
-        "step": trained.step,
+        "step": step,
         "corpus": str(datamodule.corpus_path()),
         "val_fraction": datamodule.val_fraction,
         "context_length": datamodule.context_length,

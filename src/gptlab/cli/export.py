@@ -59,8 +59,8 @@ def export(cfg: DictConfig) -> Path:
     if not cfg.out or not str(cfg.out).strip():
         raise ConfigError("out is not set. Give the folder to write, e.g. out=exported.")
     from gptlab.model.config import GPTConfig
-    from gptlab.model.gpt import GPT
     from gptlab.model.hf_config import CLASSES, model_type
+    from gptlab.model.meta import build_gpt
     from gptlab.run.checkpoints import find_checkpoint, read_trained
     from gptlab.run.hf_folder import check_exportable, write_folder
 
@@ -69,10 +69,10 @@ def export(cfg: DictConfig) -> Path:
     trained = read_trained(checkpoint)
     check_exportable(trained)
     config = GPTConfig(**trained.model)
-    GPT.bounded(config, trained.weights, f"ckpt_path: '{checkpoint}'")
+    model = build_gpt(config, trained.weights, f"ckpt_path: '{checkpoint}'")
     name = CLASSES[model_type(config)][0]
     card = model_card(checkpoint, trained.step, {**trained.model, "model_type": name})
-    write_folder(trained, out, card)
+    write_folder(trained, model, out, card)
     print(f"Exported {checkpoint} (step {trained.step}) as {name} to {out}", flush=True)
     return out
 

@@ -19,6 +19,7 @@ from gptlab.config.schemas import register_configs
 from gptlab.data.tokenizer import Tokenizer
 from gptlab.errors import ConfigError, check_whole_number
 from gptlab.model.gpt import GPT, GPTConfig
+from gptlab.model.meta import build_gpt
 from gptlab.run import directory
 from gptlab.run.checkpoints import find_checkpoint, load_model
 from gptlab.run.place import PLACE
@@ -146,7 +147,8 @@ def random_model(
     compact_vocab: bool = True,
     seed: int = 0,
 ) -> tuple[GPT, Tokenizer]:
-    """The articles' model with random weights; compact_vocab: the prompt's tokens only."""
+    """The articles' model with random weights (GPT(config)'s for the seed), bounded before it
+    is built as a file's model is; compact_vocab: the prompt's tokens only."""
     prompt_ids = Tokenizer(encoding).encode_tiktoken(str(prompt or "\n"))
     tokenizer = Tokenizer.fit(encoding, prompt_ids, compact_vocab)
     try:
@@ -156,7 +158,7 @@ def random_model(
             f"model: {e}; the keys are those of gptlab.model.config.GPTConfig."
         ) from None
     torch.manual_seed(seed)
-    return GPT(config).eval(), tokenizer
+    return build_gpt(config, {}, "model").eval(), tokenizer
 
 
 def look_inside(cfg: DictConfig) -> None:

@@ -2,7 +2,6 @@
 + positional encoding -> num_blocks x (masked multi-head attention, Add & Norm, ReLU feed-forward,
 Add & Norm) -> linear head -> logits. The toggles since 2017 are each off by default."""
 
-import dataclasses
 import math
 from collections.abc import Iterator
 
@@ -15,9 +14,7 @@ from gptlab.model import mup
 from gptlab.model.cache import KVCache
 from gptlab.model.config import GPTConfig
 from gptlab.model.position import POSITIONAL
-from gptlab.process import available_memory
 
-TABLE_SLACK = 256 << 20  # bytes of tables a file's model may hold beyond the weights it carries
 # the FFN's non-linearity: the articles' ReLU, GELU, or ReLU² (Primer; modded-nanogpt)
 ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "relu2": lambda x: F.relu(x).square()}
 ACTIVATIONS["gelu_new"] = lambda x: F.gelu(x, approximate="tanh")  # GPT-2's tanh GELU
@@ -43,9 +40,14 @@ class MultiHeadAttention(nn.Module):
         self.q_norm = norm(self.head_size, eps=config.norm_eps)
         self.k_norm = norm(self.head_size, eps=config.norm_eps)
         self.rotary = rotary  # position.Rotary (RoPE: one for all blocks), else Unchanged
-        if config.attention == "manual":  # sdpa masks inside its kernel (is_causal)
-            ones = torch.ones(config.context_length, config.context_length, dtype=torch.bool)
-            self.register_buffer("mask", ones.triu(diagonal=1), persistent=False)  # the future
+        self.context_length = config.context_length
+        self.compute_tables()
+
+    def compute_tables(self) -> None:
+        """manual's mask of the future (sdpa masks inside its kernel: is_causal), from settings."""
+        if self.attention == "manual":
+            ones = torch.ones(self.context_length, self.context_length, dtype=torch.bool)
+            self.register_buffer("mask", ones.triu(diagonal=1), persistent=False)
 
     def forward(self, x: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
         """x [batch, T, d_model]; with a cache (generation), x holds the tokens after its ones."""
@@ -146,11 +148,27 @@ class GPT(nn.Module):
         self.blocks = nn.ModuleList(Block(config, rotary, scales) for _ in range(config.num_blocks))
         self.ln_f = make_norm(config) if config.norm == "pre" else nn.Identity()
         self.head = nn.Linear(config.d_model, config.vocab_size, bias=False)
-        if config.tie_weights:
+        self.tie()
+        self.embed_mult = scales.embedding  # sqrt(d_model); μP: sqrt(base_width)
+        self.output_mult = scales.output  # 1; μP: base_width / d_model
+        self.init_weights()  # after the modules' own defaults, drawn as each was built
+
+    def tie(self) -> None:
+        """tie_weights: the head reads out with the token embedding's matrix (one parameter)."""
+        if self.config.tie_weights:
             self.head.weight = self.token_embedding.weight
-        self.apply(self._init_weights)
+
+    def init_weights(self) -> None:
+        """Normal(0, 0.02) for weights, zeros for biases: small logits, stable first steps."""
+        config = self.config
+        for module in self.modules():
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if isinstance(module, nn.Linear) and module.bias is not None:
+                nn.init.zeros_(module.bias)
         # GPT-2's depth scaling (μP: the base depth's) keeps the residual stream's variance
         # steady; zero_init: each block starts as the identity, learns what to add (modded-nanogpt)
+        scales = mup.scales(config)
         std = 0.02 / math.sqrt(2 * config.num_blocks) * scales.proj_init
         for weight in [w for b in self.blocks for w in (b.attn.proj.weight, b.ffn.down.weight)]:
             if config.zero_init:
@@ -163,16 +181,25 @@ class GPT(nn.Module):
             # μTransfer's model.mup_init: the embedding's and readout's draws (a set: once if tied)
             for weight in {self.token_embedding.weight, self.head.weight}:
                 weight.mul_(config.mup_init)
-        self.embed_mult = scales.embedding  # sqrt(d_model); μP: sqrt(base_width)
-        self.output_mult = scales.output  # 1; μP: base_width / d_model
 
-    @staticmethod
-    def _init_weights(module: nn.Module) -> None:
-        """Normal(0, 0.02) for weights, zeros for biases: small logits, stable first steps."""
-        if isinstance(module, (nn.Linear, nn.Embedding)):
-            nn.init.normal_(module.weight, mean=0.0, std=0.02)
-        if isinstance(module, nn.Linear) and module.bias is not None:
-            nn.init.zeros_(module.bias)
+    def materialise(self, weights: dict) -> "GPT":
+        """This model, built on torch's meta device, given memory on the CPU in place: its tables
+        computed, then `weights` (its state dict, under `model.`) copied in, or without them
+        torch's draws replayed, module by module in the order GPT(config) made them, then
+        init_weights: the same numbers as GPT(config) after the same seed."""
+        self.to_empty(device="cpu")
+        self.tie()  # to_empty gives each module a parameter of its own
+        for module in self.modules():
+            if hasattr(module, "compute_tables"):
+                module.compute_tables()
+        if weights:
+            self.load_state_dict({k.removeprefix("model."): v for k, v in weights.items()})
+            return self
+        for module in self.modules():
+            if hasattr(module, "reset_parameters"):
+                module.reset_parameters()
+        self.init_weights()
+        return self
 
     def embed(self, ids: torch.Tensor, start: int = 0) -> torch.Tensor:
         """Token embedding, scaled as in "Attention Is All You Need", + position (none: RoPE);
@@ -217,43 +244,6 @@ class GPT(nn.Module):
     def scaling_params(self) -> int:
         """A scaling law's N: the matrices whose FLOPs grow with every token (blocks', head)."""
         return sum(p.numel() for p in [*self.block_matrices(), self.head.weight])
-
-    @classmethod
-    def bounded(cls, config: GPTConfig, weights: dict, where: str, batch_size: int = 1) -> None:
-        """The model `config` asks for, first built on torch's meta device (nothing allocated):
-        `weights` (a state dict of its own, under `model.`) fit its names and shapes; what
-        settings alone size (tables, a mask) stays within TABLE_SLACK of those weights; the
-        whole, with one forward pass of `batch_size` windows, within the memory available."""
-        with torch.device("meta"):
-            model = cls(dataclasses.replace(config, compile=False))
-        tables = sum(b.numel() * b.element_size() for b in model.buffers())
-        if weights:
-            try:  # names and shapes, as torch checks them
-                model.load_state_dict(
-                    {k.removeprefix("model."): v for k, v in weights.items()}, assign=True
-                )
-            except RuntimeError as e:
-                reason = " ".join(str(e).split()[6:])[:300]  # past "Error(s) in loading ..."
-                raise ConfigError(f"{where} does not hold this model's weights: {reason}") from None
-            storages = {t.untyped_storage().data_ptr(): t for t in weights.values()}
-            carried = sum(t.untyped_storage().nbytes() for t in storages.values())
-            if tables > carried + TABLE_SLACK:
-                raise ConfigError(
-                    f"{where}: model.context_length={config.context_length} asks for "
-                    f"{tables / 2**20:,.0f} MiB of tables beside far smaller weights."
-                )
-        c = config  # its tensors, and one forward pass of `batch_size` windows (activations)
-        needed = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
-        needed += 4 * batch_size * c.context_length * (c.vocab_size + 16 * c.d_model * c.num_blocks)
-        if c.attention == "manual":
-            needed += 4 * batch_size * c.num_heads * c.context_length**2 * c.num_blocks
-        available = available_memory()
-        if available is not None and needed > available:
-            raise ConfigError(
-                f"{where}: the model needs about {needed / 2**30:,.1f} GiB (batch {batch_size}), "
-                f"more than the {available / 2**30:,.1f} GiB this machine has available. Make it "
-                "smaller (model.d_model, model.num_blocks, data.context_length, data.batch_size)."
-            )
 
     def flops_per_token(self) -> int:
         """Training FLOPs per token: 6 per weight (forward 2, backward 4) + attention's."""

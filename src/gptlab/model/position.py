@@ -25,7 +25,12 @@ class SinusoidalEncoding(nn.Module):
 
     def __init__(self, config: GPTConfig):
         super().__init__()
-        angle = sinusoidal_angles(config.context_length, config.d_model)
+        self.angle_settings = (config.context_length, config.d_model)
+        self.compute_tables()
+
+    def compute_tables(self) -> None:
+        """From the settings alone: again where the model was built on torch's meta device."""
+        angle = sinusoidal_angles(*self.angle_settings)
         table = interleave(angle.sin(), angle.cos())  # [context_length, d_model]
         self.register_buffer("table", table, persistent=False)
 
@@ -54,8 +59,13 @@ class Rotary(nn.Module):
 
     def __init__(self, config: GPTConfig):
         super().__init__()
-        # fixed, so computed once: [context_length, head_size / 2] each
-        angle = sinusoidal_angles(config.context_length, config.head_size, config.rope_theta)
+        self.angle_settings = (config.context_length, config.head_size, config.rope_theta)
+        self.compute_tables()
+
+    def compute_tables(self) -> None:
+        """Fixed, so computed once (again where the model was built on torch's meta device):
+        [context_length, head_size / 2] each."""
+        angle = sinusoidal_angles(*self.angle_settings)
         self.register_buffer("cos", angle.cos(), persistent=False)
         self.register_buffer("sin", angle.sin(), persistent=False)
 

@@ -1,6 +1,6 @@
 """A gptlab checkpoint read for a tool: found, read by gptlab.reader (bounded, nothing
-unpickled), its settings checked and the model its weights describe bounded before it is built.
-Light to import: torch comes in when needed."""
+unpickled), its settings checked and the model its weights describe built once, bounded first
+(gptlab.model.meta). Light to import: torch comes in when needed."""
 
 import dataclasses
 from pathlib import Path
@@ -117,8 +117,8 @@ class Trained(NamedTuple):
 
 def read_trained(path: str | Path, tensors: bool = True) -> Trained:
     """A checkpoint's settings checked and, for its `tensors`, its weights (dense, finite, the
-    blocks its settings say); the model they describe is bounded by whoever builds it
-    (GPT.bounded)."""
+    blocks its settings say); the model they describe is bounded where it is built
+    (gptlab.model.meta.build_gpt)."""
     checkpoint = reader.load_checkpoint(path)
     model, tokenizer = model_settings(checkpoint, path)
     state = {}
@@ -132,13 +132,10 @@ def load_model(path: str | Path, map_location="cpu"):
     """(the GPT in eval mode, its Tokenizer, its step), from checked settings and weights only:
     never Lightning's load_from_checkpoint (which builds whatever the file says)."""
     from gptlab.data.tokenizer import Tokenizer
-    from gptlab.model.gpt import GPT
+    from gptlab.model.meta import build_gpt
 
     trained = read_trained(path)
-    config = GPTConfig(**trained.model)
-    GPT.bounded(config, trained.weights, f"ckpt_path: '{path}'")
-    model = GPT(config)
-    model.load_state_dict({k.removeprefix("model."): v for k, v in trained.weights.items()})
+    model = build_gpt(GPTConfig(**trained.model), trained.weights, f"ckpt_path: '{path}'")
     tokenizer = Tokenizer(**trained.tokenizer)
     return model.to(map_location).eval(), tokenizer, trained.step
 

@@ -28,9 +28,10 @@ def check_exportable(trained: Trained) -> None:
     model_type(GPTConfig(**trained.model))  # a class that holds it, or the paragraph saying why
 
 
-def write_folder(trained: Trained, out: Path, card: str) -> None:
-    """config.json, model.safetensors, generation_config.json, the tokenizer and README.md into
-    `out` (new or empty, admitted): written in a temporary folder inside it, then moved in."""
+def write_folder(trained: Trained, model, out: Path, card: str) -> None:
+    """config.json, model.safetensors, generation_config.json, the tokenizer and README.md of
+    `model` (the GPT built from `trained`) into `out` (new or empty, admitted): written in a
+    temporary folder inside it, then moved in."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from gptlab.data.hf_tokenizer import to_transformers
@@ -39,7 +40,7 @@ def write_folder(trained: Trained, out: Path, card: str) -> None:
     config = GPTConfig(**trained.model)
     tokenizer = to_transformers(trained.tokenizer["encoding"], config.context_length)
     settings = hf_config(config, tokenizer.eos_token_id)
-    state = {k.removeprefix("model."): v for k, v in trained.weights.items()}
+    state = model.state_dict()
     hf = AutoModelForCausalLM.from_config(AutoConfig.for_model(**settings))
     hf.load_state_dict(to_hf(config, state), strict=True)
     # generate()'s (and pipeline's) default: stop at the context length, batches padded with eos

@@ -19,14 +19,16 @@ from gptlab.training.optimizers import Muon, MuonWithAdamW
 
 
 class GPTModule(L.LightningModule):
-    def __init__(self, model: dict, optim: dict, tokenizer: dict):
+    def __init__(self, model: dict, optim: dict, tokenizer: dict, built: GPT | None = None):
+        """built: the GPT of `model`'s settings, already built (gptlab.model.meta.build_gpt: a
+        file's weights in it, or a new run's draws); else built here (its hyperparameters alone)."""
         super().__init__()
         # logger=False: the tokenizer's id list does not belong in TensorBoard's HPARAMS table
-        self.save_hyperparameters(logger=False)
+        self.save_hyperparameters(logger=False, ignore=["built"])
         self.config = GPTConfig(**model)
         self.optim = OptimConfig(**optim)
         self.tokenizer_state = tokenizer
-        self.model = GPT(self.config)
+        self.model = GPT(self.config) if built is None else built
         # torch.compile's wrapper stays outside the module tree: checkpoints keep `model.` keys
         compiled = torch.compile(self.model) if self.config.compile else self.model
         object.__setattr__(self, "_train_model", compiled)
