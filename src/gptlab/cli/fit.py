@@ -15,6 +15,7 @@ from gptlab.config.resolve import resolved
 from gptlab.run.logs import route_lightning_logs
 from gptlab.run.resume import starting_point
 from gptlab.run.screen import print_first_screen
+from gptlab.run.start import plan_of
 from gptlab.sweep.jobs import job_overrides, swept_overrides
 from gptlab.training.budget import run_length
 from gptlab.training.fitting import fit
@@ -34,7 +35,8 @@ def train(cfg: DictConfig) -> float:
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
     run_dir = Path(cfg.paths.output_dir)  # made and checked before Hydra wrote (run/admission.py)
-    start = starting_point(cfg, run_dir)
+    plan = plan_of(cfg, run_dir)  # the start, as gptlab-train planned it (run/start.py)
+    start = starting_point(plan, cfg.data)
     model, optim, datamodule = (build(cfg[group], group) for group in ("model", "optim", "data"))
 
     # the data: the corpus tokenized once and split; the vocabulary known
@@ -46,9 +48,11 @@ def train(cfg: DictConfig) -> float:
     module = build_module(model, optim, datamodule.tokenizer, datamodule.batch_size, start)
 
     # the run's length, then the Trainer built once with it
-    length = run_length(cfg, module.model.flops_per_token(), module.optim)
+    length = run_length(cfg, module.model.flops_per_token(), module.optim, plan.branch)
     cfg = OmegaConf.merge(cfg, {"trainer": {"max_steps": length.max_steps}})  # as shown
-    callbacks = run_callbacks(cfg, run_dir, module, length, job_overrides(), swept_overrides())
+    callbacks = run_callbacks(
+        cfg, run_dir, module, length, job_overrides(), swept_overrides(), plan.branch
+    )
     trainer = build_trainer(cfg, run_dir, start, length, callbacks)
     if trainer.is_global_zero:
         print_first_screen(cfg, module.model, run_dir, datamodule, trainer)

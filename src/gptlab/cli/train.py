@@ -1,6 +1,6 @@
-"""gptlab-train: `resume=` and `branch_from=` turned into overrides, then Hydra composes the
-command line and gptlab.cli.fit trains; torch and Lightning load only in the task, so a mistake
-is reported at once."""
+"""gptlab-train: the start planned (`resume=` and `branch_from=` turned into the overrides they
+replay: gptlab.run.start), then Hydra composes the command line and gptlab.cli.fit trains; torch
+and Lightning load only in the task, so a mistake is reported at once."""
 
 import logging
 import sys
@@ -12,8 +12,7 @@ from gptlab.cli.app import run_hydra_app, run_task
 from gptlab.config.schemas import register_configs
 from gptlab.errors import ConfigError
 from gptlab.exits import BAD_INPUT
-from gptlab.run.branch import branch_argv
-from gptlab.run.resume import resume_argv
+from gptlab.run.start import plan_argv
 
 log = logging.getLogger("gptlab.train")
 register_configs()
@@ -32,7 +31,7 @@ def run_job(cfg: DictConfig) -> float:
 def main() -> None:
     """The console script gptlab-train."""
     try:
-        sys.argv = branch_argv(resume_argv(sys.argv))
+        sys.argv = plan_argv(sys.argv)
     except ConfigError as e:
         print(f"gptlab-train: {e}", file=sys.stderr)
         sys.exit(BAD_INPUT)

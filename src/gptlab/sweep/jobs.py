@@ -15,6 +15,7 @@ from gptlab.errors import ConfigError
 from gptlab.run import directory, place
 from gptlab.run.overrides import NOT_REPLAYED, override_key, short_label, split_override
 from gptlab.run.place import PLACE, in_multirun, named_places, sweep_dir
+from gptlab.run.start import resumed
 from gptlab.sweep.stats import number
 
 # groups whose keys say where a job writes, caches or logs, or how it was launched
@@ -135,7 +136,7 @@ def sweep_job(train: Callable[[DictConfig], float], cfg: DictConfig) -> float:
     except ConfigError as e:
         log.error("Job not run: %s", e)
         return math.inf
-    if cfg.get("resume"):  # a continued sweep keeps the jobs that finished
+    if resumed(cfg):  # a continued sweep keeps the jobs that finished
         best = finished_result(output_dir, overrides)
         if best is not None:
             return best
