@@ -3,7 +3,6 @@ resolved once, nothing patched after it is built (docs/architecture.md); every i
 before the corpus is touched."""
 
 import logging
-from pathlib import Path
 
 import lightning as L
 import torch
@@ -15,7 +14,7 @@ from gptlab.config.resolve import resolved
 from gptlab.run.logs import route_lightning_logs
 from gptlab.run.resume import starting_point
 from gptlab.run.screen import print_first_screen
-from gptlab.run.start import plan_of
+from gptlab.run.start import Plan
 from gptlab.sweep.jobs import job_overrides, swept_overrides
 from gptlab.training.budget import run_length
 from gptlab.training.fitting import fit
@@ -24,18 +23,18 @@ from gptlab.training.report import run_callbacks
 log = logging.getLogger("gptlab.train")
 
 
-def train(cfg: DictConfig) -> float:
-    """Train one model as `cfg` says; return its best validation loss."""
-    # this machine, the config resolved once, where the run starts from and what the config
-    # builds: all checked before any download
+def train(cfg: DictConfig, plan: Plan) -> float:
+    """Train one model as `cfg` says, from where `plan` starts it (gptlab.run.start: its caller,
+    the job, planned the start); return its best validation loss."""
+    # this machine, the config resolved once, what the start's checkpoint or folder holds and
+    # what the config builds: all checked before any download
     route_lightning_logs()
     check_accelerator(cfg.trainer.get("accelerator"))
     check_logins(cfg.logger)
     cfg = resolved(cfg)
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
-    run_dir = Path(cfg.paths.output_dir)  # made and checked before Hydra wrote (run/admission.py)
-    plan = plan_of(cfg, run_dir)  # the start, as gptlab-train planned it (run/start.py)
+    run_dir = plan.run_dir  # made and checked before Hydra wrote (run/admission.py)
     start = starting_point(plan, cfg.data)
     model, optim, datamodule = (build(cfg[group], group) for group in ("model", "optim", "data"))
 

@@ -42,9 +42,6 @@ class Start(NamedTuple):
 def starting_point(plan: Plan, data) -> Start:
     """The checkpoint `plan` starts from, read (its tensors only where they are data), or the
     folder init_from reads (checked against the `data` config): before any data."""
-    if plan.kind in CONTINUED:
-        log.info("Continuing from %s", plan.checkpoint)
-        return Start(str(plan.checkpoint), True, read_trained(plan.checkpoint, tensors=False))
     if plan.kind == INIT_FROM:
         from gptlab.run.hf_folder import read_folder
 
@@ -52,6 +49,8 @@ def starting_point(plan: Plan, data) -> Start:
         return Start(trained=read_folder(plan.init_from, data))
     if plan.checkpoint is None:
         return Start()
+    if plan.kind in CONTINUED:
+        log.info("Continuing from %s", plan.checkpoint)
     whole = plan.kind != FOREIGN_CHECKPOINT  # continued as it was, or anyone's weights as data
     trained = read_trained(plan.checkpoint, tensors=not whole)
     if plan.kind == BRANCH and trained.step != plan.branch.step:
