@@ -198,8 +198,13 @@ def plan_of(cfg: DictConfig, run_dir: Path) -> Plan:
     branch_from, step = cfg.get("branch_from"), cfg.get("branch_step")
     branch = Branch(real(branch_from), step) if branch_from else None
     init_from = cfg.get("init_from")
-    common = {"run_dir": run_dir, "resumed": plan.resumed, "branch": branch}
-    common.update(init_from=init_from, later=later_start(cfg))
+    common = {
+        "run_dir": run_dir,
+        "resumed": plan.resumed,
+        "branch": branch,
+        "init_from": init_from,
+        "later": later_start(cfg),
+    }
     if continues(cfg, run_dir):  # its own (gptlab.run.place admitted it so)
         last = directory.last_checkpoint(run_dir)
         return Plan(plan.kind, owner=ownership.owner(real(run_dir)), checkpoint=last, **common)
