@@ -19,6 +19,7 @@ from gptlab.sweep.jobs import job_overrides, swept_overrides
 from gptlab.training.budget import run_length
 from gptlab.training.fitting import fit
 from gptlab.training.report import run_callbacks
+from gptlab.training.run_stats import RunStats
 
 log = logging.getLogger("gptlab.train")
 
@@ -49,8 +50,9 @@ def train(cfg: DictConfig, plan: Plan) -> float:
     # the run's length, then the Trainer built once with it
     length = run_length(cfg, module.model.flops_per_token(), module.optim, plan.branch)
     cfg = OmegaConf.merge(cfg, {"trainer": {"max_steps": length.max_steps}})  # as shown
+    stats = RunStats(length.tokens_per_step, module.model.flops_per_token())
     callbacks = run_callbacks(
-        cfg, run_dir, module, length, job_overrides(), swept_overrides(), plan.branch
+        cfg, run_dir, stats, length, job_overrides(), swept_overrides(), plan.branch
     )
     trainer = build_trainer(cfg, run_dir, start, length, callbacks)
     if trainer.is_global_zero:

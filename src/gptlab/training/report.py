@@ -154,11 +154,10 @@ class RunReport(L.Callback):
 
 
 def run_callbacks(
-    cfg, run_dir: Path, module, length, overrides: list[str], swept: list[str], branch=None
+    cfg, run_dir: Path, stats: RunStats, length, overrides: list[str], swept: list[str], branch
 ) -> list[L.Callback]:
-    """gptlab's own callbacks of a run, in the order Lightning calls them: the run's end
-    (RunReport, told its job's overrides and those its sweep varies) last."""
-    stats = RunStats(length.tokens_per_step, module.model.flops_per_token())
+    """gptlab's own callbacks of a run, in the order Lightning calls them: its `stats` first,
+    the run's end (RunReport, told its job's overrides and those its sweep varies) last."""
     return [
         SpawnedRank(run_dir),
         stats,
