@@ -215,7 +215,10 @@ def test_the_run_names_outside_a_hydra_run_are_empty():
     assert resolvers.sweep_name("default") == "default"
     assert resolvers.run_info("gptlab.") == {}
     assert resolvers.run_id() is None
-    assert resolvers.mlflow_run("sqlite:///nowhere.db", "gptlab", resume="x") is None
+    assert (
+        resolvers.mlflow_run("sqlite:///nowhere.db", "gptlab", OmegaConf.create({"resume": "x"}))
+        is None
+    )
 
 
 def test_a_composed_hydra_config_without_a_run_dir_has_no_run_names():

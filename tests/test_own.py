@@ -61,7 +61,7 @@ def test_a_copy_is_foreign_read_for_its_weights_and_never_written(finished, tmp_
     check(run_main(f"ckpt_path={copy}", *FAST, f"hydra.run.dir={new}", cwd=tmp_path, env=env))
     assert read_metrics(new)["steps"] == 20  # a new run from its weights, at step 0
     assert read_metrics(new)["best_val_loss"] < read_metrics(finished)["best_val_loss"]
-    assert ownership.own(new, "") == (new.resolve(), ownership.RUN)
+    assert ownership.own(new, "") == ownership.Own(new.resolve(), ownership.RUN)
 
     owner_eval = check(run_main(f"ckpt_path={finished}", tool="gptlab-eval", cwd=tmp_path))
     copy_eval = check(run_main(f"ckpt_path={copy}", tool="gptlab-eval", cwd=tmp_path, env=env))
@@ -116,19 +116,19 @@ def test_a_branch_from_someone_elses_trunk_is_refused_with_the_way_on(finished, 
 
 def test_a_manifest_signed_for_another_place_or_with_another_key_is_foreign(finished, tmp_path):
     run = own_copy(finished, tmp_path / "run")
-    assert ownership.own(run, "") == (run.resolve(), ownership.RUN)
+    assert ownership.own(run, "") == ownership.Own(run.resolve(), ownership.RUN)
     moved = tmp_path / "moved"
     run.rename(moved)
-    assert "a copy or a move" in ownership.owner(moved.resolve())
+    assert "a copy or a move" in ownership.owner(moved.resolve()).why
     saved = os.environ["GPTLAB_KEY_FILE"]
     os.environ["GPTLAB_KEY_FILE"] = str(tmp_path / "theirs" / "key")
     try:
         theirs = own_copy(finished, tmp_path / "theirs-run")  # signed with their key
     finally:
         os.environ["GPTLAB_KEY_FILE"] = saved
-    assert "not signed with your key" in ownership.owner(theirs.resolve())
+    assert "not signed with your key" in ownership.owner(theirs.resolve()).why
     (moved / "manifest.json").unlink()
-    assert "no manifest.json" in ownership.owner(moved.resolve())
+    assert "no manifest.json" in ownership.owner(moved.resolve()).why
 
 
 # --------------------------------------------------------------------------------- the key

@@ -16,7 +16,7 @@ from omegaconf import OmegaConf
 from gptlab import files, reader
 from gptlab.run import directory
 from gptlab.run.overrides import quote
-from gptlab.run.resume import resume_argv
+from gptlab.run.start import continues, plan_argv
 
 FAST = ["debug=fast", "trainer.max_steps=20"]
 SECRET = "s3cr3t-gptlab-token"
@@ -46,13 +46,14 @@ def test_the_layout_lives_in_one_place(tmp_path):
 
 def test_a_start_continues_with_resume_or_a_requeue_and_a_last_checkpoint(tmp_path, monkeypatch):
     monkeypatch.delenv("SLURM_RESTART_COUNT", raising=False)
-    assert not directory.continues(tmp_path, resume="x")  # nothing to continue from
+    resume, fresh = OmegaConf.create({"resume": "x"}), OmegaConf.create({"resume": None})
+    assert not continues(resume, tmp_path)  # nothing to continue from
     directory.last_checkpoint(tmp_path).parent.mkdir()
     directory.last_checkpoint(tmp_path).write_bytes(b"ckpt")
-    assert directory.continues(tmp_path, resume="x")
-    assert not directory.continues(tmp_path, resume=None)
+    assert continues(resume, tmp_path)
+    assert not continues(fresh, tmp_path)
     monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
-    assert directory.continues(tmp_path, resume=None)
+    assert continues(fresh, tmp_path)
 
 
 def test_write_text_replaces_a_symlink_and_leaves_its_target(tmp_path):
@@ -98,7 +99,7 @@ def test_a_resume_replays_the_latest_starts_overrides_but_how_it_was_started(cop
     later = copy / ".hydra" / "resume-2026-01-01_00-00-00-aaaa"
     later.mkdir()
     (later / "overrides.yaml").write_text("- debug=fast\n- ckpt_path=/x\n- trainer.max_steps=30\n")
-    argv = resume_argv(["gptlab-train", f"resume={copy}", "seed=3"])
+    argv = plan_argv(["gptlab-train", f"resume={copy}", "seed=3"])
     assert argv[1:] == [
         f"hydra.run.dir='{copy}'",
         "debug=fast",

@@ -15,7 +15,16 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import BIN, check, read_metrics, run_cli, run_main, scalars, tensorboard_runs
+from helpers import (
+    BIN,
+    check,
+    read_metrics,
+    run_cli,
+    run_main,
+    scalars,
+    sign_run,
+    tensorboard_runs,
+)
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -271,16 +280,16 @@ def test_submitit_local_runs_two_jobs_and_reports(tmp_path):
 
 def test_a_diverged_or_crashed_job_is_recorded_as_failed_and_returns_inf(tmp_path):
     cfg = OmegaConf.create({"num_threads": None, "paths": {"output_dir": str(tmp_path / "job")}})
-    assert sweep_job(lambda c: float("nan"), cfg) == math.inf
+    assert sweep_job(lambda c, plan: float("nan"), cfg) == math.inf
     assert read_metrics(tmp_path / "job")["reason"].startswith("diverged")
 
-    def crash(c):
+    def crash(c, plan):
         raise RuntimeError("out of memory\nsomewhere")
 
     assert sweep_job(crash, cfg) == math.inf
     m = read_metrics(tmp_path / "job")
     assert m["status"] == "failed" and m["reason"] == "RuntimeError: out of memory somewhere"
-    assert sweep_job(lambda c: 1.5, cfg) == 1.5
+    assert sweep_job(lambda c, plan: 1.5, cfg) == 1.5
 
 
 def composed_with_hydra(*overrides: str):
@@ -486,6 +495,7 @@ def test_a_sweep_without_a_seed_axis_writes_no_configuration_table(grid):
 def test_a_continued_sweep_keeps_a_finished_job_without_training_it(tmp_path, monkeypatch):
     job = tmp_path / "0"
     job.mkdir()
+    sign_run(tmp_path, "sweep")  # the user's own sweep, continued
     overrides = ["debug=fast", "seed=1"]
     metrics = {"status": "ok", "best_val_loss": 4.5, "overrides": overrides}
     (job / "metrics.json").write_text(json.dumps(metrics))
@@ -495,8 +505,8 @@ def test_a_continued_sweep_keeps_a_finished_job_without_training_it(tmp_path, mo
     )
     trained = []
 
-    def train(c):
-        trained.append(c)
+    def train(c, plan):
+        trained.append(plan)  # the job's start: its own, in the sweep it continues
         return 3.0
 
     # relaunched with resume=<sweep dir> added: the same job
@@ -508,6 +518,7 @@ def test_a_continued_sweep_keeps_a_finished_job_without_training_it(tmp_path, mo
         sweep, "job_overrides", lambda: ["debug=fast", "seed=2", f"resume='{tmp_path}'"]
     )
     assert sweep_job(train, cfg) == 3.0 and len(trained) == 1
+    assert (trained[0].kind, trained[0].resumed, trained[0].run_dir) == ("fresh", tmp_path, job)
     # not a continuation: always trained
     cfg.resume = None
     monkeypatch.setattr(sweep, "job_overrides", lambda: overrides)

@@ -43,9 +43,11 @@ def own_run_of(checkpoint: Path) -> Path | None:
         return None
     run_dir = checkpoint.parent.parent
     found = ownership.owner(Path(os.path.realpath(run_dir)))
-    if isinstance(found, str):
+    if not found.own:
         log.info(
-            "'%s' is not a run directory of yours (%s): its settings are not read.", run_dir, found
+            "'%s' is not a run directory of yours (%s): its settings are not read.",
+            run_dir,
+            found.why,
         )
         return None
     return run_dir

@@ -3,7 +3,6 @@ resolved once, nothing patched after it is built (docs/architecture.md); every i
 before the corpus is touched."""
 
 import logging
-from pathlib import Path
 
 import lightning as L
 import torch
@@ -15,26 +14,29 @@ from gptlab.config.resolve import resolved
 from gptlab.run.logs import route_lightning_logs
 from gptlab.run.resume import starting_point
 from gptlab.run.screen import print_first_screen
+from gptlab.run.start import Plan
 from gptlab.sweep.jobs import job_overrides, swept_overrides
 from gptlab.training.budget import run_length
 from gptlab.training.fitting import fit
 from gptlab.training.report import run_callbacks
+from gptlab.training.run_stats import RunStats
 
 log = logging.getLogger("gptlab.train")
 
 
-def train(cfg: DictConfig) -> float:
-    """Train one model as `cfg` says; return its best validation loss."""
-    # this machine, the config resolved once, where the run starts from and what the config
-    # builds: all checked before any download
+def train(cfg: DictConfig, plan: Plan) -> float:
+    """Train one model as `cfg` says, from where `plan` starts it (gptlab.run.start: its caller,
+    the job, planned the start); return its best validation loss."""
+    # this machine, the config resolved once, what the start's checkpoint or folder holds and
+    # what the config builds: all checked before any download
     route_lightning_logs()
     check_accelerator(cfg.trainer.get("accelerator"))
     check_logins(cfg.logger)
     cfg = resolved(cfg)
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
-    run_dir = Path(cfg.paths.output_dir)  # made and checked before Hydra wrote (run/admission.py)
-    start = starting_point(cfg, run_dir)
+    run_dir = plan.run_dir  # made and checked before Hydra wrote (run/admission.py)
+    start = starting_point(plan, cfg.data)
     model, optim, datamodule = (build(cfg[group], group) for group in ("model", "optim", "data"))
 
     # the data: the corpus tokenized once and split; the vocabulary known
@@ -46,9 +48,12 @@ def train(cfg: DictConfig) -> float:
     module = build_module(model, optim, datamodule.tokenizer, datamodule.batch_size, start)
 
     # the run's length, then the Trainer built once with it
-    length = run_length(cfg, module.model.flops_per_token(), module.optim)
+    length = run_length(cfg, module.model.flops_per_token(), module.optim, plan.branch)
     cfg = OmegaConf.merge(cfg, {"trainer": {"max_steps": length.max_steps}})  # as shown
-    callbacks = run_callbacks(cfg, run_dir, module, length, job_overrides(), swept_overrides())
+    stats = RunStats(length.tokens_per_step, module.model.flops_per_token())
+    callbacks = run_callbacks(
+        cfg, run_dir, stats, length, job_overrides(), swept_overrides(), plan.branch
+    )
     trainer = build_trainer(cfg, run_dir, start, length, callbacks)
     if trainer.is_global_zero:
         print_first_screen(cfg, module.model, run_dir, datamodule, trainer)

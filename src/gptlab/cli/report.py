@@ -19,11 +19,11 @@ def report_dir(sweep_dir: Path) -> Path:
     """Where the report goes: the sweep directory when it is the user's own; for anyone else's
     (read, never written) a new folder under ./outputs/sweep_report/."""
     found = ownership.owner(where(sweep_dir))
-    if not isinstance(found, str):
+    if found.own:
         return PLACE.admit(sweep_dir, "sweep_dir", own=True)
     out = PLACE.admit(unique_dir(time.strftime("outputs/sweep_report/%Y-%m-%d/%H-%M-%S")), "out")
     print(
-        f"{sweep_dir}: not a sweep directory gptlab made here for you ({found}); it is read as "
+        f"{sweep_dir}: not a sweep directory gptlab made here for you ({found.why}); it is read as "
         f"data and its report written to {out}.",
         file=sys.stderr,
     )

@@ -1,9 +1,10 @@
-"""gptlab-train: `resume=` and `branch_from=` turned into overrides, then Hydra composes the
-command line and gptlab.cli.fit trains; torch and Lightning load only in the task, so a mistake
-is reported at once."""
+"""gptlab-train: the start planned (`resume=` and `branch_from=` turned into the overrides they
+replay: gptlab.run.start), then Hydra composes the command line and gptlab.cli.fit trains; torch
+and Lightning load only in the task, so a mistake is reported at once."""
 
 import logging
 import sys
+from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
@@ -12,8 +13,7 @@ from gptlab.cli.app import run_hydra_app, run_task
 from gptlab.config.schemas import register_configs
 from gptlab.errors import ConfigError
 from gptlab.exits import BAD_INPUT
-from gptlab.run.branch import branch_argv
-from gptlab.run.resume import resume_argv
+from gptlab.run.start import plan_argv, plan_of
 
 log = logging.getLogger("gptlab.train")
 register_configs()
@@ -26,13 +26,20 @@ def run_job(cfg: DictConfig) -> float:
     from gptlab.run.place import in_multirun
     from gptlab.sweep.jobs import sweep_job  # torch and Lightning: only now
 
-    return sweep_job(train, cfg) if in_multirun() else run_task(train, cfg, log)
+    return sweep_job(train, cfg) if in_multirun() else run_task(one_run, cfg, log)
+
+
+def one_run(cfg: DictConfig) -> float:
+    """A single run: its start planned in its run directory (gptlab.run.start), then trained."""
+    from gptlab.cli.fit import train
+
+    return train(cfg, plan_of(cfg, Path(cfg.paths.output_dir)))
 
 
 def main() -> None:
     """The console script gptlab-train."""
     try:
-        sys.argv = branch_argv(resume_argv(sys.argv))
+        sys.argv = plan_argv(sys.argv)
     except ConfigError as e:
         print(f"gptlab-train: {e}", file=sys.stderr)
         sys.exit(BAD_INPUT)

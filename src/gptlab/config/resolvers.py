@@ -7,11 +7,12 @@ import os
 from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from gptlab.process import rank
 from gptlab.run import directory
 from gptlab.run.place import in_multirun
+from gptlab.run.start import continues
 
 
 def unique_dir(path: str) -> str:
@@ -98,11 +99,11 @@ def mlflow_artifacts(tracking_uri: str) -> str | None:
     return str(Path(str(tracking_uri)[len("sqlite:///") :]).parent / "mlartifacts")
 
 
-def mlflow_run(tracking_uri: str, experiment_name: str, resume=None) -> str | None:
-    """The id of this run directory's MLflow run (tag gptlab.run_dir) when the run continues
-    (resume=, a SLURM requeue): it goes on instead of a second one starting."""
+def mlflow_run(tracking_uri: str, experiment_name: str, _root_: DictConfig) -> str | None:
+    """The id of this run directory's MLflow run (tag gptlab.run_dir) when the start continues
+    it (its plan's: resume=, a SLURM requeue): it goes on instead of a second one starting."""
     dirs = _dirs()
-    if dirs is None or not directory.continues(dirs[0], resume):
+    if dirs is None or not continues(_root_, dirs[0]):
         return None
     from mlflow.tracking import MlflowClient
 

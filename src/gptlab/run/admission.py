@@ -19,6 +19,7 @@ from gptlab.process import rank
 from gptlab.run import directory, ownership
 from gptlab.run.overrides import as_override, escape_interpolation
 from gptlab.run.place import PLACE, named_places, where
+from gptlab.run.start import later_start, resumed
 
 RANK_ZERO_WAIT = 600  # seconds another rank waits for rank 0's run directory
 SUBDIR = re.compile(r"[\w.-]*\$\{hydra\.job\.(num|id)\}[\w.-]*")  # a sweep's job folders
@@ -95,7 +96,7 @@ class Outputs(Callback):
     def start_run(self, config: DictConfig) -> None:
         key = "hydra.run.dir"
         place = resolved_dir(config, key)
-        continued = OmegaConf.select(config, "resume") or directory.requeued()
+        continued = later_start(config)  # resume= or a requeue (gptlab.run.start)
         subdir = directory.HYDRA if config.hydra.output_subdir else None  # null: none saved
         if rank() > 0:  # rank 0 makes it, and saves the config
             subdir = None
@@ -125,7 +126,7 @@ class Outputs(Callback):
                 "directory (${hydra.job.num}, with plain text around it); drop the override."
             )
         place = resolved_dir(config, key)
-        if OmegaConf.select(config, "resume"):
+        if resumed(config):
             PLACE.admit(place, key, own=True)
             ownership.check_jobs(place)
         else:

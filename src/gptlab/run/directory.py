@@ -1,5 +1,5 @@
 """The one place that knows a run directory's file names (its layout: docs/training.md), whether
-a start continues the run in it, and the run or sweep directory a path lies in."""
+this process is a requeued SLURM job, and the run or sweep directory a path lies in."""
 
 import os
 import secrets
@@ -77,11 +77,6 @@ def later_start_subdir() -> str:
 def requeued() -> bool:
     """This process is a SLURM job that was requeued (preempted or out of time)."""
     return int(os.environ.get(RESTART_COUNT) or 0) > 0
-
-
-def continues(run_dir: str | Path, resume) -> bool:
-    """resume= (of the run or its sweep) or a SLURM requeue, and a last.ckpt to continue from."""
-    return bool(resume or requeued()) and last_checkpoint(run_dir).is_file()
 
 
 def enclosing_run(path: str | Path) -> Path | None:

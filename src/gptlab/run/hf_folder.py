@@ -130,7 +130,7 @@ def read_folder(path: str | Path, data=None) -> Trained:
     """A Hugging Face folder (init_from) as a checkpoint's parts, read as data: its config.json
     checked, its tokenizer a tiktoken encoding's, both against a run's `data` settings, its
     weights' header counted before they are read, then its weights as gptlab's (their names and
-    shapes against the model: GPT.bounded, where a run builds it), step 0."""
+    shapes against the model: build_gpt, where a run builds it), step 0."""
     folder = Path(path).expanduser()
     hf = reader.read_json(folder / "config.json")
     saved = reader.read_json(folder / "tokenizer.json", limit=reader.MAX_TOKENIZER)

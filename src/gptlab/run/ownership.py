@@ -4,7 +4,9 @@ when gptlab makes the directory, and checked where the directory is read."""
 
 import hmac
 import os
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from gptlab import reader
 from gptlab.errors import ConfigError
@@ -24,36 +26,58 @@ def manifest(root: Path, kind: str, of: Path | None = None) -> dict:
     return {**data, "signature": signature(data)}
 
 
-def owner(place: Path) -> tuple[Path, dict] | str:
-    """(the own directory `place` lies in, what its manifest says), or why there is none: the
-    nearest manifest.json above it decides (a sweep's covers its jobs)."""
+@dataclass(frozen=True)
+class Own:
+    """The own directory a place lies in: its root, its kind (RUN, SWEEP, STORE) and, for a
+    store, the run or sweep it is of."""
+
+    root: Path
+    kind: str
+    of: Path | None = None
+    own: ClassVar[bool] = True
+
+
+@dataclass(frozen=True)
+class Foreign:
+    """A place in no own directory, and why (said in the error that refuses it)."""
+
+    why: str
+    own: ClassVar[bool] = False
+
+
+def owner(place: Path) -> Own | Foreign:
+    """The own directory `place` lies in, or why there is none: the nearest manifest.json above
+    it decides (a sweep's covers its jobs)."""
     for folder in (place, *place.parents):
         if not os.path.lexists(folder / directory.MANIFEST):
             continue
         data = reader.read_json(folder / directory.MANIFEST)
         claimed = data.pop("signature", None) if isinstance(data, dict) else None
         if not isinstance(claimed, str) or not hmac.compare_digest(claimed, signature(data)):
-            return "its manifest.json is not signed with your key"
+            return Foreign("its manifest.json is not signed with your key")
         if data.get("dir") != str(folder):
-            return f"its manifest.json was signed for '{data.get('dir')}' (a copy or a move)"
-        return folder, data
-    return "it holds no manifest.json of gptlab's"
+            return Foreign(
+                f"its manifest.json was signed for '{data.get('dir')}' (a copy or a move)"
+            )
+        of = data.get("of")
+        return Own(folder, str(data.get("kind")), Path(str(of)) if of else None)
+    return Foreign("it holds no manifest.json of gptlab's")
 
 
-def own(place: str | Path, key: str, way: str = "") -> tuple[Path, str]:
-    """The own run or sweep directory `place` lies in, and its kind; else one paragraph."""
+def own(place: str | Path, key: str, way: str = "") -> Own:
+    """The own run or sweep directory `place` lies in; else one paragraph."""
     place = Path(os.path.realpath(place))
     found = owner(place)
-    if isinstance(found, str):
+    if not found.own:
         way = way or (
             "`gptlab-train ckpt_path=<it>` trains on from its weights in a new run directory of "
             "yours."
         )
         raise ConfigError(
             f"{key}: '{place}' is not a run or sweep directory gptlab made here for you "
-            f"({found}), so gptlab reads it as anyone's and never continues or writes it. {way}"
+            f"({found.why}), so gptlab reads it as anyone's and never continues or writes it. {way}"
         )
-    return found[0], str(found[1].get("kind"))
+    return found
 
 
 def check_jobs(sweep: Path) -> None:

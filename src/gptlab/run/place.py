@@ -76,7 +76,7 @@ class Place:
         process's, or a verified own one."""
         if inside is None or any(inside.is_relative_to(root) for root in self.roots):
             return
-        if isinstance(ownership.owner(inside), str):
+        if not ownership.owner(inside).own:
             raise ConfigError(
                 f"{key}: '{place}' lies inside the run or sweep directory '{inside}', which "
                 "gptlab does not write into (it may be anyone's). Run gptlab from another "
@@ -131,8 +131,8 @@ class Place:
         if rank() > 0 or any(place.is_relative_to(root) for root in self.roots):
             return  # another rank of the run: rank 0 makes its stores, the others write none
         found = ownership.owner(place) if os.path.lexists(place) else None
-        if isinstance(found, tuple) and found[1].get("kind") == ownership.STORE:
-            of = Path(str(found[1].get("of")))
+        if found is not None and found.own and found.kind == ownership.STORE:
+            of = Path(str(found.of))
             if self.run_dir is not None and self.run_dir.is_relative_to(of):
                 self.roots.append(place)
                 return

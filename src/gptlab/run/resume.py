@@ -1,67 +1,16 @@
-"""Where a start starts from: a run or sweep of the user's own continued (resume=, a SLURM
-requeue), an own checkpoint that Lightning restores whole, anyone else's weights, or a Hugging
-Face folder's (docs/security.md)."""
+"""What a start's checkpoint or folder gives the task (its plan: gptlab.run.start): an own
+checkpoint that Lightning restores whole (a run or sweep continued, an own run's checkpoint, a
+branch's trunk), or weights that start a new run at step 0 (anyone else's checkpoint, a Hugging
+Face folder's; docs/security.md)."""
 
 import logging
-import os
-from pathlib import Path
 from typing import NamedTuple
 
-from omegaconf import DictConfig
-
-from gptlab import reader
 from gptlab.errors import ConfigError
-from gptlab.run import directory, ownership
-from gptlab.run.branch import FOREIGN_TRUNK, branch_checkpoint
-from gptlab.run.checkpoints import Trained, find_checkpoint, read_trained
-from gptlab.run.directory import latest_overrides
-from gptlab.run.overrides import NOT_REPLAYED, as_override, override_key
+from gptlab.run.checkpoints import Trained, read_trained
+from gptlab.run.start import BRANCH, CONTINUED, FOREIGN_CHECKPOINT, INIT_FROM, Plan
 
 log = logging.getLogger(__name__)
-
-
-def sweep_overrides(sweep_dir: Path) -> list:
-    """The overrides the sweep was started with, from Hydra's multirun.yaml."""
-    saved = reader.read_yaml(sweep_dir / directory.MULTIRUN)
-    for key in ("hydra", "overrides", "task"):
-        saved = saved.get(key) if isinstance(saved, dict) else None
-    return [str(o) for o in saved] if isinstance(saved, list) else []
-
-
-def resume_argv(argv: list[str]) -> list[str]:
-    """`gptlab-train resume=<dir> [overrides]` rewritten into the run or sweep continuing it: an
-    own directory's recorded overrides (the latest start's), the command line's on top."""
-    requests = [a.split("=", 1)[1] for a in argv[1:] if a.startswith("resume=")]
-    if not requests:
-        return argv
-    run_dir = Path(os.path.realpath(Path(requests[-1]).expanduser()))
-    if not run_dir.is_dir():
-        raise ConfigError(
-            f"resume={requests[-1]}: the directory '{run_dir}' does not exist. Give the "
-            "directory a run printed at its start (outputs/<date>/<time>) or a sweep's "
-            "(outputs/multirun/<date>/<time>)."
-        )
-    root, kind = ownership.own(run_dir, "resume")
-    multirun = any(a in ("-m", "--multirun") for a in argv)
-    if kind == ownership.SWEEP and root == run_dir:
-        saved = sweep_overrides(run_dir)
-        where = ["-m", as_override("hydra.sweep.dir", str(run_dir))]
-    elif multirun:
-        raise ConfigError("resume= of a run directory continues one run; drop -m/--multirun.")
-    elif not directory.last_checkpoint(run_dir).is_file():
-        raise ConfigError(
-            f"resume: '{run_dir}' holds no {directory.last_checkpoint(run_dir)}: the run stopped "
-            "before its first checkpoint (callbacks.last_checkpoint.every_n_train_steps). Start "
-            "it again instead."
-        )
-    else:
-        saved = latest_overrides(run_dir)
-        where = [as_override("hydra.run.dir", str(run_dir))]
-    flags = [a for a in argv[1:] if a.startswith("-") and a not in ("-m", "--multirun")]
-    new = [a for a in argv[1:] if not a.startswith("-") and not a.startswith("resume=")]
-    merged = {override_key(o): o for o in [*saved, *new]}
-    kept = [o for key, o in merged.items() if key not in NOT_REPLAYED]
-    return [argv[0], *flags, *where, *kept, as_override("resume", str(run_dir))]
 
 
 class Start(NamedTuple):
@@ -90,39 +39,23 @@ class Start(NamedTuple):
         return None if self.whole else self.trained
 
 
-def is_own(path: Path) -> bool:
-    return not isinstance(ownership.owner(Path(os.path.realpath(path))), str)
-
-
-def starting_point(cfg: DictConfig, run_dir: Path) -> Start:
-    """Everything a start's files can get wrong, before any data: the checkpoint it continues
-    found and read, or the folder init_from reads."""
-    if directory.continues(run_dir, cfg.resume):  # its own (gptlab.run.place checked it)
-        last = directory.last_checkpoint(run_dir)
-        log.info("Continuing from %s", last)
-        return Start(str(last), True, read_trained(last, tensors=False))
-    branch = cfg.get("branch_from")
-    given = cfg.ckpt_path or (str(branch_checkpoint(cfg)) if branch else None)
-    if given and cfg.get("init_from"):
-        raise ConfigError(
-            "init_from and ckpt_path (or branch_from) both name the weights to start from; "
-            "give one of them."
-        )
-    if cfg.get("init_from"):
+def starting_point(plan: Plan, data) -> Start:
+    """The checkpoint `plan` starts from, read (its tensors only where they are data), or the
+    folder init_from reads (checked against the `data` config): before any data."""
+    if plan.kind == INIT_FROM:
         from gptlab.run.hf_folder import read_folder
 
-        log.info("Starting from the weights of init_from=%s", cfg.init_from)
-        return Start(trained=read_folder(cfg.init_from, cfg.data))
-    if given is None:
+        log.info("Starting from the weights of init_from=%s", plan.init_from)
+        return Start(trained=read_folder(plan.init_from, data))
+    if plan.checkpoint is None:
         return Start()
-    path = find_checkpoint(given, prefer=directory.LAST)
-    whole = is_own(path)  # continued as it was, or anyone's weights read as data
-    if branch and not whole:
-        raise ConfigError(f"branch_from: '{path}' is not in a run of yours. {FOREIGN_TRUNK}")
-    trained = read_trained(path, tensors=not whole)
-    if branch and trained.step != cfg.branch_step:
+    if plan.kind in CONTINUED:
+        log.info("Continuing from %s", plan.checkpoint)
+    whole = plan.kind != FOREIGN_CHECKPOINT  # continued as it was, or anyone's weights as data
+    trained = read_trained(plan.checkpoint, tensors=not whole)
+    if plan.kind == BRANCH and trained.step != plan.branch.step:
         raise ConfigError(
-            f"branch_step={cfg.branch_step}: '{path}' holds step {trained.step}, not the "
-            "step its name says: it was renamed or damaged. Give another branch_step."
+            f"branch_step={plan.branch.step}: '{plan.checkpoint}' holds step {trained.step}, "
+            "not the step its name says: it was renamed or damaged. Give another branch_step."
         )
-    return Start(str(path), whole, trained)
+    return Start(str(plan.checkpoint), whole, trained)

@@ -15,6 +15,7 @@ from gptlab.errors import ConfigError
 from gptlab.run import directory, place
 from gptlab.run.overrides import NOT_REPLAYED, override_key, short_label, split_override
 from gptlab.run.place import PLACE, in_multirun, named_places, sweep_dir
+from gptlab.run.start import Plan, plan_of, resumed
 from gptlab.sweep.stats import number
 
 # groups whose keys say where a job writes, caches or logs, or how it was launched
@@ -124,9 +125,9 @@ def record_failure(
     return math.inf
 
 
-def sweep_job(train: Callable[[DictConfig], float], cfg: DictConfig) -> float:
-    """`train(cfg)` as a job of a sweep: a failure is recorded and returns +inf (the sweep goes
-    on)."""
+def sweep_job(train: Callable[[DictConfig, Plan], float], cfg: DictConfig) -> float:
+    """`train(cfg, plan)` as a job of a sweep, its start planned in its own folder: a failure is
+    recorded and returns +inf (the sweep goes on)."""
     output_dir = Path(cfg.paths.output_dir)
     overrides = job_overrides()
     try:
@@ -135,13 +136,13 @@ def sweep_job(train: Callable[[DictConfig], float], cfg: DictConfig) -> float:
     except ConfigError as e:
         log.error("Job not run: %s", e)
         return math.inf
-    if cfg.get("resume"):  # a continued sweep keeps the jobs that finished
+    if resumed(cfg):  # a continued sweep keeps the jobs that finished
         best = finished_result(output_dir, overrides)
         if best is not None:
             return best
     job_threads(cfg)
     try:
-        value = float(train(cfg))
+        value = float(train(cfg, plan_of(cfg, output_dir)))
     except SystemExit as e:
         if e.code != 2:  # stopped (143 SIGTERM, 130 Ctrl-C): recorded, then the sweep stops
             record_failure(output_dir, overrides, f"stopped (exit code {e.code})")

@@ -30,7 +30,7 @@ def study_of(sweep_dir: Path) -> Any:
         saved = saved.get(key) if isinstance(saved, dict) else None
     if not isinstance(saved, dict) or "study_name" not in saved:  # optuna is not even imported
         return None
-    if isinstance(ownership.owner(where(sweep_dir)), str):
+    if not ownership.owner(where(sweep_dir)).own:
         return None
     import optuna
 

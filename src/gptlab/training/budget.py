@@ -8,6 +8,7 @@ from typing import NamedTuple
 from omegaconf import DictConfig
 
 from gptlab.errors import ConfigError
+from gptlab.run.start import Branch
 from gptlab.training.optim_config import (
     OptimConfig,
     branch_length,
@@ -60,8 +61,10 @@ class Length(NamedTuple):
     branch_steps: tuple[int, ...]  # where a wsd run keeps checkpoints for its branches
 
 
-def run_length(cfg: DictConfig, flops_per_token: int, optim: OptimConfig) -> Length:
-    """trainer.max_steps, or the steps flops_budget buys, or a branch's (branch_step=: the wsd
+def run_length(
+    cfg: DictConfig, flops_per_token: int, optim: OptimConfig, branch: Branch | None = None
+) -> Length:
+    """trainer.max_steps, or the steps flops_budget buys, or a branch's (its plan's step: the wsd
     run whose cooldown starts there), said when they differ; `optim`'s schedule checked."""
     ranks = world_size(cfg.trainer)
     tokens = tokens_per_step(cfg, ranks)
@@ -69,8 +72,8 @@ def run_length(cfg: DictConfig, flops_per_token: int, optim: OptimConfig) -> Len
     if cfg.flops_budget is not None:
         steps = steps_for_budget(cfg.flops_budget, flops_per_token, tokens)
         why = f"flops_budget={cfg.flops_budget:g}"
-    if cfg.get("branch_from"):  # a branch's length wins: its trunk's schedule, cooled from there
-        steps, why = branch_length(optim, cfg.branch_step), f"branch_step={cfg.branch_step}"
+    if branch:  # a branch's length wins: its trunk's schedule, cooled from there
+        steps, why = branch_length(optim, branch.step), f"branch_step={branch.step}"
         optim = replace(optim, branch_at=[])  # a branch keeps no branches of its own
     if why and cfg.trainer.max_steps not in (-1, steps):
         log.info(

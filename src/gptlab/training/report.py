@@ -17,6 +17,7 @@ from gptlab.errors import ConfigError
 from gptlab.run import directory
 from gptlab.run.logs import SpawnedRank
 from gptlab.run.place import PLACE
+from gptlab.run.start import Branch
 from gptlab.training.callbacks import (
     BranchCheckpoints,
     DivergenceGuard,
@@ -37,10 +38,17 @@ class RunReport(L.Callback):
     """At the end of fit, on rank 0: the test split, metrics.json, the loggers, the report."""
 
     def __init__(
-        self, cfg: dict, run_dir: Path, stats: RunStats, overrides: list[str], swept: list[str]
+        self,
+        cfg: dict,
+        run_dir: Path,
+        stats: RunStats,
+        overrides: list[str],
+        swept: list[str],
+        branch: Branch | None = None,
     ):
         self.cfg = cfg
         self.run_dir = run_dir
+        self.branched = branch  # a cooldown branch's trunk and step (its plan's)
         self.stats = stats
         self.overrides = overrides
         self.swept = swept  # the overrides its sweep varies: the trackers show them first
@@ -100,13 +108,12 @@ class RunReport(L.Callback):
     def branch(self, trainer) -> dict:
         """A cooldown branch: its trunk and step; its own FLOPs (train_flops adds the trunk's
         share up to that step, counted at the branch's tokens per step)."""
-        if not self.cfg.get("branch_from"):
+        if self.branched is None:
             return {}
-        step = self.cfg["branch_step"]
-        trunk = str(Path(self.cfg["branch_from"]).expanduser().resolve())
+        step = self.branched.step
         own = (trainer.global_step - step) * self.stats.tokens_per_step
         return {
-            "branched_from": {"run_dir": trunk, "step": step},
+            "branched_from": {"run_dir": str(self.branched.trunk), "step": step},
             "branch_train_flops": self.stats.flops_per_token * own,
         }
 
@@ -155,11 +162,10 @@ class RunReport(L.Callback):
 
 
 def run_callbacks(
-    cfg, run_dir: Path, module, length, overrides: list[str], swept: list[str]
+    cfg, run_dir: Path, stats: RunStats, length, overrides: list[str], swept: list[str], branch
 ) -> list[L.Callback]:
-    """gptlab's own callbacks of a run, in the order Lightning calls them: the run's end
-    (RunReport, told its job's overrides and those its sweep varies) last."""
-    stats = RunStats(length.tokens_per_step, module.model.flops_per_token())
+    """gptlab's own callbacks of a run, in the order Lightning calls them: its `stats` first,
+    the run's end (RunReport, told its job's overrides and those its sweep varies) last."""
     return [
         SpawnedRank(run_dir),
         stats,
@@ -170,5 +176,5 @@ def run_callbacks(
         RngState(),
         DivergenceGuard(),
         BranchCheckpoints(length.branch_steps, str(run_dir)),
-        RunReport(OmegaConf.to_container(cfg), run_dir, stats, overrides, swept),
+        RunReport(OmegaConf.to_container(cfg), run_dir, stats, overrides, swept, branch),
     ]

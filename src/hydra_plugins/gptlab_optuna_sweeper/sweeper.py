@@ -20,6 +20,7 @@ from gptlab.errors import ConfigError
 from gptlab.exits import BAD_INPUT
 from gptlab.run.overrides import as_override, override_key, quote
 from gptlab.run.place import PLACE
+from gptlab.run.start import resumed
 
 log = logging.getLogger(__name__)
 PRUNERS = ("none", "median", "hyperband")
@@ -104,7 +105,7 @@ class GptlabOptunaSweeper(Sweeper):
         from gptlab.sweep import optuna_study as studies
 
         sweep_dir = Path(self.config.hydra.sweep.dir)
-        resume = self.config.get("resume")
+        resume = resumed(self.config)  # the sweep resume= continues (gptlab.run.start)
         settings = check(self.resumed_settings(sweep_dir) if resume else self.settings)
         params = [f"{k}={v}" for k, v in (settings.get("params") or {}).items()]
         space, fixed = studies.search_space([*params, *arguments])
