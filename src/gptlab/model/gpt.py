@@ -139,7 +139,7 @@ class GPT(nn.Module):
         if config.vocab_size is None:
             raise ConfigError("model.vocab_size is not set; it comes from the data module.")
         self.config = config
-        scales = mup.scales(config)  # μP's multipliers, once (the article's under standard)
+        self.scales = scales = mup.scales(config)  # μP's, once (the article's under standard)
         added, rotary = POSITIONAL[config.positional]  # the one place the kind is chosen
         self.token_embedding = nn.Embedding(config.vocab_size, config.d_model)
         self.position_embedding = added(config)
@@ -168,7 +168,7 @@ class GPT(nn.Module):
                 nn.init.zeros_(module.bias)
         # GPT-2's depth scaling (μP: the base depth's) keeps the residual stream's variance
         # steady; zero_init: each block starts as the identity, learns what to add (modded-nanogpt)
-        scales = mup.scales(config)
+        scales = self.scales
         std = 0.02 / math.sqrt(2 * config.num_blocks) * scales.proj_init
         for weight in [w for b in self.blocks for w in (b.attn.proj.weight, b.ffn.down.weight)]:
             if config.zero_init:
