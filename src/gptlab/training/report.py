@@ -16,7 +16,7 @@ from gptlab import reader
 from gptlab.errors import ConfigError
 from gptlab.run import directory
 from gptlab.run.logs import SpawnedRank
-from gptlab.run.place import PLACE
+from gptlab.run.place import PLACE, where
 from gptlab.training.callbacks import (
     BranchCheckpoints,
     DivergenceGuard,
@@ -141,8 +141,9 @@ class RunReport(L.Callback):
         ]
         if trainer.checkpoint_callback is not None and trainer.checkpoint_callback.best_model_path:
             lines.append(f"Best checkpoint: {trainer.checkpoint_callback.best_model_path}")
-        if any(isinstance(logger, TensorBoardLogger) for logger in trainer.loggers):
-            lines.append(f"TensorBoard: tensorboard --logdir {self.run_dir}")
+        for logger in trainer.loggers:  # where its events are (a shared folder: this run's)
+            if isinstance(logger, TensorBoardLogger):
+                lines.append(f"TensorBoard: tensorboard --logdir {where(logger.log_dir)}")
         return lines
 
 
