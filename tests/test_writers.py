@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers import check, run_main, tensorboard_runs
+from helpers import check, own_copy, run_main, tensorboard_runs
 from test_place import FAST, tree
 
 from gptlab.training.writers import mlflow_folder
@@ -119,3 +119,14 @@ def test_relative_places_after_hydras_chdir_land_in_the_run(tmp_path):
 )
 def test_an_mlflow_address_is_read_as_mlflow_reads_it(address, folder):
     assert mlflow_folder(address) == folder
+
+
+def test_a_resume_opens_no_mlflow_store_in_someone_elses_run(finished, foreign, tmp_path):
+    """resume= looks its MLflow run up as the config resolves: the store is checked first."""
+    mine = own_copy(finished, tmp_path / "mine")
+    before = tree(foreign)
+    uri = f"logger.mlflow.tracking_uri=sqlite:///{foreign}/mlflow.db"
+    result = run_main(f"resume={mine}", "logger=mlflow", uri, cwd=tmp_path)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr and str(foreign) in result.stderr
+    assert tree(foreign) == before

@@ -25,7 +25,7 @@ from gptlab.run.place import where
 from gptlab.sweep.jobs import tensorboard_version
 from gptlab.training.checkpoint_io import RunCheckpointIO
 from gptlab.training.module import GPTModule
-from gptlab.training.writers import check_unbuilt, check_writers, own_version
+from gptlab.training.writers import check_writers, own_version
 
 
 def build(node: DictConfig, where: str, **kwargs) -> Any:
@@ -74,7 +74,6 @@ def build_trainer(cfg: DictConfig, run_dir: Path, start, length, ours: list) -> 
     ]
     own_checkpoint_dir(folder)
     plugin = RunCheckpointIO(run_dir)
-    check_unbuilt(configured)  # what writes as it is built (MLflow's client), before
     built = [(key, build(node, key, **extra)) for key, node, extra in configured]
     callbacks = [part for key, part in built if key.startswith("callbacks.")]
     loggers = [part for key, part in built if key.startswith("logger.")]

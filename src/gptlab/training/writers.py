@@ -69,11 +69,12 @@ def check_mlflow(key: str, node: DictConfig) -> None:
             PLACE.check_store(folder, f"{key}.{part}={address}")
 
 
-def check_unbuilt(configured: list[tuple]) -> None:
-    """What a config node's class writes as it is built (`configured`: (key, node, extra))."""
-    for key, node, _ in configured:
-        if issubclass(get_object(node._target_), MLFlowLogger):
-            check_mlflow(key, node)
+def check_stores(loggers: DictConfig) -> None:
+    """What a logger writes as it is built (MLflow's client opens its store), checked from its
+    node before the corpus is touched."""
+    for name, node in loggers.items():
+        if "_target_" in node and issubclass(get_object(node._target_), MLFlowLogger):
+            check_mlflow(f"logger.{name}", node)
 
 
 def check_logger(key: str, logger) -> None:
@@ -82,7 +83,7 @@ def check_logger(key: str, logger) -> None:
     every run or sweep directory but the user's own: each run writes its own entries there."""
     if isinstance(logger, (TensorBoardLogger, CSVLogger)):
         PLACE.admit_store(logger.log_dir, f"{key} (save_dir/name/version)")
-    elif not isinstance(logger, MLFlowLogger):  # (checked before it was built)
+    elif not isinstance(logger, MLFlowLogger):  # (check_stores: before it was built)
         PLACE.check_store(logger.save_dir or ".", f"{key}.save_dir")  # W&B: <it>/wandb/run-*/
 
 
