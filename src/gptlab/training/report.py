@@ -141,9 +141,11 @@ class RunReport(L.Callback):
         ]
         if trainer.checkpoint_callback is not None and trainer.checkpoint_callback.best_model_path:
             lines.append(f"Best checkpoint: {trainer.checkpoint_callback.best_model_path}")
-        for logger in trainer.loggers:  # where its events are (a shared folder: this run's)
-            if isinstance(logger, TensorBoardLogger):
-                lines.append(f"TensorBoard: tensorboard --logdir {where(logger.log_dir)}")
+        for logger in trainer.loggers:  # where its events are: the run, or a folder shared by
+            if isinstance(logger, TensorBoardLogger):  # runs (each one a TensorBoard run there)
+                inside = where(logger.log_dir).is_relative_to(where(self.run_dir))
+                logdir = self.run_dir if inside else where(logger.root_dir)
+                lines.append(f"TensorBoard: tensorboard --logdir {logdir}")
         return lines
 
 

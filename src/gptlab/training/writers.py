@@ -96,8 +96,10 @@ def check_writers(trainer: L.Trainer, built: list[tuple], cfg: DictConfig, run_d
             check_checkpoints(key, part, run_dir)
         elif key.startswith("logger."):
             check_logger(key, part)
-    if cfg.trainer.get("default_root_dir"):  # else the job's directory; Lightning's finders
+    if cfg.trainer.get("default_root_dir"):  # a finder's checkpoints, a profile: the run's
         PLACE.admit_store(trainer.default_root_dir, "trainer.default_root_dir")
+    else:  # Lightning's default: the job's directory
+        PLACE.check_store(trainer.default_root_dir, "trainer.default_root_dir")
     folder = getattr(trainer.profiler, "dirpath", None)  # a profiler's report, when it has one
     if folder:
         PLACE.admit_store(folder, "trainer.profiler.dirpath")
