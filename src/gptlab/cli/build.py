@@ -25,7 +25,7 @@ from gptlab.run.place import where
 from gptlab.sweep.jobs import tensorboard_version
 from gptlab.training.checkpoint_io import RunCheckpointIO
 from gptlab.training.module import GPTModule
-from gptlab.training.writers import check_writers, own_version
+from gptlab.training.writers import check_writers, own_version, target_class
 
 
 def build(node: DictConfig, where: str, **kwargs) -> Any:
@@ -124,7 +124,7 @@ def logger_nodes(cfg: DictConfig, resume_step: int | None, run_dir: Path) -> lis
     for name, node in cfg.logger.items():
         if "_target_" not in node:  # an experiment may tune a logger that logger=none removed
             continue
-        kind = get_object(node._target_)
+        kind = target_class(node)
         extra = {}
         if issubclass(kind, TensorBoardLogger) and resume_step is not None:
             extra["purge_step"] = resume_step

@@ -17,6 +17,16 @@ from gptlab.errors import ConfigError
 from gptlab.run.place import PLACE, where
 
 
+def target_class(node: DictConfig) -> type:
+    """The class a node's `_target_` names; `object` where it names none (building it says why
+    in one paragraph)."""
+    try:
+        found = get_object(str(node.get("_target_")))
+    except ImportError:
+        return object
+    return found if isinstance(found, type) else object
+
+
 def own_version(run_dir: Path) -> str:
     """A run's own folder in a log folder shared by several runs (a TensorBoard run): named by
     its run directory's last two parts, the same at each of its starts."""
@@ -73,7 +83,7 @@ def check_stores(loggers: DictConfig) -> None:
     """What a logger writes as it is built (MLflow's client opens its store), checked from its
     node before the corpus is touched."""
     for name, node in loggers.items():
-        if "_target_" in node and issubclass(get_object(node._target_), MLFlowLogger):
+        if "_target_" in node and issubclass(target_class(node), MLFlowLogger):
             check_mlflow(f"logger.{name}", node)
 
 
