@@ -122,7 +122,7 @@ class Place:
         if self.run_dir is None or not place.is_relative_to(self.run_dir):
             self.refuse_inside(place, key, directory.enclosing_run(place))
 
-    def admit_store(self, path: str | Path, key: str) -> None:
+    def admit_store(self, path: str | Path, key: str, way: str = "") -> None:
         """A store of this run's alone (a logger's log folder, the Trainer's default_root_dir):
         inside a place of this process's, else a folder of its own, new or empty (signed as a
         store of this run or sweep), or the one signed so continued (a resume, a sweep's job)."""
@@ -135,7 +135,7 @@ class Place:
             if self.run_dir is not None and self.run_dir.is_relative_to(of):
                 self.roots.append(place)
                 return
-        way = f"or leave {key} to follow the run directory (it writes inside it)."
+        way = way or f"or leave {key} to follow the run directory (it writes inside it)."
         self.check_fresh(place, key, way)
         self.admit(place, key, ownership.STORE, of=self.run_dir or self.roots[-1])
 

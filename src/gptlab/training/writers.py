@@ -92,7 +92,8 @@ def check_logger(key: str, logger) -> None:
     run, or is admitted as its own store; a store shared by runs (W&B's folder) lies outside
     every run or sweep directory but the user's own: each run writes its own entries there."""
     if isinstance(logger, (TensorBoardLogger, CSVLogger)):
-        PLACE.admit_store(logger.log_dir, f"{key} (save_dir/name/version)")
+        way = f"another {key}.version, or a save_dir of the run's (its default)."
+        PLACE.admit_store(logger.log_dir, f"{key}'s log folder (save_dir/name/version)", way)
     elif not isinstance(logger, MLFlowLogger):  # (check_stores: before it was built)
         PLACE.check_store(logger.save_dir or ".", f"{key}.save_dir")  # W&B: <it>/wandb/run-*/
 
