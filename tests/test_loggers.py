@@ -163,8 +163,13 @@ def local_store(workdir: Path) -> str:
 
 
 def mlflow_runs(uri: str, experiment: str) -> list:
+    """The experiment's runs; MLflow's address put back (set_tracking_uri also exports it as
+    MLFLOW_TRACKING_URI, which a later test's run in this process would log to)."""
     mlflow.set_tracking_uri(uri)
-    return mlflow.search_runs(experiment_names=[experiment], output_format="list")
+    try:
+        return mlflow.search_runs(experiment_names=[experiment], output_format="list")
+    finally:
+        mlflow.set_tracking_uri(None)
 
 
 def wandb_records(path: Path):

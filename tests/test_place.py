@@ -172,9 +172,8 @@ def test_ctrl_c_or_sigterm_during_the_start_is_one_line_and_leaves_nothing(
         ("hydra.run.dir={dir}", {"SLURM_RESTART_COUNT": "1"}),  # a requeue into it
         ("hydra.run.dir={dir}/inside", {}),
         ("paths.output_dir={dir}", {}),
-        ("logger=csv logger.csv.save_dir={dir}", {}),
         ("paths.cache_dir={dir}/cache", {}),
-        ("trainer.default_root_dir={dir}", {}),
+        ("hydra.job.chdir=true paths.cache_dir=../foreign/cache hydra.run.dir={dir}/../mine", {}),
     ],
 )
 def test_each_key_naming_a_foreign_run_is_refused(foreign, tmp_path, spelling, env):
@@ -204,25 +203,24 @@ def test_paths_output_dir_is_the_run_directory_not_a_second_one(tmp_path):
 
 
 def test_a_store_of_the_runs_beside_it_is_new_or_its_own(tmp_path):
-    """A logger's save_dir or the Trainer's default_root_dir outside the run: a folder of notes
-    refused; a new one made, signed as this run's store, and continued by its resume alone."""
+    """The Trainer's default_root_dir outside the run: a folder of notes refused; a new one made,
+    signed as this run's store, refused to another run, and continued by its resume alone
+    (a logger's folder: tests/test_writers.py)."""
     folder = notes(tmp_path / "notes")
-    for key in ("logger.csv.save_dir", "trainer.default_root_dir"):
-        result = run_main(*FAST, "logger=csv", f"{key}={folder}", "hydra.run.dir=new", cwd=tmp_path)
-        assert result.returncode == 2 and f"{key}: '{folder}' already holds files" in result.stderr
-        assert not (tmp_path / "new").exists()
+    key = "trainer.default_root_dir"
+    result = run_main(*FAST, f"{key}={folder}", "hydra.run.dir=new", cwd=tmp_path)
+    assert result.returncode == 2 and f"{key}: '{folder}' already holds files" in result.stderr
+    assert not (tmp_path / "new").exists()
     assert tree(folder) == {"today.log": b"my notes\n"}
 
     store, run = tmp_path / "store", tmp_path / "run"
-    check(run_main(*FAST, "logger=csv", f"logger.csv.save_dir={store}", f"hydra.run.dir={run}",
-                   cwd=tmp_path))  # fmt: skip
-    written = (store / "csv" / "metrics.csv").read_bytes()
-    other = run_main(*FAST, "logger=csv", f"logger.csv.save_dir={store}", "hydra.run.dir=other",
-                     cwd=tmp_path)  # fmt: skip
+    check(run_main(*FAST, f"{key}={store}", f"hydra.run.dir={run}", cwd=tmp_path))
+    signed = (store / "manifest.json").read_bytes()
+    other = run_main(*FAST, f"{key}={store}", "hydra.run.dir=other", cwd=tmp_path)
     assert other.returncode == 2 and "already holds a run, sweep or store" in other.stderr
-    assert (store / "csv" / "metrics.csv").read_bytes() == written
+    assert not (tmp_path / "other").exists()
     check(run_main(f"resume={run}", "trainer.max_steps=30", cwd=tmp_path))
-    assert (store / "csv" / "metrics.csv").read_bytes() != written
+    assert (store / "manifest.json").read_bytes() == signed
 
 
 def test_eval_inspect_and_export_write_nowhere_in_someone_elses_run(finished, foreign, tmp_path):

@@ -11,6 +11,7 @@ import lightning as L
 from hydra.errors import InstantiationException
 from hydra.utils import get_object, instantiate
 from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
+from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from omegaconf import DictConfig
 
 from gptlab.data.tokenizer import Tokenizer
@@ -20,9 +21,11 @@ from gptlab.model.meta import build_gpt
 from gptlab.run import directory
 from gptlab.run.checkpoints import check_architecture
 from gptlab.run.logs import own_checkpoint_dir
+from gptlab.run.place import where
 from gptlab.sweep.jobs import tensorboard_version
 from gptlab.training.checkpoint_io import RunCheckpointIO
 from gptlab.training.module import GPTModule
+from gptlab.training.writers import check_writers, own_version, target_class
 
 
 def build(node: DictConfig, where: str, **kwargs) -> Any:
@@ -63,7 +66,10 @@ def build_trainer(cfg: DictConfig, run_dir: Path, start, length, ours: list) -> 
     callbacks and loggers, then gptlab's own callbacks (`ours`), then all of it built."""
     folder = directory.checkpoint_dir(run_dir)
     with_loggers = any("_target_" in node for node in cfg.logger.values())
-    configured = [*callback_nodes(cfg, folder, with_loggers), *logger_nodes(cfg, start.step)]
+    configured = [
+        *callback_nodes(cfg, folder, with_loggers),
+        *logger_nodes(cfg, start.step, run_dir),
+    ]
     own_checkpoint_dir(folder)
     plugin = RunCheckpointIO(run_dir)
     built = [(key, build(node, key, **extra)) for key, node, extra in configured]
@@ -82,6 +88,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, start, length, ours: list) -> 
             f"trainer.num_nodes, Lightning {trainer.world_size}: a run's tokens per step and a "
             "FLOP budget's steps would be wrong. Give trainer.devices as a number."
         )
+    check_writers(trainer, built, cfg, run_dir)  # where each writes, in the job's directory
     return trainer
 
 
@@ -106,19 +113,26 @@ def callback_nodes(cfg: DictConfig, folder: Path, with_loggers: bool) -> list[tu
     return nodes
 
 
-def logger_nodes(cfg: DictConfig, resume_step: int | None) -> list[tuple]:
+def logger_nodes(cfg: DictConfig, resume_step: int | None, run_dir: Path) -> list[tuple]:
     """(key, node, extra) of the logger group's. A resumed TensorBoard log drops the steps after
     its checkpoint; a run is a TensorBoard run named by what it changes (unless the config names
-    one)."""
+    one); in a log folder outside the run (shared by runs), a TensorBoard or CSV run is named by
+    its run directory (own_version)."""
     nodes = []
     for name, node in cfg.logger.items():
         if "_target_" not in node:  # an experiment may tune a logger that logger=none removed
             continue
+        kind = target_class(node)
         extra = {}
-        if node._target_.endswith("TensorBoardLogger"):
-            extra = {} if resume_step is None else {"purge_step": resume_step}
-            folder = Path(str(node.get("save_dir"))) / str(node.get("name", "lightning_logs"))
-            version = None if node.get("version") else tensorboard_version(folder)
+        if issubclass(kind, TensorBoardLogger) and resume_step is not None:
+            extra["purge_step"] = resume_step
+        if issubclass(kind, (TensorBoardLogger, CSVLogger)) and not node.get("version"):
+            folder = where(
+                Path(str(node.get("save_dir"))) / str(node.get("name", "lightning_logs"))
+            )
+            version = own_version(run_dir) if not folder.is_relative_to(where(run_dir)) else None
+            if version is None and issubclass(kind, TensorBoardLogger):
+                version = tensorboard_version(folder)
             extra.update({"version": version} if version else {})
         nodes.append((f"logger.{name}", node, extra))
     return nodes

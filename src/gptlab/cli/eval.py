@@ -17,7 +17,7 @@ from gptlab.config.schemas import register_configs
 from gptlab.errors import ConfigError
 from gptlab.run import directory, ownership
 from gptlab.run.directory import saved_by_latest_start
-from gptlab.run.place import PLACE, STORE_KEYS
+from gptlab.run.place import PLACE, STORE_KEYS, WHERE_KEYS
 
 log = logging.getLogger("gptlab.eval")
 register_configs()  # the unique_dir resolver of the output directory
@@ -186,7 +186,7 @@ def run_settings(run_dir: Path | None) -> tuple[dict, dict]:
 def literal(node) -> dict:
     """A saved config node's settings, but where it wrote and how it was built and seeded."""
     node = node if isinstance(node, dict) else {}
-    return {k: v for k, v in node.items() if k not in (*STORE_KEYS, "seed", "_target_")}
+    return {k: v for k, v in node.items() if k not in (*WHERE_KEYS, "seed", "_target_")}
 
 
 def check_split(split: str, data: dict, other: dict) -> str:

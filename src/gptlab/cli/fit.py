@@ -20,6 +20,7 @@ from gptlab.training.budget import run_length
 from gptlab.training.fitting import fit
 from gptlab.training.report import run_callbacks
 from gptlab.training.run_stats import RunStats
+from gptlab.training.writers import check_stores
 
 log = logging.getLogger("gptlab.train")
 
@@ -33,6 +34,7 @@ def train(cfg: DictConfig, plan: Plan) -> float:
     check_accelerator(cfg.trainer.get("accelerator"))
     check_logins(cfg.logger)
     cfg = resolved(cfg)
+    check_stores(cfg.logger)  # MLflow's store is opened as its logger is built
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
     run_dir = plan.run_dir  # made and checked before Hydra wrote (run/admission.py)

@@ -112,8 +112,9 @@ class Outputs(Callback):
                 PLACE.expect(place / subdir, *(place / subdir / f for f in directory.HYDRA_FILES))
             PLACE.expect(place / f"{config.hydra.job.name}.log")
         PLACE.run_dir = place
+        base = place if config.hydra.job.chdir else None  # where the job resolves a path
         with as_hydra_sees(config, place):  # the other keys that name places, where they lie
-            PLACE.check_places(named_places(config))
+            PLACE.check_places(named_places(config), base)
         with read_write(config.hydra):
             config.hydra.run.dir = escape_interpolation(str(place))
             config.hydra.output_subdir = subdir
@@ -132,8 +133,9 @@ class Outputs(Callback):
         else:
             PLACE.admit(place, key, ownership.SWEEP if self.signed else None)
             PLACE.expect(place / directory.MULTIRUN)
-        with as_hydra_sees(config):  # its jobs' stores (their own directories: each job's)
-            PLACE.check_places(named_places(config, stores_only=True))
+        if not config.hydra.job.chdir:  # else each job checks them where it runs
+            with as_hydra_sees(config):  # its jobs' shared stores
+                PLACE.check_places(named_places(config, stores_only=True))
         PLACE.commit()  # a sweep's directory stays once made: its jobs write into it
         with read_write(config.hydra):
             config.hydra.sweep.dir = escape_interpolation(str(place))

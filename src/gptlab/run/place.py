@@ -5,7 +5,6 @@ failed start removes exactly that."""
 
 import contextlib
 import os
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -19,13 +18,13 @@ from gptlab.errors import ConfigError
 from gptlab.process import rank
 from gptlab.run import directory, ownership
 
-# keys that name where something is written: the run directory itself, or a store beside it
+# keys that name where something is written, checked here by what they name: the run directory
+# itself, the shared stores the data layer writes. Where the Trainer, its loggers and callbacks
+# write is asked of each once built (gptlab.training.writers): a key's leaf name does not say it.
 RUN_DIR_KEYS = ("output_dir",)
-RUN_STORE_KEYS = ("dirpath", "save_dir", "default_root_dir", "log_dir")  # this run's alone
-STORE_KEYS = ("data_dir", "cache_dir", *RUN_STORE_KEYS)
-URI_KEYS = ("tracking_uri", "artifact_location")
-LOCAL_URI = ("sqlite:///", "file:")
-WHERE_KEYS = (*RUN_DIR_KEYS, *STORE_KEYS, *URI_KEYS, "root_dir")
+STORE_KEYS = ("data_dir", "cache_dir")
+WRITER_KEYS = ("dirpath", "save_dir", "default_root_dir", "log_dir", "tracking_uri")
+WHERE_KEYS = (*RUN_DIR_KEYS, *STORE_KEYS, *WRITER_KEYS, "artifact_location", "root_dir")
 
 
 def where(path: str | Path) -> Path:
@@ -123,8 +122,8 @@ class Place:
         if self.run_dir is None or not place.is_relative_to(self.run_dir):
             self.refuse_inside(place, key, directory.enclosing_run(place))
 
-    def admit_store(self, path: str | Path, key: str) -> None:
-        """A store of this run's alone (a logger's save_dir, the Trainer's default_root_dir):
+    def admit_store(self, path: str | Path, key: str, way: str = "") -> None:
+        """A store of this run's alone (a logger's log folder, the Trainer's default_root_dir):
         inside a place of this process's, else a folder of its own, new or empty (signed as a
         store of this run or sweep), or the one signed so continued (a resume, a sweep's job)."""
         place = where(path)
@@ -136,36 +135,33 @@ class Place:
             if self.run_dir is not None and self.run_dir.is_relative_to(of):
                 self.roots.append(place)
                 return
-        way = f"or leave {key} to follow the run directory (it writes inside it)."
+        way = way or f"or leave {key} to follow the run directory (it writes inside it)."
         self.check_fresh(place, key, way)
         self.admit(place, key, ownership.STORE, of=self.run_dir or self.roots[-1])
 
-    def check_places(self, places: dict[str, Any]) -> None:
-        """Every other key that names where something is written (named_places): the run
-        directory is the one Hydra makes; a store of the run's alone passes admit_store, a
-        shared one (the corpus, caches, a tracker's store) check_store."""
+    def check_places(self, places: dict[str, Any], base: Path | None = None) -> None:
+        """The keys named_places finds, each resolved in the job's directory `base` (the working
+        directory unless Hydra changes into the run's): the run directory is the one Hydra
+        makes; a shared store (the corpus, caches) passes check_store."""
         for key, value in places.items():
-            leaf = key.rsplit(".", 1)[-1]
-            if leaf in RUN_DIR_KEYS and self.run_dir and where(value) != self.run_dir:
-                fix = f"Give hydra.run.dir={value} instead ({key} follows it)."
-                try:  # the fix offered is one that is admitted
-                    self.check_fresh(where(value), "hydra.run.dir")
-                except ConfigError:
-                    fix = (
-                        f"Drop {key}: '{value}' cannot be a run's directory either (it holds "
-                        "files or lies inside a run or sweep). To choose where, give "
-                        "hydra.run.dir a new or empty folder outside every run."
+            place = where((base or Path.cwd()) / Path(value).expanduser())
+            if key.rsplit(".", 1)[-1] in RUN_DIR_KEYS:
+                if self.run_dir and place != self.run_dir:
+                    fix = f"Give hydra.run.dir={value} instead ({key} follows it)."
+                    try:  # the fix offered is one that is admitted
+                        self.check_fresh(place, "hydra.run.dir")
+                    except ConfigError:
+                        fix = (
+                            f"Drop {key}: '{value}' cannot be a run's directory either (it holds "
+                            "files or lies inside a run or sweep). To choose where, give "
+                            "hydra.run.dir a new or empty folder outside every run."
+                        )
+                    raise ConfigError(
+                        f"{key}={value}: this run's directory is '{self.run_dir}', and a run "
+                        f"writes into one directory. {fix}"
                     )
-                raise ConfigError(
-                    f"{key}={value}: this run's directory is '{self.run_dir}', and a run writes "
-                    f"into one directory. {fix}"
-                )
-            if leaf in URI_KEYS:
-                value = re.sub(r"^(sqlite://|file:(//)?)", "", value)  # a local store's folder
-            if leaf in RUN_STORE_KEYS:
-                self.admit_store(value, key)
-            elif leaf in STORE_KEYS or leaf in URI_KEYS:
-                self.check_store(value, key)
+            else:
+                self.check_store(place, key)
 
     # --- what is made ----------------------------------------------------------------------
 
@@ -239,16 +235,16 @@ PLACE = Place()  # this process's
 
 
 def named_places(cfg: DictConfig, stores_only: bool = False) -> dict[str, str]:
-    """The task's values at keys that name where something is written (not Hydra's own), each
-    resolved alone; a URI only where it is a local store (sqlite:///, file:)."""
-    names = (*STORE_KEYS, *URI_KEYS, *(() if stores_only else RUN_DIR_KEYS))
+    """The task's values at keys that name the run directory or a shared store (not Hydra's
+    own), each resolved alone."""
+    names = (*STORE_KEYS, *(() if stores_only else RUN_DIR_KEYS))
     found = {}
     for key in dotted_keys(OmegaConf.to_container(cfg, resolve=False)):
         leaf = key.rsplit(".", 1)[-1]
         if key.startswith("hydra.") or leaf not in names:
             continue
         value = OmegaConf.select(cfg, key, throw_on_resolution_failure=False)  # else: the task's
-        if isinstance(value, str) and (leaf not in URI_KEYS or value.startswith(LOCAL_URI)):
+        if isinstance(value, str):
             found[key] = value
     return found
 

@@ -16,7 +16,7 @@ from gptlab import reader
 from gptlab.errors import ConfigError
 from gptlab.run import directory
 from gptlab.run.logs import SpawnedRank
-from gptlab.run.place import PLACE
+from gptlab.run.place import PLACE, where
 from gptlab.run.start import Branch
 from gptlab.training.callbacks import (
     BranchCheckpoints,
@@ -156,8 +156,11 @@ class RunReport(L.Callback):
         ]
         if trainer.checkpoint_callback is not None and trainer.checkpoint_callback.best_model_path:
             lines.append(f"Best checkpoint: {trainer.checkpoint_callback.best_model_path}")
-        if any(isinstance(logger, TensorBoardLogger) for logger in trainer.loggers):
-            lines.append(f"TensorBoard: tensorboard --logdir {self.run_dir}")
+        for logger in trainer.loggers:  # where its events are: the run, or a folder shared by
+            if isinstance(logger, TensorBoardLogger):  # runs (each one a TensorBoard run there)
+                inside = where(logger.log_dir).is_relative_to(where(self.run_dir))
+                logdir = self.run_dir if inside else where(logger.root_dir)
+                lines.append(f"TensorBoard: tensorboard --logdir {logdir}")
         return lines
 
 

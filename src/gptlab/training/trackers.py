@@ -66,8 +66,9 @@ class RunTensorBoardLogger(TensorBoardLogger):
         experiment = api_pb2.Experiment(hparam_infos=infos, metric_infos=metric_infos)
         ended = plugin_data_pb2.SessionEndInfo(status=api_pb2.STATUS_SUCCESS)
         # a single run: its run directory's last parts (2026-12-01/20-15-33), not a name of
-        # overrides that another run can share
-        trial = str(self.version) if in_multirun() else "/".join(Path(self.save_dir).parts[-2:])
+        # overrides that another run can share (nor its save_dir, which runs can share)
+        run_dir = PLACE.run_dir or Path(self.save_dir)
+        trial = str(self.version) if in_multirun() else "/".join(run_dir.parts[-2:])
         folder = Path(self.log_dir)
         with tempfile.TemporaryDirectory(dir=folder, prefix=".hparams.") as fresh:
             writer = FileWriter(fresh)

@@ -1,0 +1,116 @@
+"""Where the built Trainer, its loggers and its callbacks will write, asked of each one in the
+directory the job runs in (after Hydra's chdir), and checked by the place (docs/security.md): a
+key's value says little (a relative path, a logger's `name`, a checkpoint's file name, an MLflow
+URI each move it), the resolved folder says where the bytes go."""
+
+import os
+from pathlib import Path
+from urllib.parse import urlparse
+
+import lightning as L
+from hydra.utils import get_object
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.loggers import CSVLogger, MLFlowLogger, TensorBoardLogger
+from omegaconf import DictConfig
+
+from gptlab.errors import ConfigError
+from gptlab.run.place import PLACE, where
+
+
+def target_class(node: DictConfig) -> type:
+    """The class a node's `_target_` names; `object` where it names none (building it says why
+    in one paragraph)."""
+    try:
+        found = get_object(str(node.get("_target_")))
+    except ImportError:
+        return object
+    return found if isinstance(found, type) else object
+
+
+def own_version(run_dir: Path) -> str:
+    """A run's own folder in a log folder shared by several runs (a TensorBoard run): named by
+    its run directory's last two parts, the same at each of its starts."""
+    return "_".join(Path(run_dir).parts[-2:])
+
+
+def mlflow_folder(address: str) -> str | None:
+    """The file or folder an MLflow address names on this disk, relative to the job's directory
+    as MLflow reads it (sqlite:///mlflow.db, sqlite:////abs/mlflow.db, file:mlruns, a plain
+    path); None for a server (http:, databricks, ...) or an in-memory store."""
+    scheme = urlparse(address).scheme
+    if scheme == "" and address != "databricks":  # MLflow's one name of a server
+        return address
+    if scheme == "file":
+        path = address[len("file:") :]
+        return "/" + path.lstrip("/") if path.startswith("//") else path
+    if scheme.startswith("sqlite") and ":///" in address:  # sqlite+pysqlite:/// too
+        path = address.split(":///", 1)[1].split("?", 1)[0]
+        return path if path not in ("", ":memory:") else None
+    return None
+
+
+def check_checkpoints(key: str, callback: ModelCheckpoint, run_dir: Path) -> None:
+    """Every checkpoint the callback names lies in its folder, and that folder in the run: a
+    file name with `..` or an absolute one would write over any run's checkpoint."""
+    folder = where(callback.dirpath)
+    names = [callback.format_checkpoint_name({})]
+    if callback.save_last:
+        names.append(callback.format_checkpoint_name({}, filename=callback.CHECKPOINT_NAME_LAST))
+    for name in names:
+        if not folder.is_relative_to(run_dir) or not where(name).parent.is_relative_to(folder):
+            raise ConfigError(
+                f"{key}.filename={callback.filename}: this callback would write '{where(name)}', "
+                f"outside the run's checkpoints folder '{folder}' (where resume, eval and "
+                "generate look). Give a plain file name, without folders above it (no `..`, not "
+                "an absolute path)."
+            )
+
+
+def check_mlflow(key: str, node: DictConfig) -> None:
+    """MLflow's store and artifacts, shared by runs (each writes its own entries): outside every
+    run or sweep directory but the user's own. Asked of the node: MLflow's client opens (makes)
+    its store as the logger is built."""
+    default = f"file:{node.get('save_dir') or './mlruns'}"  # Lightning's
+    uri = node.get("tracking_uri") or os.environ.get("MLFLOW_TRACKING_URI") or default
+    addresses = {"tracking_uri": uri, "artifact_location": node.get("artifact_location")}
+    for part, address in addresses.items():
+        folder = mlflow_folder(str(address)) if address else None
+        if folder is not None:
+            PLACE.check_store(folder, f"{key}.{part}={address}")
+
+
+def check_stores(loggers: DictConfig) -> None:
+    """What a logger writes as it is built (MLflow's client opens its store), checked from its
+    node before the corpus is touched."""
+    for name, node in loggers.items():
+        if "_target_" in node and issubclass(target_class(node), MLFlowLogger):
+            check_mlflow(f"logger.{name}", node)
+
+
+def check_logger(key: str, logger) -> None:
+    """A log folder of the run's own (TensorBoard's, CSV's: save_dir/name/version) lies in the
+    run, or is admitted as its own store; a store shared by runs (W&B's folder) lies outside
+    every run or sweep directory but the user's own: each run writes its own entries there."""
+    if isinstance(logger, (TensorBoardLogger, CSVLogger)):
+        way = f"another {key}.version, or a save_dir of the run's (its default)."
+        PLACE.admit_store(logger.log_dir, f"{key}'s log folder (save_dir/name/version)", way)
+    elif not isinstance(logger, MLFlowLogger):  # (check_stores: before it was built)
+        PLACE.check_store(logger.save_dir or ".", f"{key}.save_dir")  # W&B: <it>/wandb/run-*/
+
+
+def check_writers(trainer: L.Trainer, built: list[tuple], cfg: DictConfig, run_dir: Path) -> None:
+    """Each place the Trainer, its loggers and the config's callbacks (`built`: (key, part))
+    will write, resolved where the job runs, checked before anything is written there."""
+    run_dir = where(run_dir)
+    for key, part in built:
+        if isinstance(part, ModelCheckpoint):
+            check_checkpoints(key, part, run_dir)
+        elif key.startswith("logger."):
+            check_logger(key, part)
+    if cfg.trainer.get("default_root_dir"):  # a finder's checkpoints, a profile: the run's
+        PLACE.admit_store(trainer.default_root_dir, "trainer.default_root_dir")
+    else:  # Lightning's default: the job's directory
+        PLACE.check_store(trainer.default_root_dir, "trainer.default_root_dir")
+    folder = getattr(trainer.profiler, "dirpath", None)  # a profiler's report, when it has one
+    if folder:
+        PLACE.admit_store(folder, "trainer.profiler.dirpath")
