@@ -25,7 +25,13 @@ from gptlab.run.place import where
 from gptlab.sweep.jobs import tensorboard_version
 from gptlab.training.checkpoint_io import RunCheckpointIO
 from gptlab.training.module import GPTModule
-from gptlab.training.writers import check_writers, own_version, target_class
+from gptlab.training.writers import (
+    check_profiler,
+    check_stores,
+    check_writers,
+    own_version,
+    target_class,
+)
 
 
 def build(node: DictConfig, where: str, **kwargs) -> Any:
@@ -61,26 +67,33 @@ def build_module(model, optim, tokenizer: Tokenizer, batch_size: int, start) -> 
     return GPTModule(**hparams, built=built)
 
 
-def build_trainer(cfg: DictConfig, run_dir: Path, start, length, ours: list) -> L.Trainer:
-    """The Trainer starting at `start`, on the processes `length` was counted for: the config's
-    callbacks and loggers, then gptlab's own callbacks (`ours`), then all of it built."""
+def build_writers(cfg: DictConfig, run_dir: Path, start) -> list[tuple]:
+    """The config's callbacks and loggers, (key, part), built before any data and checked where
+    each will write, in the job's directory (training/writers.py): a refusal comes first."""
+    check_stores(cfg.logger)  # MLflow's client opens (makes) its store as its logger is built
     folder = directory.checkpoint_dir(run_dir)
     with_loggers = any("_target_" in node for node in cfg.logger.values())
     configured = [
         *callback_nodes(cfg, folder, with_loggers),
         *logger_nodes(cfg, start.step, run_dir),
     ]
-    own_checkpoint_dir(folder)
-    plugin = RunCheckpointIO(run_dir)
     built = [(key, build(node, key, **extra)) for key, node, extra in configured]
-    callbacks = [part for key, part in built if key.startswith("callbacks.")]
-    loggers = [part for key, part in built if key.startswith("logger.")]
+    check_writers(built, cfg, run_dir)
+    own_checkpoint_dir(folder)
+    return built
+
+
+def build_trainer(cfg: DictConfig, run_dir: Path, length, writers: list, ours: list) -> L.Trainer:
+    """The Trainer on the processes `length` was counted for: the config's callbacks and loggers
+    (`writers`, built and checked), then gptlab's own callbacks (`ours`), the checkpoint plugin."""
+    callbacks = [part for key, part in writers if key.startswith("callbacks.")]
+    loggers = [part for key, part in writers if key.startswith("logger.")]
     trainer = build(
         cfg.trainer,
         "trainer",
         callbacks=[*callbacks, *ours],
         logger=loggers or False,
-        plugins=[plugin],
+        plugins=[RunCheckpointIO(run_dir)],
     )
     if trainer.world_size != length.ranks:
         raise ConfigError(
@@ -88,7 +101,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, start, length, ours: list) -> 
             f"trainer.num_nodes, Lightning {trainer.world_size}: a run's tokens per step and a "
             "FLOP budget's steps would be wrong. Give trainer.devices as a number."
         )
-    check_writers(trainer, built, cfg, run_dir)  # where each writes, in the job's directory
+    check_profiler(trainer)
     return trainer
 
 

@@ -9,7 +9,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from gptlab.cli.app import check_accelerator, check_logins
-from gptlab.cli.build import build, build_module, build_trainer
+from gptlab.cli.build import build, build_module, build_trainer, build_writers
 from gptlab.config.resolve import resolved
 from gptlab.run.logs import route_lightning_logs
 from gptlab.run.resume import starting_point
@@ -20,7 +20,6 @@ from gptlab.training.budget import run_length
 from gptlab.training.fitting import fit
 from gptlab.training.report import run_callbacks
 from gptlab.training.run_stats import RunStats
-from gptlab.training.writers import check_stores
 
 log = logging.getLogger("gptlab.train")
 
@@ -34,11 +33,11 @@ def train(cfg: DictConfig, plan: Plan) -> float:
     check_accelerator(cfg.trainer.get("accelerator"))
     check_logins(cfg.logger)
     cfg = resolved(cfg)
-    check_stores(cfg.logger)  # MLflow's store is opened as its logger is built
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
     run_dir = plan.run_dir  # made and checked before Hydra wrote (run/admission.py)
     start = starting_point(plan, cfg.data)
+    writers = build_writers(cfg, run_dir, start)  # the config's loggers and callbacks, checked
     model, optim, datamodule = (build(cfg[group], group) for group in ("model", "optim", "data"))
 
     # the data: the corpus tokenized once and split; the vocabulary known
@@ -56,7 +55,7 @@ def train(cfg: DictConfig, plan: Plan) -> float:
     callbacks = run_callbacks(
         cfg, run_dir, stats, length, job_overrides(), swept_overrides(), plan.branch
     )
-    trainer = build_trainer(cfg, run_dir, start, length, callbacks)
+    trainer = build_trainer(cfg, run_dir, length, writers, callbacks)
     if trainer.is_global_zero:
         print_first_screen(cfg, module.model, run_dir, datamodule, trainer)
 

@@ -98,19 +98,25 @@ def check_logger(key: str, logger) -> None:
         PLACE.check_store(logger.save_dir or ".", f"{key}.save_dir")  # W&B: <it>/wandb/run-*/
 
 
-def check_writers(trainer: L.Trainer, built: list[tuple], cfg: DictConfig, run_dir: Path) -> None:
-    """Each place the Trainer, its loggers and the config's callbacks (`built`: (key, part))
-    will write, resolved where the job runs, checked before anything is written there."""
+def check_writers(built: list[tuple], cfg: DictConfig, run_dir: Path) -> None:
+    """Each place the config's loggers and callbacks (`built`: (key, part)) and the Trainer's
+    default_root_dir will write, resolved where the job runs, checked before anything is
+    written there."""
     run_dir = where(run_dir)
     for key, part in built:
         if isinstance(part, ModelCheckpoint):
             check_checkpoints(key, part, run_dir)
         elif key.startswith("logger."):
             check_logger(key, part)
-    if cfg.trainer.get("default_root_dir"):  # a finder's checkpoints, a profile: the run's
-        PLACE.admit_store(trainer.default_root_dir, "trainer.default_root_dir")
+    root = cfg.trainer.get("default_root_dir")
+    if root:  # a finder's checkpoints, a profile: the run's
+        PLACE.admit_store(root, "trainer.default_root_dir")
     else:  # Lightning's default: the job's directory
-        PLACE.check_store(trainer.default_root_dir, "trainer.default_root_dir")
-    folder = getattr(trainer.profiler, "dirpath", None)  # a profiler's report, when it has one
+        PLACE.check_store(os.getcwd(), "trainer.default_root_dir")
+
+
+def check_profiler(trainer: L.Trainer) -> None:
+    """A profiler's report folder, where it has one: the run's own."""
+    folder = getattr(trainer.profiler, "dirpath", None)
     if folder:
         PLACE.admit_store(folder, "trainer.profiler.dirpath")
