@@ -5,6 +5,7 @@ gptlab's model or refused by name, and the GPT-2 layout (gelu_new, tied) trains 
 import dataclasses
 import json
 import math
+import shutil
 
 import pytest
 
@@ -154,3 +155,48 @@ def test_a_gpt2_folder_trains_on_the_book(tmp_path):
     refused = run_main(*args, "hydra.run.dir=refused", cwd=tmp_path)
     assert refused.returncode == 2
     assert "scale_attn_weights=False" in refused.stderr
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    """A folder of each class whose sizes a config.json could overstate, saved once."""
+    out = tmp_path_factory.mktemp("folders")
+    for kind in ("gpt2", "opt pre-LN", "llama"):
+        save_folder(out / kind, MODELS[kind][0], perturb=False)
+    return out
+
+
+def oversized(folders, kind: str, out, **change):
+    """A copy of the `kind` folder whose config.json says `change`."""
+    shutil.copytree(folders / kind, out)
+    config = json.loads((out / "config.json").read_text())
+    (out / "config.json").write_text(json.dumps({**config, **change}))
+    return out
+
+
+@pytest.mark.parametrize(
+    ("kind", "change", "named"),
+    [
+        ("gpt2", dict(n_positions=10**9), "1000000000 positions, its table is (64, 64)"),
+        ("gpt2", dict(n_embd=2**20, n_head=1), "its token table is (100277, 64)"),
+        ("opt pre-LN", dict(max_position_embeddings=10**9), "its table is (66, 64)"),
+    ],
+)
+def test_config_json_sizes_are_bounded_by_the_weights_before_any_table(
+    folders, kind, change, named, tmp_path
+):
+    """A config.json asking for a table far larger than its weights (10^9 positions: a 256 GB
+    sinusoidal table to compare the learned one with) is refused against the tables the weights
+    file holds, before anything is made from it."""
+    with pytest.raises(ConfigError) as refused:
+        read_folder(oversized(folders, kind, tmp_path / "folder", **change))
+    assert named in str(refused.value)
+
+
+def test_a_rotary_model_of_10_9_positions_is_bounded_where_it_is_built(folders, tmp_path):
+    """Llama's weights hold no position table: its length is bounded where the model is (on
+    torch's meta device, its rotary tables against its weights), before anything is allocated."""
+    folder = oversized(folders, "llama", tmp_path / "folder", max_position_embeddings=10**9)
+    trained = read_folder(folder)
+    with pytest.raises(ConfigError, match="context_length=1000000000"):
+        GPT.bounded(GPTConfig(**trained.model), trained.weights, "init_from")

@@ -22,7 +22,7 @@ MAX_DEPTH = 32  # gptlab's own files nest at most 6 deep
 # Values (keys and items among them) counted before a file is parsed: what parsing builds grows
 # with them, not with bytes (8 MiB of `[],` is 3 million lists: gigabytes, and minutes of YAML)
 MAX_NODES = 1 << 16  # a run's JSON or YAML (gptlab's own: some hundreds)
-MAX_TOKENIZER_NODES = 1 << 21  # a tokenizer.json (o200k_base's: about a million)
+MAX_TOKENIZER_NODES = 1 << 22  # a tokenizer.json (cl100k_base's: 806,357)
 MAX_MEMBERS = 1 << 16  # a checkpoint's archive entries: one per tensor, and a few more
 CONTAINERS = (dict, list, tuple, set)  # what torch.load's weights_only unpickler builds
 YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's C loader when built

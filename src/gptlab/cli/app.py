@@ -15,7 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from gptlab.errors import ConfigError, Refusal
-from gptlab.exits import BAD_INPUT, CTRL_C
+from gptlab.exits import BAD_INPUT, CTRL_C, catch_ctrl_c, stop_at_ctrl_c
 from gptlab.run.overrides import override_key
 from gptlab.run.place import PLACE
 
@@ -35,6 +35,7 @@ def run_task(task: Callable[[DictConfig], Any], cfg: DictConfig, log: logging.Lo
 def run_hydra_app(hydra_main: Callable[[], object], tool: str) -> None:
     """Run a `@hydra.main` function; Hydra's own errors (a key, a group's option, a value's type)
     come back as exceptions, said here in one paragraph, exit code 2."""
+    stopping = catch_ctrl_c()  # a KeyboardInterrupt, caught below: what the start made removed
     users = os.environ.get(FULL_ERROR)  # the user's wish for whole tracebacks stays theirs
     os.environ[FULL_ERROR] = "1"
     try:
@@ -59,6 +60,8 @@ def run_hydra_app(hydra_main: Callable[[], object], tool: str) -> None:
     finally:
         if users is None:
             os.environ.pop(FULL_ERROR, None)
+        if stopping:  # a Ctrl-C on the way out: one line again
+            stop_at_ctrl_c(tool)
 
 
 def did_you_mean(name: str, candidates) -> str:

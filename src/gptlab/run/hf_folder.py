@@ -8,7 +8,7 @@ from pathlib import Path
 from gptlab import files, reader
 from gptlab.errors import ConfigError
 from gptlab.model.config import GPTConfig
-from gptlab.model.hf import from_hf, to_hf
+from gptlab.model.hf import OPT_OFFSET, from_hf, to_hf
 from gptlab.model.hf_config import CLASSES, hf_config, model_type, settings_of
 from gptlab.run.checkpoints import Trained
 from gptlab.run.place import PLACE
@@ -125,6 +125,23 @@ def check_data(path: Path, encoding: str, context_length: int, data) -> None:
         )
 
 
+def check_sizes(path: Path, kind: str, config: GPTConfig, hf_state: dict) -> None:
+    """config.json's sizes against the tables the weights hold, before anything is made from
+    them (a sinusoidal table to compare with, a model): the token table's rows and width, a
+    learned position table's rows (OPT's two more); a rotary model's length is bounded where
+    its model is (GPT.bounded)."""
+    shapes = {name.split(".")[-2]: tuple(t.shape) for name, t in hf_state.items() if "." in name}
+    tokens = shapes.get("wte", shapes.get("embed_tokens"))
+    if tokens != (config.vocab_size, config.d_model):
+        sizes = f"vocab_size {config.vocab_size} and hidden size {config.d_model}"
+        raise not_readable(path, f"config.json says {sizes}, its token table is {tokens}")
+    positions = shapes.get("wpe", shapes.get("embed_positions"))
+    rows = config.context_length + (OPT_OFFSET if kind == "opt" else 0)
+    if kind in ("gpt2", "opt") and positions != (rows, config.d_model):
+        where = f"config.json says {config.context_length} positions, its table is {positions}"
+        raise not_readable(path, where)
+
+
 def read_folder(path: str | Path, data=None) -> Trained:
     """A Hugging Face folder (init_from) as a checkpoint's parts, read as data: its config.json
     checked, its tokenizer a tiktoken encoding's, both against a run's `data` settings, its
@@ -132,7 +149,8 @@ def read_folder(path: str | Path, data=None) -> Trained:
     shapes against the model: GPT.bounded, where a run builds it), step 0."""
     folder = Path(path).expanduser()
     hf = reader.read_json(folder / "config.json")
-    saved = reader.read_json(folder / "tokenizer.json", limit=reader.MAX_TOKENIZER)
+    tokenizer = folder / "tokenizer.json"
+    saved = reader.read_json(tokenizer, reader.MAX_TOKENIZER, reader.MAX_TOKENIZER_NODES)
     kind, config = checked_config(folder, hf)
     encoding = encoding_of(folder, saved, config.vocab_size)
     if data is not None:
@@ -141,6 +159,7 @@ def read_folder(path: str | Path, data=None) -> Trained:
         hf_state = reader.load_safetensors(folder / WEIGHTS, config.num_blocks)
     except (OSError, ValueError) as e:  # and safetensors' own errors, a damaged file's
         raise not_readable(folder, f"{WEIGHTS}: {e}") from None
+    check_sizes(folder, kind, config, hf_state)
     try:
         settings, state = from_hf(kind, config, hf_state)
     except (KeyError, RuntimeError) as e:  # a tensor missing, or of a shape that does not fit
