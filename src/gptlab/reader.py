@@ -245,8 +245,9 @@ def check_tensors(tensors: dict[str, Any], path: str | Path) -> None:
         end = start + t.numel() * t.element_size()
         if not t.is_contiguous() or end > t.untyped_storage().nbytes():
             raise not_a_checkpoint(path, f"its tensor {name} is not a dense array of its shape")
-        key = (t.untyped_storage().data_ptr(), start, end) if end > start else (id(t), 0, 0)
-        views.setdefault(key, []).append(name)
+        if end > start:  # an empty one holds nothing; a tie is the same bytes and shape
+            key = (t.untyped_storage().data_ptr(), start, end, tuple(t.shape))
+            views.setdefault(key, []).append(name)
     for names in views.values():
         weights = [name for name in names if name.startswith("state_dict.")]
         if len(weights) > 2:
