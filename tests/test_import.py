@@ -124,6 +124,11 @@ REFUSED = [  # (model, a change to its config.json, what the paragraph names)
         dict(auto_map={"AutoModelForCausalLM": "x.Y"}),
         "without code",
     ),  # and its llama3 rope: transformers' defaults
+    # sizes bounded before transformers' config class makes a list of them (issue #56)
+    ("gpt2", dict(n_layer=10**9), "n_layer=1000000000, over 1024"),
+    ("gpt2", dict(num_labels=10**9), "num_labels=1000000000, over 1024"),
+    ("gpt2", dict(n_positions=10**12), "n_positions=1000000000000, over 1048576"),
+    ("qwen3", dict(layer_types=["full_attention"]), "config.json does not read"),
 ]
 
 

@@ -10,10 +10,14 @@ from gptlab.errors import ConfigError
 from gptlab.model.config import GPTConfig
 from gptlab.model.hf import OPT_OFFSET, from_hf, to_hf
 from gptlab.model.hf_config import CLASSES, hf_config, model_type, settings_of
-from gptlab.run.checkpoints import Trained
+from gptlab.run.checkpoints import MAX_BLOCKS, Trained
 from gptlab.run.place import PLACE
 
 WEIGHTS = "model.safetensors"
+# config.json's whole numbers, bounded before transformers' config class reads them (it makes a
+# list as long as some: one entry a layer, a label): a vocabulary, a context length at most LIMIT
+LIMIT = 1 << 20
+COUNTS = {"n_layer": MAX_BLOCKS, "num_hidden_layers": MAX_BLOCKS, "num_labels": MAX_BLOCKS}
 
 
 def check_exportable(trained: Trained) -> None:
@@ -63,6 +67,15 @@ def not_readable(path: Path, what: str) -> ConfigError:
     )
 
 
+def numbers(data, key: str = "") -> list[tuple[str, int]]:
+    """Every whole number in config.json's data (at most 32 deep: gptlab.reader), by its key."""
+    if isinstance(data, dict):
+        return [found for k, value in data.items() for found in numbers(value, str(k))]
+    if isinstance(data, list):
+        return [found for value in data for found in numbers(value, key)]
+    return [(key, data)] if isinstance(data, int) else []
+
+
 def checked_config(path: Path, hf) -> tuple[str, GPTConfig]:
     """(model_type, the GPTConfig) of the folder's config.json, read as data: a class gptlab
     reads, no code (auto_map), every setting gptlab does not compute refused by name."""
@@ -70,9 +83,14 @@ def checked_config(path: Path, hf) -> tuple[str, GPTConfig]:
 
     if not isinstance(hf, dict) or hf.get("model_type") not in CLASSES or "auto_map" in hf:
         raise not_readable(path, "no config.json of a model_type gptlab reads, without code")
+    for key, value in numbers(hf):
+        if value > COUNTS.get(key, LIMIT):
+            raise not_readable(
+                path, f"config.json sets {key}={value}, over {COUNTS.get(key, LIMIT)}"
+            )
     try:
         settings, differ, (key, width) = settings_of(AutoConfig.for_model(**hf))
-    except (TypeError, ValueError, AttributeError, ArithmeticError) as e:
+    except Exception as e:  # whatever the config class says of a foreign file: bad input
         raise not_readable(path, f"config.json does not read ({type(e).__name__})") from None
     if differ:
         raise not_readable(path, "config.json sets " + "; ".join(differ))
