@@ -127,7 +127,6 @@ REFUSED = [  # (model, a change to its config.json, what the paragraph names)
     # sizes bounded before transformers' config class makes a list of them (issue #56)
     ("gpt2", dict(n_layer=10**9), "n_layer=1000000000, over 1024"),
     ("gpt2", dict(num_labels=10**9), "num_labels=1000000000, over 1024"),
-    ("gpt2", dict(n_positions=10**12), "n_positions=1000000000000, over 1048576"),
     ("qwen3", dict(layer_types=["full_attention"]), "config.json does not read"),
 ]
 
@@ -182,15 +181,15 @@ def oversized(folders, kind: str, out, **change):
 @pytest.mark.parametrize(
     ("kind", "change", "named"),
     [
-        ("gpt2", dict(n_positions=10**9), "1000000000 positions, its table is (64, 64)"),
+        ("gpt2", dict(n_positions=2**20), "1048576 positions, its table is (64, 64)"),
         ("gpt2", dict(n_embd=2**20, n_head=1), "its token table is (100277, 64)"),
-        ("opt pre-LN", dict(max_position_embeddings=10**9), "its table is (66, 64)"),
+        ("opt pre-LN", dict(max_position_embeddings=2**20), "its table is (66, 64)"),
     ],
 )
 def test_config_json_sizes_are_bounded_by_the_weights_before_any_table(
     folders, kind, change, named, tmp_path
 ):
-    """A config.json asking for a table far larger than its weights (10^9 positions: a 256 GB
+    """A config.json asking for a table far larger than its weights (2^20 positions: a 256 MB
     sinusoidal table to compare the learned one with) is refused against the tables the weights
     file holds, before anything is made from it."""
     with pytest.raises(ConfigError) as refused:
@@ -198,10 +197,11 @@ def test_config_json_sizes_are_bounded_by_the_weights_before_any_table(
     assert named in str(refused.value)
 
 
-def test_a_rotary_model_of_10_9_positions_is_bounded_where_it_is_built(folders, tmp_path):
-    """Llama's weights hold no position table: its length is bounded where the model is (on
-    torch's meta device, its rotary tables against its weights), before anything is allocated."""
-    folder = oversized(folders, "llama", tmp_path / "folder", max_position_embeddings=10**9)
-    trained = read_folder(folder)
-    with pytest.raises(ConfigError, match="context_length=1000000000"):
-        GPT.bounded(GPTConfig(**trained.model), trained.weights, "init_from")
+@pytest.mark.parametrize(
+    ("kind", "key"), [("gpt2", "n_positions"), ("llama", "max_position_embeddings")]
+)
+def test_10_9_positions_are_refused_from_config_json_alone(folders, kind, key, tmp_path):
+    """The issue's config.json: 10^9 positions (a 64 GB table once allocated before any bound),
+    over what gptlab reads of any size, refused before transformers' config class reads it."""
+    with pytest.raises(ConfigError, match=f"{key}=1000000000, over 1048576"):
+        read_folder(oversized(folders, kind, tmp_path / "folder", **{key: 10**9}))
