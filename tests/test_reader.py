@@ -115,6 +115,13 @@ def nested_settings(checkpoint) -> None:
     checkpoint["hyper_parameters"]["model"]["d_model"] = deep
 
 
+def holding_itself(checkpoint) -> None:
+    """A list that holds itself: anything that recursed through it would never end."""
+    loop = []
+    loop.append(loop)
+    checkpoint["hyper_parameters"]["loop"] = loop
+
+
 def settings(**values):
     return lambda checkpoint: checkpoint["hyper_parameters"]["model"].update(values)
 
@@ -142,6 +149,7 @@ BOMBS = {
     "sparse": not_strided(lambda t: t.to_sparse()),
     "nested": not_strided(lambda t: torch.nested.nested_tensor([t, t[:3]])),
     "settings 5,000 deep": nested_settings,
+    "a list holding itself": holding_itself,
 }
 
 
@@ -185,6 +193,7 @@ def test_checkpoints_that_ask_for_too_much_are_refused_quickly_and_small(finishe
     assert "overlaps another" in named["overlapping weights"], named
     assert "not a plain dense array" in named["sparse"] and "plain" in named["nested"], named
     assert "nested more than 32 deep" in named["settings 5,000 deep"], named
+    assert "hold themselves" in named["a list holding itself"], named
     peaks = {Path(path).name: peak >> 20 for path, (*_, peak) in refused.items()}  # MiB
     assert max(peaks.values()) < GB >> 20, peaks
 

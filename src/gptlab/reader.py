@@ -191,31 +191,46 @@ def load_checkpoint(path: str | Path) -> dict:
     return checkpoint
 
 
-def parts(checkpoint: dict, path: str | Path) -> dict[str, Any]:
-    """The checkpoint's tensors by their path, once no path through its containers goes more
-    than MAX_DEPTH deep and none loops: walked without recursion, each container once (a
-    container two hold is met again with its depth known), so whatever recurses later is bounded
-    here."""
+def parts(checkpoint: dict, path: str | Path) -> list[tuple[str, Any]]:
+    """The checkpoint's tensors (each object once, but a state_dict's every entry) named by their
+    top key and their own, once no path through its containers goes more than MAX_DEPTH deep and
+    none loops: walked without recursion, each container once (one that two hold is met again
+    with its depth known), so whatever recurses later is bounded here; names stay short, however
+    long or many the file's keys."""
     depths: dict[int, int] = {}  # id -> how deep its deepest path goes, once walked
-    found, todo, walking = {}, [(checkpoint, "", 1, False)], set()
+    found, seen, walking, todo = [], set(), set(), [(checkpoint, "", 1, False)]
     while todo:
-        node, name, level, done = todo.pop()
+        node, top, level, done = todo.pop()
         children = list(node.items()) if isinstance(node, dict) else list(enumerate(node))
-        children += [(k, k) for k in node if isinstance(node, dict) and isinstance(k, tuple)]
-        inner = [(c, f"{name}.{k}".lstrip(".")) for k, c in children if isinstance(c, CONTAINERS)]
+        children += [("key", k) for k in node if isinstance(node, dict) and isinstance(k, tuple)]
+        inner = [(label(k), c) for k, c in children if isinstance(c, CONTAINERS)]
         if done:
             walking.discard(id(node))
-            depths[id(node)] = 1 + max((depths[id(c)] for c, _ in inner), default=0)
+            depths[id(node)] = 1 + max((depths[id(c)] for _, c in inner), default=0)
         elif id(node) in walking:
-            raise not_a_checkpoint(path, f"its {name} holds itself")
+            raise not_a_checkpoint(path, f"its {top or 'settings'} hold themselves")
         elif level + depths.get(id(node), 1) - 1 > MAX_DEPTH:
-            top = name.split(".")[0]
             raise not_a_checkpoint(path, f"its {top} are nested more than {MAX_DEPTH} deep")
         elif id(node) not in depths:
             walking.add(id(node))
-            found.update({f"{name}.{k}".lstrip("."): c for k, c in children if is_tensor(c)})
-            todo += [(node, name, level, True), *((c, n, level + 1, False) for c, n in inner)]
+            weights = top == "state_dict" and level == 2  # every entry a weight to build
+            for key, t in children:
+                if is_tensor(t) and (weights or id(t) not in seen):
+                    seen.add(id(t))
+                    found.append((f"{top}.{label(key)}".lstrip("."), t))
+            todo.append((node, top, level, True))
+            todo += [(c, top or k, level + 1, False) for k, c in inner]
     return found
+
+
+def label(key: Any) -> str:
+    """A key as a name shows it: short, whatever the file put there (a long string, a number of
+    a million digits, a tuple nested deep)."""
+    if isinstance(key, str):
+        return key[:80]
+    if isinstance(key, int) and abs(key) < 10**18:
+        return str(key)
+    return type(key).__name__
 
 
 def is_tensor(value: Any) -> bool:
@@ -224,7 +239,7 @@ def is_tensor(value: Any) -> bool:
     return isinstance(value, torch.Tensor)
 
 
-def check_tensors(tensors: dict[str, Any], path: str | Path) -> None:
+def check_tensors(tensors: list[tuple[str, Any]], path: str | Path) -> None:
     """Every tensor a plain dense array (strided: no sparse, nested or quantized one), inside its
     own storage (a storage mapped from the file lies within it: a crafted stride, a 2 KB file
     posing as a 32768x32768 table, is refused first), no two overlapping, and none named more
@@ -233,7 +248,7 @@ def check_tensors(tensors: dict[str, Any], path: str | Path) -> None:
     import torch
 
     views: dict[tuple, list[str]] = {}
-    for name, t in tensors.items():
+    for name, t in tensors:
         if (
             type(t) not in (torch.Tensor, torch.nn.Parameter)
             or t.layout != torch.strided
