@@ -380,17 +380,20 @@ def test_the_readmes_lm_eval_lines_run_as_written(full_vocab_run, tmp_path, corp
 
 
 def test_import_counts_the_blocks_before_building_a_model(tmp_path):
-    """A config.json asking for 10**5 blocks beside the weights of a few: refused from the
-    weights file's header, in seconds, before any model of that depth is built; a header that
-    asks for a terabyte is not read."""
+    """A config.json asking for 1,000 blocks beside the weights of a few: refused from the
+    weights file's header, in seconds, before any model of that depth is built; 10**5 blocks,
+    from config.json alone (over gptlab's 1,024); a header that asks for a terabyte is not read."""
     config, model = random_model()
     out = tmp_path / "exported"
     write_folder(trained_of(config, model), model, out, "card\n")
     settings = json.loads((out / "config.json").read_text())
     key = "n_layer" if "n_layer" in settings else "num_hidden_layers"
-    (out / "config.json").write_text(json.dumps({**settings, key: 100_000}))
-    held = f"it holds {config.num_blocks} blocks where config.json says 100000"
+    (out / "config.json").write_text(json.dumps({**settings, key: 1_000}))
+    held = f"it holds {config.num_blocks} blocks where config.json says 1000"
     with pytest.raises(ConfigError, match=re.escape(held)):
+        read_folder(out)
+    (out / "config.json").write_text(json.dumps({**settings, key: 100_000}))
+    with pytest.raises(ConfigError, match=f"{key}=100000, over 1024"):
         read_folder(out)
     (out / "config.json").write_text(json.dumps(settings))
     weights = out / "model.safetensors"

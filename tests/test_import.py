@@ -5,6 +5,7 @@ gptlab's model or refused by name, and the GPT-2 layout (gelu_new, tied) trains 
 import dataclasses
 import json
 import math
+import shutil
 
 import pytest
 
@@ -123,6 +124,10 @@ REFUSED = [  # (model, a change to its config.json, what the paragraph names)
         dict(auto_map={"AutoModelForCausalLM": "x.Y"}),
         "without code",
     ),  # and its llama3 rope: transformers' defaults
+    # sizes bounded before transformers' config class makes a list of them (issue #56)
+    ("gpt2", dict(n_layer=10**9), "n_layer=1000000000, over 1024"),
+    ("gpt2", dict(num_labels=10**9), "num_labels=1000000000, over 1024"),
+    ("qwen3", dict(layer_types=["full_attention"]), "config.json does not read"),
 ]
 
 
@@ -154,3 +159,49 @@ def test_a_gpt2_folder_trains_on_the_book(tmp_path):
     refused = run_main(*args, "hydra.run.dir=refused", cwd=tmp_path)
     assert refused.returncode == 2
     assert "scale_attn_weights=False" in refused.stderr
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    """A folder of each class whose sizes a config.json could overstate, saved once."""
+    out = tmp_path_factory.mktemp("folders")
+    for kind in ("gpt2", "opt pre-LN", "llama"):
+        save_folder(out / kind, MODELS[kind][0], perturb=False)
+    return out
+
+
+def oversized(folders, kind: str, out, **change):
+    """A copy of the `kind` folder whose config.json says `change`."""
+    shutil.copytree(folders / kind, out)
+    config = json.loads((out / "config.json").read_text())
+    (out / "config.json").write_text(json.dumps({**config, **change}))
+    return out
+
+
+@pytest.mark.parametrize(
+    ("kind", "change", "named"),
+    [
+        ("gpt2", dict(n_positions=2**20), "1048576 positions, its table is (64, 64)"),
+        ("gpt2", dict(n_embd=2**20, n_head=1), "its token table is (100277, 64)"),
+        ("opt pre-LN", dict(max_position_embeddings=2**20), "its table is (66, 64)"),
+    ],
+)
+def test_config_json_sizes_are_bounded_by_the_weights_before_any_table(
+    folders, kind, change, named, tmp_path
+):
+    """A config.json asking for a table far larger than its weights (2^20 positions: a 256 MB
+    sinusoidal table to compare the learned one with) is refused against the tables the weights
+    file holds, before anything is made from it."""
+    with pytest.raises(ConfigError) as refused:
+        read_folder(oversized(folders, kind, tmp_path / "folder", **change))
+    assert named in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("kind", "key"), [("gpt2", "n_positions"), ("llama", "max_position_embeddings")]
+)
+def test_10_9_positions_are_refused_from_config_json_alone(folders, kind, key, tmp_path):
+    """The issue's config.json: 10^9 positions (a 64 GB table once allocated before any bound),
+    over what gptlab reads of any size, refused before transformers' config class reads it."""
+    with pytest.raises(ConfigError, match=f"{key}=1000000000, over 1048576"):
+        read_folder(oversized(folders, kind, tmp_path / "folder", **{key: 10**9}))

@@ -222,3 +222,40 @@ def test_malloc_default_applies_after_torch_too(tmp_path: Path):
     """mallopt works at any time in a running process; only OpenMP's default comes too late."""
     code = "import json, torch, gptlab; print(json.dumps(gptlab.PROCESS_DEFAULTS))"
     assert python_json(code, malloc_env(), tmp_path) == {"openmp": False, "malloc": True}
+
+
+# A real SIGINT, sent by the process to itself the moment it starts importing `module` (as a
+# user's Ctrl-C would land), then the console script run as its own __main__.
+CTRL_C_WHILE_IMPORTING = """
+import os, runpy, signal, sys
+module, tool = sys.argv[1:3]
+class CtrlC:
+    def find_spec(self, name, path=None, target=None):
+        if name == module:
+            os.kill(os.getpid(), signal.SIGINT)
+sys.meta_path.insert(0, CtrlC())
+sys.argv = sys.argv[2:]
+runpy.run_path(tool, run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize(
+    ("tool", "module"),
+    [
+        ("gptlab-train", "hydra"),  # the tool's own imports, before main
+        ("gptlab-train", "torch"),  # its task's, once Hydra has composed
+        ("gptlab-eval", "hydra"),
+        ("gptlab-report", "gptlab.sweep.summary"),
+    ],
+)
+def test_ctrl_c_while_a_tool_imports_is_one_line_and_130(tool: str, module: str, tmp_path: Path):
+    args = {"gptlab-report": [str(tmp_path)], "gptlab-eval": ["ckpt_path=run"]}.get(
+        tool, ["debug=fast", "hydra.run.dir=run"]
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", CTRL_C_WHILE_IMPORTING, module, str(BIN / tool), *args],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 130, result.stderr[-3000:]
+    assert result.stderr.strip() == f"{tool}: stopped by Ctrl-C.", result.stderr[-3000:]
+    assert not (tmp_path / "run").exists()

@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from gptlab.errors import ConfigError, Refusal
-from gptlab.exits import BAD_INPUT, CTRL_C, SIGTERM
+from gptlab.exits import BAD_INPUT, CTRL_C, SIGTERM, catch_ctrl_c, stop_at_ctrl_c
 from gptlab.process import Terminated, sigterm_raises
 from gptlab.run.overrides import override_key
 from gptlab.run.place import PLACE
@@ -44,6 +44,7 @@ def run_hydra_app(hydra_main: Callable[[], object], tool: str) -> None:
     if conflict:
         print(f"{tool}: {conflict}", file=sys.stderr)
         sys.exit(BAD_INPUT)
+    stopping = catch_ctrl_c()  # a KeyboardInterrupt, caught below: what the start made removed
     users = os.environ.get(FULL_ERROR)  # the user's wish for whole tracebacks stays theirs
     os.environ[FULL_ERROR] = "1"
     try:
@@ -73,6 +74,8 @@ def run_hydra_app(hydra_main: Callable[[], object], tool: str) -> None:
     finally:
         if users is None:
             os.environ.pop(FULL_ERROR, None)
+        if stopping:  # a Ctrl-C on the way out: one line again
+            stop_at_ctrl_c(tool)
 
 
 COMMANDS = {  # Hydra's commands, of which a command line gives one: its parsed field -> its flag

@@ -8,12 +8,16 @@ from pathlib import Path
 from gptlab import files, reader
 from gptlab.errors import ConfigError
 from gptlab.model.config import GPTConfig
-from gptlab.model.hf import from_hf, to_hf
+from gptlab.model.hf import OPT_OFFSET, from_hf, to_hf
 from gptlab.model.hf_config import CLASSES, hf_config, model_type, settings_of
-from gptlab.run.checkpoints import Trained
+from gptlab.run.checkpoints import MAX_BLOCKS, Trained
 from gptlab.run.place import PLACE
 
 WEIGHTS = "model.safetensors"
+# config.json's whole numbers, bounded before transformers' config class reads them (it makes a
+# list as long as some: one entry a layer, a label): a vocabulary, a context length at most LIMIT
+LIMIT = 1 << 20
+COUNTS = {"n_layer": MAX_BLOCKS, "num_hidden_layers": MAX_BLOCKS, "num_labels": MAX_BLOCKS}
 
 
 def check_exportable(trained: Trained) -> None:
@@ -64,6 +68,15 @@ def not_readable(path: Path, what: str) -> ConfigError:
     )
 
 
+def numbers(data, key: str = "") -> list[tuple[str, int]]:
+    """Every whole number in config.json's data (at most 32 deep: gptlab.reader), by its key."""
+    if isinstance(data, dict):
+        return [found for k, value in data.items() for found in numbers(value, str(k))]
+    if isinstance(data, list):
+        return [found for value in data for found in numbers(value, key)]
+    return [(key, data)] if isinstance(data, int) else []
+
+
 def checked_config(path: Path, hf) -> tuple[str, GPTConfig]:
     """(model_type, the GPTConfig) of the folder's config.json, read as data: a class gptlab
     reads, no code (auto_map), every setting gptlab does not compute refused by name."""
@@ -71,9 +84,14 @@ def checked_config(path: Path, hf) -> tuple[str, GPTConfig]:
 
     if not isinstance(hf, dict) or hf.get("model_type") not in CLASSES or "auto_map" in hf:
         raise not_readable(path, "no config.json of a model_type gptlab reads, without code")
+    for key, value in numbers(hf):
+        if value > COUNTS.get(key, LIMIT):
+            raise not_readable(
+                path, f"config.json sets {key}={value}, over {COUNTS.get(key, LIMIT)}"
+            )
     try:
         settings, differ, (key, width) = settings_of(AutoConfig.for_model(**hf))
-    except (TypeError, ValueError, AttributeError, ArithmeticError) as e:
+    except Exception as e:  # whatever the config class says of a foreign file: bad input
         raise not_readable(path, f"config.json does not read ({type(e).__name__})") from None
     if differ:
         raise not_readable(path, "config.json sets " + "; ".join(differ))
@@ -126,6 +144,23 @@ def check_data(path: Path, encoding: str, context_length: int, data) -> None:
         )
 
 
+def check_sizes(path: Path, kind: str, config: GPTConfig, hf_state: dict) -> None:
+    """config.json's sizes against the tables the weights hold, before anything is made from
+    them (a sinusoidal table to compare with, a model): the token table's rows and width, a
+    learned position table's rows (OPT's two more); a rotary model's length is bounded where
+    its model is (GPT.bounded)."""
+    shapes = {name.split(".")[-2]: tuple(t.shape) for name, t in hf_state.items() if "." in name}
+    tokens = shapes.get("wte", shapes.get("embed_tokens"))
+    if tokens != (config.vocab_size, config.d_model):
+        sizes = f"vocab_size {config.vocab_size} and hidden size {config.d_model}"
+        raise not_readable(path, f"config.json says {sizes}, its token table is {tokens}")
+    positions = shapes.get("wpe", shapes.get("embed_positions"))
+    rows = config.context_length + (OPT_OFFSET if kind == "opt" else 0)
+    if kind in ("gpt2", "opt") and positions != (rows, config.d_model):
+        where = f"config.json says {config.context_length} positions, its table is {positions}"
+        raise not_readable(path, where)
+
+
 def read_folder(path: str | Path, data=None) -> Trained:
     """A Hugging Face folder (init_from) as a checkpoint's parts, read as data: its config.json
     checked, its tokenizer a tiktoken encoding's, both against a run's `data` settings, its
@@ -133,7 +168,8 @@ def read_folder(path: str | Path, data=None) -> Trained:
     shapes against the model: build_gpt, where a run builds it), step 0."""
     folder = Path(path).expanduser()
     hf = reader.read_json(folder / "config.json")
-    saved = reader.read_json(folder / "tokenizer.json", limit=reader.MAX_TOKENIZER)
+    tokenizer = folder / "tokenizer.json"
+    saved = reader.read_json(tokenizer, reader.MAX_TOKENIZER, reader.MAX_TOKENIZER_NODES)
     kind, config = checked_config(folder, hf)
     encoding = encoding_of(folder, saved, config.vocab_size)
     if data is not None:
@@ -142,6 +178,7 @@ def read_folder(path: str | Path, data=None) -> Trained:
         hf_state = reader.load_safetensors(folder / WEIGHTS, config.num_blocks)
     except (OSError, ValueError) as e:  # and safetensors' own errors, a damaged file's
         raise not_readable(folder, f"{WEIGHTS}: {e}") from None
+    check_sizes(folder, kind, config, hf_state)
     try:
         settings, state = from_hf(kind, config, hf_state)
     except (KeyError, RuntimeError) as e:  # a tensor missing, or of a shape that does not fit
