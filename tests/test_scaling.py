@@ -156,7 +156,8 @@ def test_too_few_budgets_or_sizes_name_what_is_missing_and_the_summary_stands(
 def test_a_fit_not_identified_is_drawn_without_extrapolation_one_identified_with_it(tmp_path):
     """And a budget's optimum whose bootstrap interval does not hold it draws (no negative yerr)."""
     law_sweep(tmp_path, budgets=(1e15, 2e15), spread=(-1.0, 0.0, 1.0))
-    fit = fit_sweep(*collect(tmp_path), "best_val_loss")["configurations"]["(every job)"]
+    jobs = collect(tmp_path)
+    fit = fit_sweep(jobs.rows, jobs.knobs, "best_val_loss")["configurations"]["(every job)"]
     optimum = fit["approach2"]["optima"][0]
     optimum["L_opt_ci95"] = [optimum["L_opt"] + 0.1, optimum["L_opt"] + 0.2]
     largest = max(p["budget"] for p in fit["points"])
