@@ -18,6 +18,7 @@ from helpers import check, read_metrics, run_cli, run_main
 
 from gptlab.sweep.ablation import add_deltas
 from gptlab.sweep.curves import add_time_to_loss, mean_curve
+from gptlab.sweep.tables import CONFIG_METRICS, Configuration, Delta, Seeds
 
 SWEEP = (
     "-m",
@@ -98,9 +99,15 @@ def test_gptlab_eval_split_test_gives_the_runs_test_loss(sweep_dir):
 
 
 def test_add_deltas_needs_a_baseline():
-    configs = [{"config": "ablation=rope", "_val_loss": [1.0, 2.0]}]
+    stats = {metric: Seeds.of([1.0, 2.0]) for metric in CONFIG_METRICS}
+    configs = [Configuration("ablation=rope", {}, 2, 0, None, "1 2", "0 1", stats)]
     assert add_deltas(configs) is None
-    assert "delta_vs_baseline_mean" not in configs[0]
+    assert not configs[0].deltas and "delta_vs_baseline_mean" not in configs[0].row()
+    base = Configuration("ablation=baseline", {}, 2, 0, None, "1 2", "2 3", dict(stats))
+    base.stats["test_loss"] = Seeds.of([])  # no test split: no test delta
+    assert add_deltas([*configs, base]) is base
+    assert base.deltas == {"val_loss": Delta(0.0, None, None, "baseline")}
+    assert configs[0].deltas["val_loss"].verdict == "not distinguishable"
 
 
 def test_time_to_loss_and_mean_curve():
@@ -116,12 +123,13 @@ def test_time_to_loss_and_mean_curve():
         }
         for i in range(2)
     ]
-    configs = [{"config": "a", "jobs": "0 1"}]
+    stats = {metric: Seeds.of([]) for metric in CONFIG_METRICS}
+    configs = [Configuration("a", {}, 2, 0, None, "1 2", "0 1", stats)]
     assert add_time_to_loss(rows, configs, 4.5) == 4.5
     assert [row["time_to_val_loss"] for row in rows] == [2.0, 2.0]  # job 1 at its first point
-    assert configs[0]["time_to_val_loss"] == 2.0
+    assert configs[0].time_to_val_loss == 2.0
     assert add_time_to_loss(rows, configs, 3.5) == 3.5
-    assert rows[0]["time_to_val_loss"] is None and configs[0]["time_to_val_loss"] is None
+    assert rows[0]["time_to_val_loss"] is None and configs[0].time_to_val_loss is None
     # without a target: the highest best loss of the jobs, which every job reached
     assert add_time_to_loss(rows, configs, None) == 4.0
     assert mean_curve(rows) == [(1.5, 1000 * 10 * 512, 4.5), (2.5, 1000 * 20 * 512, 3.5)]

@@ -117,7 +117,7 @@ def test_the_data_schema_is_the_data_modules_settings():
     assert schema["batch_size"].type is int and schema["batch_size"].default == 16
     assert schema["path"].type == Optional[str]  # noqa: UP045
     assert schema["tokenizer"].type is Any
-    assert vars(GPTDataModule(batch_size=4))["batch_size"] == 4
+    assert GPTDataModule(batch_size=4).settings == DataConfig(batch_size=4)
 
 
 def test_the_entry_points_check_a_command_line_without_torch_or_lightning(tmp_path):

@@ -178,3 +178,24 @@ def test_the_readme_links_every_docs_page():
     linked = {Path(target.split("#")[0]).name for target in links(README.read_text())}
     pages = {page.name for page in PAGES[1:]}
     assert pages and not pages - linked, f"link these from README.md: {sorted(pages - linked)}"
+
+
+def test_the_groups_table_lists_every_option():
+    """docs/configuration.md's groups table names each option `--help` lists (the files of
+    conf/<group>/; ablation's many by its folder): an option added without a word there fails."""
+    page = (ROOT / "docs" / "configuration.md").read_text()
+    rows = {}
+    for line in section(page, "Config groups").splitlines():
+        cells = line.split(" | ")
+        if line.startswith("| `") and len(cells) > 1:
+            rows[cells[0].strip("| `")] = set(re.findall(r"`([\w-]+)`", cells[1]))
+    groups = [g for g in sorted((ROOT / "conf").iterdir()) if g.is_dir() and g.name != "ablation"]
+    assert len(groups) > 5 and "ablation" in rows
+    missing = [
+        f"{group.name}={option.stem}"
+        for group in groups
+        for option in sorted(group.glob("*.yaml"))
+        if group.name in rows and option.stem not in rows[group.name]
+    ]
+    missing += [group.name for group in groups if group.name not in rows]
+    assert not missing, f"add these to the groups table of docs/configuration.md: {missing}"

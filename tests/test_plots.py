@@ -15,6 +15,7 @@ from gptlab.sweep.ablation import add_deltas, delta_figure
 from gptlab.sweep.curves import curve_groups, curves_figure
 from gptlab.sweep.plots import summary_figure
 from gptlab.sweep.summary import headline, short_horizon
+from gptlab.sweep.tables import CONFIG_METRICS, Configuration, Seeds
 
 NAMES = ["baseline", "rope", "rmsnorm", "qk_norm", "relu2", "swiglu", "more_weight_decay", "all"]
 
@@ -39,6 +40,13 @@ def job(i: int, loss: float, **extra) -> dict:
     return {"job": str(i), "status": "ok", "best_val_loss": loss, **extra}
 
 
+def configuration(name: str, val_losses: list[float] = (), **fields) -> Configuration:
+    """A configuration of these val losses (its seeds'), none for the other metrics."""
+    stats = {metric: Seeds.of([]) for metric in CONFIG_METRICS}
+    stats["val_loss"] = Seeds.of(list(val_losses))
+    return Configuration(name, {}, len(val_losses), 0, None, "", "", stats, **fields)
+
+
 @pytest.mark.parametrize("counts", [[254_048, 266_752], [50_000, 400_000, 3_000_000], [10**6]])
 def test_parameter_count_labels_never_overlap(counts):
     rows = [job(i, 5.0 - i / 10, num_params=n) for i, n in enumerate(counts)]
@@ -52,11 +60,9 @@ def test_parameter_count_labels_never_overlap(counts):
 
 def test_a_knob_of_names_is_drawn_by_name_in_the_order_of_the_means():
     rows = [job(i, 5.0 + i / 10, num_params=254_048, ablation=name) for i, name in enumerate(NAMES)]
-    configs = [
-        {"config": f"ablation={row['ablation']}", "ablation": row["ablation"], "n_seeds": 1}
-        | {"val_loss_mean": row["best_val_loss"], "val_loss_ci95": None}
-        for row in rows
-    ]
+    configs = [configuration(f"ablation={row['ablation']}", [row["best_val_loss"]]) for row in rows]
+    for config, row in zip(configs, rows, strict=True):
+        config.knobs["ablation"] = row["ablation"]
     fig = summary_figure(rows, ["ablation", "seed"], configs, "ablation")
     renderer = drawn(fig)
     [panel] = fig.axes  # every job has 254,048 parameters: no panel against that
@@ -116,8 +122,9 @@ def test_twelve_configurations_each_have_their_own_colour_and_marker_in_the_lege
 
 def test_the_best_configuration_s_verdicts_read_plainly(tmp_path):
     def configs(*verdicts):
-        best = {"config": "a=1", "vs_best": "best", "val_loss ± ci95": "4.0 ± 0.1", "n_seeds": 3}
-        return [best, *({"config": f"a={i}", "vs_best": v} for i, v in enumerate(verdicts, 2))]
+        best = configuration("a=1", [3.9, 4.0, 4.1], vs_best="best")
+        others = [configuration(f"a={i}", vs_best=v) for i, v in enumerate(verdicts, 2)]
+        return [best, *others]
 
     rows = [job(0, 4.0, overrides="", num_params=1)]
     [line] = [
@@ -126,6 +133,7 @@ def test_the_best_configuration_s_verdicts_read_plainly(tmp_path):
         if "Best con" in line
     ]
     assert "Against it by Welch's t-test, the other configuration: not distinguishable." in line
+    assert "Best configuration: a=1: val loss 4.0000 ± 0.2484 over 3 seeds." in line
     verdicts = ("not distinguishable", "worse", "not distinguishable")
     [line] = [line for line in headline(rows, configs(*verdicts), tmp_path) if "Best con" in line]
     assert "Against it by Welch's t-test, 2 not distinguishable, 1 worse." in line
@@ -154,11 +162,7 @@ def test_curves_are_named_by_their_settings():
 
 def test_the_deltas_legend_lies_outside_the_data():
     configs = [
-        {
-            "config": f"ablation={name}",
-            "n_seeds": 3,
-            "_val_loss": [4.0 + i / 10 + d for d in (0, 0.01, 0.02)],
-        }
+        configuration(f"ablation={name}", [4.0 + i / 10 + d for d in (0, 0.01, 0.02)])
         for i, name in enumerate(NAMES)
     ]
     base = add_deltas(configs)
@@ -195,6 +199,7 @@ def test_a_sweep_of_debug_or_warmup_long_runs_says_it_is_a_smoke_test(tmp_path):
     assert short_horizon(real, [], max_steps=150) == "150 steps for a 100-step warmup"  # a budget's
     assert short_horizon(short, [], max_steps=1200) is None
     for horizon, smoke in ((None, False), ("debug=fast", True)):
-        rows = [job(i, 5.0, overrides="", num_params=1, _horizon=horizon) for i in range(2)]
-        head = headline(rows, None, tmp_path)
+        rows = [job(i, 5.0, overrides="", num_params=1) for i in range(2)]
+        horizons = {} if horizon is None else {"0": horizon}
+        head = headline(rows, None, tmp_path, horizons)
         assert any("A smoke test, not a finding" in line for line in head) == smoke

@@ -25,7 +25,14 @@ from gptlab.run.screen import GROUPS, config_tree, model_line
 from gptlab.training.module import GPTModule, OptimConfig
 from gptlab.training.report import RunReport
 from gptlab.training.run_stats import RunStats
-from gptlab.training.trackers import hparams_of
+from gptlab.training.trackers import (
+    Results,
+    RunTensorBoardLogger,
+    hparams_of,
+    publish,
+    publish_tensorboard,
+    publisher,
+)
 
 register_configs()  # what composing conf/train.yaml needs
 torch.set_num_threads(1)  # tiny tensors: one thread is fastest and robust to a busy machine
@@ -104,6 +111,27 @@ def test_hparams_put_the_swept_keys_first_then_the_model_size(tmp_path):
 
 # ---------------------------------------------------------------------------------------------
 # config_tree
+
+
+def test_a_logger_without_a_publisher_of_its_own_gets_lightnings_interface(tmp_path):
+    """CSV (no publisher of its own): the hyperparameters and the val results through Lightning's
+    log_hyperparams and log_metrics, in its own files; a subclass takes its base's publisher."""
+    from lightning.pytorch.loggers import CSVLogger
+
+    logger = CSVLogger(str(tmp_path), name="csv", version="")
+    assert publisher(logger) is publish
+    params = {"model/d_model": 32, "optim/lr": 0.003}
+    results = Results(params, {}, {}, {"val_results/best_loss": 4.5}, [], 7, tmp_path)
+    publisher(logger)(logger, results)
+    logger.save()
+    assert yaml.safe_load((tmp_path / "csv" / "hparams.yaml").read_text()) == params
+    written = (tmp_path / "csv" / "metrics.csv").read_text().splitlines()
+    assert written[0].split(",") == ["step", "val_results/best_loss"] and written[1] == "7,4.5"
+
+    class Own(RunTensorBoardLogger):
+        pass
+
+    assert publisher(Own(str(tmp_path), name="tb", version="")) is publish_tensorboard
 
 
 def test_config_tree_has_a_branch_per_group_then_the_top_level(tmp_path):

@@ -157,7 +157,8 @@ def test_a_fit_not_identified_is_drawn_without_extrapolation_one_identified_with
     """Both from the smallest budget, not below it. And a budget's optimum whose bootstrap
     interval does not hold it draws (no negative yerr)."""
     law_sweep(tmp_path, budgets=(1e15, 2e15), spread=(-1.0, 0.0, 1.0))
-    fit = fit_sweep(*collect(tmp_path), "best_val_loss")["configurations"]["(every job)"]
+    jobs = collect(tmp_path)
+    fit = fit_sweep(jobs.rows, jobs.knobs, "best_val_loss")["configurations"]["(every job)"]
     optimum = fit["approach2"]["optima"][0]
     optimum["L_opt_ci95"] = [optimum["L_opt"] + 0.1, optimum["L_opt"] + 0.2]
     smallest, largest = (

@@ -393,14 +393,14 @@ def test_each_finished_job_records_its_overrides_in_metrics_json(seed_grid):
 
 
 def configs_of(*losses: list[float]) -> list[dict]:
-    """aggregate() over hand-made ok jobs: configuration `model.x=i` has the best val losses
-    losses[i]."""
+    """aggregate() over hand-made ok jobs, as their rows: configuration `model.x=i` has the best
+    val losses losses[i]."""
     rows = [
         {"job": f"{i}-{seed}", "status": "ok", "model.x": i, "seed": seed, "best_val_loss": loss}
         for i, values in enumerate(losses)
         for seed, loss in enumerate(values)
     ]
-    return aggregate(rows, ["model.x", "seed"])
+    return [config.row() for config in aggregate(rows, ["model.x", "seed"])]
 
 
 def test_mean_std_ci_and_welch_against_hand_computed_values():
@@ -458,9 +458,9 @@ def test_aggregation_leaves_failed_jobs_out_counts_them_and_tolerates_missing_bp
                 metrics["best_val_bpb"] = loss / 4
             fake_job(tmp_path, num, [f"model.num_heads={heads}", f"seed={seed}"], metrics)
             num += 1
-    rows, knobs = collect(tmp_path)
-    assert knobs == ["model.num_heads", "seed"]
-    best, other = aggregate(rows, knobs)
+    jobs = collect(tmp_path)
+    assert jobs.knobs == ["model.num_heads", "seed"] and not jobs.horizons
+    best, other = [config.row() for config in aggregate(jobs.rows, jobs.knobs)]
     assert best["config"] == "model.num_heads=2" and best["n_seeds"] == 2 and best["n_failed"] == 1
     assert best["val_loss_mean"] == pytest.approx(3.1)
     assert best["val_loss_std"] == pytest.approx(math.sqrt(0.02))

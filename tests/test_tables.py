@@ -2,12 +2,14 @@
 columns summary.csv and summary_configs.csv hold."""
 
 from gptlab.sweep.tables import (
+    Configuration,
+    Delta,
+    Seeds,
     cell,
     config_columns,
     format_estimate,
     job_columns,
     markdown_table,
-    metric_columns,
 )
 
 
@@ -33,11 +35,25 @@ def test_a_markdown_table_escapes_pipes_and_formats_its_cells():
     assert markdown_table(["s"], [[12.34]], ".1f")[2] == "| 12.3 |"
 
 
-def test_metric_columns_over_a_configurations_seeds():
-    columns = metric_columns("val_loss", [3.0, 3.2])
-    assert columns["_val_loss"] == [3.0, 3.2] and columns["val_loss_mean"] == 3.1
-    assert columns["val_loss ± ci95"] == "3.1000 ± 1.2706"
-    assert metric_columns("test_loss", [])["test_loss ± ci95"] == ""
+def test_a_metric_over_a_configurations_seeds():
+    seeds = Seeds.of([3.0, 3.2])
+    assert seeds.values == [3.0, 3.2] and seeds.mean == 3.1
+    assert seeds.estimate() == "3.1000 ± 1.2706"
+    assert Seeds.of([]).estimate() == "" and Seeds.of([4.0]).ci95 is None
+
+
+def test_a_configurations_row_holds_its_columns_by_name():
+    """The typed configuration as summary_configs.csv and the Markdown tables read it."""
+    stats = {"val_loss": Seeds.of([3.0, 3.2]), "test_loss": Seeds.of([])}
+    config = Configuration("model.x=1", {"model.x": 1}, 2, 1, 1000, "1 2", "0 1", stats)
+    config.deltas["val_loss"] = Delta(-0.1, 0.05, 0.01, "better")
+    row = config.row()
+    assert row["config"] == "model.x=1" and row["model.x"] == 1 and row["n_failed"] == 1
+    assert row["val_loss_mean"] == 3.1 and row["val_loss ± ci95"] == "3.1000 ± 1.2706"
+    assert row["test_loss_mean"] is None and row["test_loss ± ci95"] == ""
+    assert row["delta_vs_baseline_mean"] == -0.1 and row["verdict_vs_baseline"] == "better"
+    assert row["delta ± ci95"] == "-0.1000 ± 0.0500" and "test_delta ± ci95" not in row
+    assert config.value("num_params") == 1000 and config.value("model.x") == 1
 
 
 def test_optional_columns_only_where_a_row_has_them():

@@ -57,7 +57,10 @@ def resolve_corpus(
     data_dir = Path(data_dir).expanduser()
     placed = data_dir / name  # put there by hand (a read-only mount, a copy)
     stored = data_dir / DOWNLOADS / (sha256 or "") / name  # a download: only with its sha256
-    for found in (placed, stored) if sha256 else (placed,):
+    candidates = [placed]
+    if sha256:
+        candidates.append(stored)
+    for found in candidates:
         if found.is_file() and (sha256 is None or sha256_of(found) == sha256):
             log.info("Corpus found at %s", found)
             return found

@@ -35,16 +35,19 @@ class GPTDataModule(L.LightningDataModule):
     """The tokenized corpus, its splits and their loaders; the tokenizer for generation too."""
 
     def __init__(self, **settings):
-        """The settings of gptlab.data.config.DataConfig, each an attribute of its name."""
+        """The settings of gptlab.data.config.DataConfig, kept as one typed `settings`."""
         super().__init__()
-        config = DataConfig(**settings)
-        check_encoding(config.encoding)
-        given = config.tokenizer  # a checkpoint's: the text is encoded with it
-        folders = {key: Path(getattr(config, key)) for key in ("data_dir", "cache_dir")}
-        vars(self).update(vars(config), **folders)
-        self.store_encoding = given["encoding"] if given else self.encoding
-        self.vocab_mode = "compact" if self.compact_vocab and not given else "full"
-        self.store_vocab = self.vocab_mode  # write_store's: the mode, or a checkpoint's ids
+        self.settings = DataConfig(**settings)
+        check_encoding(self.settings.encoding)
+        given = self.settings.tokenizer  # a checkpoint's: the text is encoded with it
+        self.cache_dir = Path(self.settings.cache_dir)
+        self.store_encoding: str = self.settings.encoding
+        self.vocab_mode = "full"
+        if given:
+            self.store_encoding = given["encoding"]
+        elif self.settings.compact_vocab:
+            self.vocab_mode = "compact"
+        self.store_vocab: str | list = self.vocab_mode  # write_store's: the mode, or the ids
         if given and given.get("vocab") is not None:
             self.store_vocab = list(given["vocab"])
             digest = hashlib.sha256(json.dumps(self.store_vocab).encode()).hexdigest()[:12]
@@ -55,6 +58,23 @@ class GPTDataModule(L.LightningDataModule):
         self.tokenizer: Tokenizer | None = None
         self.splits: dict = {}  # train, val, test once set up: views of the store (np.memmap)
 
+    # the settings other layers read (the module's batch size, eval's header, the screen)
+    @property
+    def batch_size(self) -> int:
+        return self.settings.batch_size
+
+    @property
+    def context_length(self) -> int:
+        return self.settings.context_length
+
+    @property
+    def val_fraction(self) -> float:
+        return self.settings.val_fraction
+
+    @property
+    def test_fraction(self) -> float:
+        return self.settings.test_fraction
+
     def __getstate__(self) -> dict:
         """By the store's path: a spawned DDP rank maps the store itself, no tokens travel."""
         state = dict(self.__dict__)
@@ -64,13 +84,16 @@ class GPTDataModule(L.LightningDataModule):
     def corpus(self):
         """A Hugging Face dataset (data.name), else the files of data.path or data.url."""
         if self._corpus is None:
-            self._corpus = find_corpus(vars(self))
+            self._corpus = find_corpus(self.settings)
         return self._corpus
 
     def corpus_path(self) -> Path:
         """The corpus file (downloaded if need be), or the folder, glob or dataset named."""
-        if self.name or is_many(self.path):
-            return Path(self.name or self.path)
+        name, path = self.settings.name, self.settings.path
+        if name:
+            return Path(name)
+        if is_many(path):
+            return Path(path)
         return self.corpus().paths[0]
 
     def token_store(self) -> TokenStore:
@@ -139,7 +162,7 @@ class GPTDataModule(L.LightningDataModule):
                 f"{size} tokens, fewer than one window of context_length + 1. Lower "
                 f"data.context_length, {SPLIT_SIZE[split]}, or use a longer corpus."
             )
-        budget = {"val": self.val_tokens, "test": self.test_tokens}.get(split)
+        budget = {"val": self.settings.val_tokens, "test": self.settings.test_tokens}.get(split)
         if budget is not None and budget < window:
             raise ConfigError(
                 f"data.{split}_tokens={budget}: fewer than one window of context_length + 1 = "
@@ -148,7 +171,7 @@ class GPTDataModule(L.LightningDataModule):
 
     def evaluated(self, split: str) -> int:
         """How many tokens of the val or test split a validation (or test) covers."""
-        budget = self.val_tokens if split == "val" else self.test_tokens
+        budget = self.settings.val_tokens if split == "val" else self.settings.test_tokens
         size = len(self.splits[split])
         return size if budget is None else min(budget, size)
 
@@ -160,7 +183,7 @@ class GPTDataModule(L.LightningDataModule):
         windows = Windows(self.splits["train"], self.context_length)
         # continuing from a checkpoint: start at the first batch the stopped run had not trained on
         start = self.trainer.global_step if self.trainer is not None else 0
-        batch, seed, repeat = self.batch_size, self.seed, self.repeat_batches
+        batch, seed, repeat = self.batch_size, self.settings.seed, self.settings.repeat_batches
         sampler = RandomWindowSampler(windows.num_starts, batch, seed, *self._rank(), start, repeat)
         return self._loader(windows, sampler)
 
@@ -185,13 +208,13 @@ class GPTDataModule(L.LightningDataModule):
     def _loader(self, windows: Windows, sampler) -> DataLoader:
         # its own generator: creating an iterator then draws no number from torch's global
         # RNG, which a resumed run would otherwise see in a different state (dropout masks)
-        generator = torch.Generator().manual_seed(self.seed)
+        generator = torch.Generator().manual_seed(self.settings.seed)
         return DataLoader(
             windows,
             sampler=sampler,
             batch_size=None,  # each item already is a batch
-            num_workers=self.num_workers,
-            persistent_workers=self.num_workers > 0,
+            num_workers=self.settings.num_workers,
+            persistent_workers=self.settings.num_workers > 0,
             pin_memory=torch.cuda.is_available(),
             generator=generator,
         )

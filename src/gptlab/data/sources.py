@@ -8,6 +8,7 @@ import itertools
 from collections.abc import Iterator
 from pathlib import Path
 
+from gptlab.data.config import DataConfig
 from gptlab.data.corpus import resolve_corpus
 from gptlab.data.formats import (
     check_file,
@@ -30,20 +31,20 @@ def is_many(path: str | None) -> bool:
     return bool(path) and (glob.has_magic(path) or Path(path).expanduser().is_dir())
 
 
-def find_corpus(settings: dict) -> "Files | HFDataset":
+def find_corpus(settings: DataConfig) -> "Files | HFDataset":
     """A Hugging Face dataset (data.name), else data.path's files or data.url's download."""
-    if settings["name"]:
-        return HFDataset(settings["name"], settings["split"], settings["text_field"])
-    path = settings["path"]
+    if settings.name:
+        return HFDataset(settings.name, settings.split, settings.text_field)
+    path = settings.path
     if is_many(path):
-        if settings["sha256"]:
+        if settings.sha256:
             raise ConfigError(
                 f"data.sha256 checks a single file, and data.path='{path}' names many. Set "
                 "data.sha256=null."
             )
-        return Files(find_files(path), settings["text_field"])
-    single = resolve_corpus(settings["url"], path, settings["sha256"], settings["data_dir"])
-    return Files([single], settings["text_field"], settings["sha256"])
+        return Files(find_files(path), settings.text_field)
+    single = resolve_corpus(settings.url, path, settings.sha256, settings.data_dir)
+    return Files([single], settings.text_field, settings.sha256)
 
 
 def find_files(path: str) -> list[Path]:

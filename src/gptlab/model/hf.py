@@ -86,7 +86,7 @@ def counterparts(kind: str, module: str) -> tuple[str, list[str], list[bool]]:
             names = other if isinstance(other, tuple) else (other,)
             rope = kind not in ("gpt2", "opt")
             rotated = [
-                rope and (module.endswith(("q_norm", "k_norm")) or len(names) == 3 and i < 2)
+                rope and (module.endswith(("q_norm", "k_norm")) or (len(names) == 3 and i < 2))
                 for i in range(len(names))
             ]
             return block, [name.format(i=block) for name in names], rotated
@@ -176,7 +176,10 @@ def gptlab_keys(kind: str, config: GPTConfig, hf: dict[str, Tensor]) -> list[str
     keys = []
     for pattern, other in NAMES[kind].items():
         first = other[0] if isinstance(other, tuple) else other
-        for i in range(config.num_blocks) if "{i}" in pattern else [""]:
+        blocks = [""]  # a pattern outside the blocks: once
+        if "{i}" in pattern:
+            blocks = range(config.num_blocks)
+        for i in blocks:
             found = [leaf for leaf in ("weight", "bias") if f"{first.format(i=i)}.{leaf}" in hf]
             keys += [f"{pattern.format(i=i)}.{leaf}" for leaf in found]
     return keys

@@ -5,70 +5,72 @@ from pathlib import Path
 
 from gptlab.run.place import PLACE
 from gptlab.sweep.curves import add_time_to_loss, write_curves
-from gptlab.sweep.stats import CONFIDENCE, number, verdict, welch
-from gptlab.sweep.tables import DELTAS, format_estimate, markdown_table
+from gptlab.sweep.stats import CONFIDENCE, verdict, welch
+from gptlab.sweep.tables import DELTA_METRICS, Configuration, Delta, markdown_table
 
 BASELINE = "ablation=baseline"  # the configuration the others are compared with
-METRICS = {"": "val_loss", "test_": "test_loss"}  # column prefix: per-configuration values
 
 
-def add_deltas(configs: list[dict], baseline: str = BASELINE) -> dict | None:
-    """Add each configuration's delta columns against `baseline`; the baseline's row (None, and no
-    columns, when no configuration has that name)."""
-    base = next((c for c in configs if c["config"] == baseline), None)
+def add_deltas(configs: list[Configuration], baseline: str = BASELINE) -> Configuration | None:
+    """Set each configuration's deltas against `baseline`; the baseline (None, and no deltas,
+    when no configuration has that name)."""
+    base = next((c for c in configs if c.name == baseline), None)
     if base is None:
         return None
     for config in configs:
-        for prefix, metric in METRICS.items():
-            a, b = config.get(f"_{metric}"), base.get(f"_{metric}")
+        for metric in DELTA_METRICS.values():
+            a, b = config.stats[metric].values, base.stats[metric].values
             if not a or not b:
                 continue
-            delta, half, p = welch(a, b) if config is not base else (0.0, None, None)
-            mark = "baseline" if config is base else verdict(delta, p)
-            columns = [prefix + column for column in DELTAS]
-            config.update(zip(columns, (delta, half, p, mark), strict=True))
-            config[f"{prefix}delta ± ci95"] = format_estimate(delta, half, "+.4f")
+            if config is base:
+                config.deltas[metric] = Delta(0.0, None, None, "baseline")
+            else:
+                delta, half, p = welch(a, b)
+                config.deltas[metric] = Delta(delta, half, p, verdict(delta, p))
     return base
 
 
-def delta_figure(configs: list[dict], base: dict):
+def delta_figure(configs: list[Configuration], base: Configuration):
     """Each configuration's delta vs the baseline with its 95% interval, on val and on test."""
     from matplotlib.figure import Figure
 
-    rows = [c for c in configs if c.get("delta_vs_baseline_mean") is not None]
-    rows.sort(key=lambda c: c["delta_vs_baseline_mean"], reverse=True)
+    rows = [c for c in configs if "val_loss" in c.deltas]
+    rows.sort(key=lambda c: c.deltas["val_loss"].mean, reverse=True)
     fig = Figure(figsize=(7, 0.35 * len(rows) + 1.7), layout="constrained")
     ax = fig.subplots()
     ys = range(len(rows))
-    for offset, prefix, label in ((-0.15, "", "val"), (0.15, "test_", "test")):
-        key = f"{prefix}delta_vs_baseline_mean"
-        points = [(y, c) for y, c in zip(ys, rows, strict=True) if c.get(key) is not None]
+    for offset, metric, label in ((-0.15, "val_loss", "val"), (0.15, "test_loss", "test")):
+        points = [
+            (y, c.deltas[metric]) for y, c in zip(ys, rows, strict=True) if metric in c.deltas
+        ]
         if points:
             ax.errorbar(
-                [c[key] for _, c in points],
+                [delta.mean for _, delta in points],
                 [y + offset for y, _ in points],
-                xerr=[c[f"{prefix}delta_vs_baseline_ci95"] or 0 for _, c in points],
+                xerr=[delta.ci95 or 0 for _, delta in points],
                 fmt="o",
                 capsize=3,
                 label=f"{label} loss",
             )
     ax.axvline(0, color="grey", lw=1)
-    ax.set_yticks(list(ys), [c["config"].removeprefix("ablation=") for c in rows])
+    ax.set_yticks(list(ys), [c.name.removeprefix("ablation=") for c in rows])
     ax.set_xlabel("loss minus the baseline's (nats; < 0 is better), mean ± 95% CI")
     handles, labels = ax.get_legend_handles_labels()
     if handles:  # no job finished: nothing to label; below the axes, never on a point
         fig.legend(handles, labels, loc="outside lower center", ncols=2, fontsize=8)
-    fig.suptitle(f"Against {base['config']} ({base['n_seeds']} seeds each)", fontsize=10)
+    fig.suptitle(f"Against {base.name} ({base.n_seeds} seeds each)", fontsize=10)
     return fig
 
 
-def baseline_section(configs: list[dict], sweep_dir: Path, baseline: str = BASELINE) -> list[str]:
+def baseline_section(
+    configs: list[Configuration], sweep_dir: Path, baseline: str = BASELINE
+) -> list[str]:
     """summary.md's first section and summary_deltas.png; nothing without the baseline."""
     base = add_deltas(configs, baseline)
     if base is None:
         return []
     PLACE.save_figure(delta_figure(configs, base), sweep_dir / "summary_deltas.png", dpi=80)
-    ordered = sorted(configs, key=lambda c: number(c.get("delta_vs_baseline_mean")) or 0.0)
+    ordered = sorted(configs, key=lambda c: val_delta(c) or 0.0)
     columns = {
         "config": "config",
         "n_seeds": "seeds",
@@ -80,7 +82,7 @@ def baseline_section(configs: list[dict], sweep_dir: Path, baseline: str = BASEL
         "test_verdict_vs_baseline": "test verdict",
         "time_to_val_loss": "s to target val loss",
     }
-    rows = [[config.get(key) for key in columns] for config in ordered]
+    rows = [[config.row().get(key) for key in columns] for config in ordered]
     return [
         f"## Against the baseline ({baseline})",
         "",
@@ -95,9 +97,17 @@ def baseline_section(configs: list[dict], sweep_dir: Path, baseline: str = BASEL
     ]
 
 
+def val_delta(config: Configuration) -> float | None:
+    """Its mean val loss minus the baseline's; None without one."""
+    delta = config.deltas.get("val_loss")
+    if delta is None:
+        return None
+    return delta.mean
+
+
 def leading_sections(
     rows: list[dict],
-    configs: list[dict] | None,
+    configs: list[Configuration] | None,
     sweep_dir: Path,
     target_val_loss: float | None = None,
     baseline: str = BASELINE,
@@ -105,7 +115,9 @@ def leading_sections(
     """The lines that lead summary.md: the deltas against the baseline and the time to a val loss
     (their columns added to the rows and configurations)."""
     target = add_time_to_loss(rows, configs, target_val_loss)
-    lines = baseline_section(configs, sweep_dir, baseline) if configs else []
+    lines = []
+    if configs:
+        lines += baseline_section(configs, sweep_dir, baseline)
     if write_curves(rows, configs, sweep_dir / "summary_curves.png"):
         lines += [
             f"Time to val loss {target:.4f} (`time_to_val_loss`, seconds): "

@@ -8,11 +8,14 @@ from statistics import fmean
 from gptlab.run.overrides import short_label
 from gptlab.run.place import PLACE
 from gptlab.sweep.stats import number
+from gptlab.sweep.tables import Configuration
 
 LINE_STYLES = ("-", "--", ":")
 
 
-def add_time_to_loss(rows: list[dict], configs: list[dict] | None, target: float | None) -> float:
+def add_time_to_loss(
+    rows: list[dict], configs: list[Configuration] | None, target: float | None
+) -> float:
     """`time_to_val_loss` of every ok job and configuration (None if a seed never got there), to
     `target` or else a loss every job reached; returns the target (nan without curves)."""
     ok = [row for row in rows if row["status"] == "ok" and row.get("val_curve")]
@@ -23,9 +26,10 @@ def add_time_to_loss(rows: list[dict], configs: list[dict] | None, target: float
         row["time_to_val_loss"] = next((p[1] for p in row["val_curve"] if p[2] <= target), None)
         times[row["job"]] = row["time_to_val_loss"]
     for config in configs or []:
-        seconds = [times.get(job) for job in config["jobs"].split() if job in times]
-        reached = bool(seconds) and None not in seconds
-        config["time_to_val_loss"] = fmean(seconds) if reached else None
+        seconds = [times.get(job) for job in config.jobs.split() if job in times]
+        config.time_to_val_loss = None  # unless every seed got there
+        if seconds and None not in seconds:
+            config.time_to_val_loss = fmean(seconds)
     return target
 
 
@@ -41,7 +45,7 @@ def mean_curve(jobs: list[dict]) -> list[tuple[float, float, float]]:
     return points
 
 
-def curve_groups(rows: list[dict], configs: list[dict] | None) -> dict[str, list[dict]]:
+def curve_groups(rows: list[dict], configs: list[Configuration] | None) -> dict[str, list[dict]]:
     """One line per configuration (its seeds), or per job when no seed was swept."""
     numbers = ("flops_per_token", "tokens_per_step")
     drawn = [r for r in rows if r.get("val_curve") and None not in map(number, map(r.get, numbers))]
@@ -50,9 +54,9 @@ def curve_groups(rows: list[dict], configs: list[dict] | None) -> dict[str, list
         return {job_label(row, list(ok.values())): [row] for row in ok.values()}
     groups = {}
     for config in configs:
-        jobs = [ok[job] for job in config["jobs"].split() if job in ok]
+        jobs = [ok[job] for job in config.jobs.split() if job in ok]
         if jobs:
-            groups[config_label(config["config"])] = jobs
+            groups[config_label(config.name)] = jobs
     return groups
 
 
@@ -70,7 +74,7 @@ def job_label(row: dict, rows: list[dict]) -> str:
     return short_label(own, sep=", ") if own else f"job {row['job']}"
 
 
-def write_curves(rows: list[dict], configs: list[dict] | None, path: Path) -> bool:
+def write_curves(rows: list[dict], configs: list[Configuration] | None, path: Path) -> bool:
     """summary_curves.png, titled by the sweep directory's name; False (no file) without curves."""
     groups = curve_groups(rows, configs)
     if groups:

@@ -26,7 +26,9 @@ log = logging.getLogger(__name__)
 
 def job_overrides() -> list[str]:
     """The running job's task overrides: what a continued sweep recognises the job by."""
-    return [str(o) for o in HydraConfig.get().overrides.task] if HydraConfig.initialized() else []
+    if not HydraConfig.initialized():  # not a Hydra job
+        return []
+    return [str(o) for o in HydraConfig.get().overrides.task]
 
 
 def job_identity(overrides: list[str]) -> list[str]:
@@ -35,9 +37,11 @@ def job_identity(overrides: list[str]) -> list[str]:
     directory, is the same job."""
     kept = []
     for override in map(str, overrides):
-        parts = override_key(override).split(".")
-        where = parts[0] in WHERE_GROUPS and len(parts) > 1 or parts[-1] in place.WHERE_KEYS
-        if override_key(override) not in NOT_REPLAYED and not where:
+        key = override_key(override)
+        parts = key.split(".")
+        in_where_group = parts[0] in WHERE_GROUPS and len(parts) > 1
+        where = in_where_group or parts[-1] in place.WHERE_KEYS
+        if key not in NOT_REPLAYED and not where:
             kept.append(override)
     return kept
 
@@ -118,9 +122,10 @@ def record_failure(
     reason = str(error) if plain else f"{type(error).__name__}: {error}"
     reason = " ".join(reason.split())[:500]
     log.error("Job failed: %s", reason, exc_info=not plain)
-    saved = reader.read_json(directory.metrics_file(output_dir))
-    metrics = {**(saved if isinstance(saved, dict) else {}), "status": "failed", "reason": reason}
-    metrics.update(bad_input=bad_input, overrides=overrides)
+    metrics = reader.read_json(directory.metrics_file(output_dir))
+    if not isinstance(metrics, dict):  # none yet, or not a record
+        metrics = {}
+    metrics.update(status="failed", reason=reason, bad_input=bad_input, overrides=overrides)
     PLACE.write_json(directory.metrics_file(output_dir), metrics)
     return math.inf
 

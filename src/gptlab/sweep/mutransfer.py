@@ -27,7 +27,7 @@ def mutransfer_section(rows: list[dict], sweep_dir: Path) -> list[str]:
         saved = saved.get(key) if isinstance(saved, dict) else {}
     if not isinstance(saved, dict) or not saved.get("after"):
         return []
-    widths = sorted({w for row in rows if (w := number(row.get("d_model"))) is not None})
+    widths = sorted({number(row.get("d_model")) for row in rows} - {None})
     base = [row for row in rows if widths and number(row.get("d_model")) == widths[0]]
     wide = [row for row in rows if len(widths) > 1 and number(row.get("d_model")) == widths[-1]]
     mup = [row for row in wide if row.get("model.parametrization") == "mup"]
@@ -35,9 +35,11 @@ def mutransfer_section(rows: list[dict], sweep_dir: Path) -> list[str]:
     by_lr = {}
     for row in standard:
         by_lr.setdefault(number(row.get("lr")), []).append(row)
-    means = {
-        lr: statistics.fmean(v) for lr, j in by_lr.items() if (v := job_values(j, "best_val_loss"))
-    }
+    means = {}
+    for lr, jobs in by_lr.items():
+        losses = job_values(jobs, "best_val_loss")
+        if losses:
+            means[lr] = statistics.fmean(losses)
     lines = ["## μTransfer against direct tuning", ""]
     if not job_values(mup, "best_val_loss") or not means:
         return [*lines, "No verdict: a side's wide models did not finish.", ""]

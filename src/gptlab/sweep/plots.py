@@ -2,19 +2,22 @@
 each swept knob, a colour per configuration."""
 
 from gptlab.sweep.stats import group_configurations, number, sort_key
+from gptlab.sweep.tables import Configuration
 
 CATEGORIES = 10  # a knob of at most this many values is drawn by value, one position each
 LEGEND = 20  # configurations named in the legend, at most (10 colours, then other markers)
 NOT_DRAWN = ("seed", "branch_from")  # a branch's trunk is a long path: its step tells it apart
 
 
-def summary_figure(rows: list[dict], knobs: list[str], configs: list[dict] | None, title: str):
+def summary_figure(
+    rows: list[dict], knobs: list[str], configs: list[Configuration] | None, title: str
+):
     """Best val loss against each panel's key: ok jobs, means ± 95% CI, a colour a configuration."""
     from matplotlib.figure import Figure
 
     ok = [r for r in rows if r["status"] == "ok"]
     groups = group_configurations(ok, knobs)
-    means = {c["config"]: c for c in configs or [] if c["n_seeds"]}
+    means = {c.name: c for c in configs or [] if c.n_seeds}
     order = [*means, *(name for name in groups if name not in means)]  # best mean first
     panels = [k for k in knobs if k not in NOT_DRAWN]
     if len({r.get("num_params") for r in ok}) > 1 or not panels:
@@ -43,26 +46,30 @@ def draw_panel(ax, panel: str, names: list[str], configurations: list[tuple]) ->
         color, marker = f"C{i % 10}", "osD^v"[i // 10 % 5]
         xs = [position.get(shown(r.get(panel)), r.get(panel)) for r in jobs]
         losses = [r["best_val_loss"] for r in jobs]
-        faint = 0.4 if mean else 1.0
+        faint = 0.4 if mean is not None else 1.0
         ax.scatter(xs, losses, s=12, color=color, marker=marker, alpha=faint, label=name)
-        if mean:
-            x = position.get(shown(mean.get(panel)), mean.get(panel))
-            error = mean["val_loss_ci95"] or 0
-            ax.errorbar(x, mean["val_loss_mean"], yerr=error, fmt=marker, capsize=3, color=color)
+        if mean is not None:
+            x = position.get(shown(mean.value(panel)), mean.value(panel))
+            stats = mean.stats["val_loss"]
+            ax.errorbar(x, stats.mean, yerr=stats.ci95 or 0, fmt=marker, capsize=3, color=color)
     ax.set(xlabel=panel, ylabel="best val loss")
     if names:
         long = len(names) > 3 or max(map(len, names)) > 8
         ax.set_xticks(range(len(names)), names, rotation=90 if long else 0)
 
 
-def categories(panel: str, ok: list[dict], means: list[dict]) -> list[str]:
+def categories(panel: str, ok: list[dict], means: list[Configuration]) -> list[str]:
     """A knob's values as categories: names in the order of the configurations' means (best
     first), up to CATEGORIES numbers by value; [] for the parameter count or more numbers."""
-    values = [item.get(panel) for item in means + ok]
+    values = [config.value(panel) for config in means] + [row.get(panel) for row in ok]
     numeric = all(number(value) is not None for value in values)
-    if panel == "num_params" or numeric and len(set(values)) > CATEGORIES:
+    if panel == "num_params":
         return []
-    return list(dict.fromkeys(map(shown, sorted(values, key=sort_key) if numeric else values)))
+    if numeric:
+        if len(set(values)) > CATEGORIES:
+            return []
+        values = sorted(values, key=sort_key)
+    return list(dict.fromkeys(map(shown, values)))
 
 
 def label(job: dict, knobs: list[str]) -> str:

@@ -77,7 +77,9 @@ def usable_points(name: str, points: list[dict], metric: str) -> list[str]:
 def interval_faults(fit: dict, keys: tuple) -> list[str]:
     """Too few draws, or intervals among `keys` pinning nothing: of zero width or over a decade."""
     draws, least = fit["draws_used"], stats.MIN_DRAWS
-    faults = [f"{draws} of {stats.DRAWS} bootstrap draws fitted (needs {least})"] * (draws < least)
+    faults = []
+    if draws < least:
+        faults.append(f"{draws} of {stats.DRAWS} bootstrap draws fitted (needs {least})")
     for key in keys:
         ci = fit["ci95"][key]
         if ci is None:
@@ -90,7 +92,9 @@ def interval_faults(fit: dict, keys: tuple) -> list[str]:
 
 
 def budgets_where(optima: list[dict], what: str) -> list[str]:
-    return [f"{what} at C = " + ", ".join(f"{o['C']:.2g}" for o in optima)] if optima else []
+    if not optima:
+        return []
+    return [f"{what} at C = " + ", ".join(f"{o['C']:.2g}" for o in optima)]
 
 
 def approach2_faults(fit: dict, points: list[dict]) -> list[str]:
@@ -106,7 +110,9 @@ def approach2_faults(fit: dict, points: list[dict]) -> list[str]:
 def approach3_faults(law: dict, points: list[dict]) -> list[str]:
     """Why approach 3 is not identified (docs/scaling.md); [] when it is."""
     need = POINTS_PER_PARAMETER * len(parametric.NAMES)
-    faults = [f"{len(points)} points for 5 parameters (needs {need})"] if len(points) < need else []
+    faults = []
+    if len(points) < need:
+        faults.append(f"{len(points)} points for 5 parameters (needs {need})")
     faults += [f"{name} at its bound ({law[name]:.3g})" for name in parametric.at_bounds(law)]
     outside = []
     for budget, group in isoflop.by_budget(points).items():

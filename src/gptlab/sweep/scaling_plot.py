@@ -104,8 +104,10 @@ def loss_panel(ax, fit: dict) -> None:
     law = fit["approach3"]
     if losses := on_frontier(law, inside, "L"):
         ax.plot(inside, losses, color="C3", label=label(law, "approach 3") + ", frontier")
-    if law["identified"] and (losses := on_frontier(law, beyond, "L")):
-        ax.plot(beyond, losses, color="C3", ls="--", label="extrapolated")
+    if law["identified"]:
+        losses = on_frontier(law, beyond, "L")
+        if losses:
+            ax.plot(beyond, losses, color="C3", ls="--", label="extrapolated")
     if held := fit["holdout"]:
         text = f"held out: predicted ({held['relative_error']:+.1%})"
         ax.scatter(held["budget"], held["predicted"], marker="x", color="k", zorder=4, label=text)
@@ -135,7 +137,9 @@ def write_scaling_plot(result: dict, path: Path) -> None:
     from matplotlib.figure import Figure
 
     fits = result["configurations"]
-    rows = len(fits) + (len(fits) > 1)
+    rows = len(fits)
+    if len(fits) > 1:
+        rows += 1  # the configurations together
     fig = Figure(figsize=(15, 4.6 * rows), layout="constrained")
     subfigs = np.atleast_1d(fig.subfigures(rows, 1))
     for subfig, (name, fit) in zip(subfigs, fits.items(), strict=False):

@@ -106,16 +106,11 @@ def repeated_lines(fit: dict) -> list[str]:
 
 
 def configuration_lines(name: str, fit: dict) -> list[str]:
-    return [
-        f"## {name}",
-        "",
-        *repeated_lines(fit),
-        *(f"- {note}" for note in fit["notes"]),
-        *([""] if fit["notes"] else []),
-        *approach2_lines(fit["approach2"]),
-        *approach3_lines(fit["approach3"]),
-        *holdout_lines(fit["holdout"]),
-    ]
+    lines = [f"## {name}", "", *repeated_lines(fit)]
+    if fit["notes"]:
+        lines += [*(f"- {note}" for note in fit["notes"]), ""]
+    approaches = approach2_lines(fit["approach2"]) + approach3_lines(fit["approach3"])
+    return lines + approaches + holdout_lines(fit["holdout"])
 
 
 def comparison_lines(fits: dict) -> list[str]:
@@ -172,10 +167,10 @@ def report_lines(result: dict, sweep_dir: Path, head: list[str]) -> list[str]:
         *flops_lines(result["flops"]),
         "![IsoFLOP curves, N_opt and the loss against compute](scaling.png)",
         "",
-        *(f"- Not fitted: {message}" for message in result["errors"].values()),
-        *([""] if result["errors"] else []),
-        *comparison_lines(fits),
     ]
+    if result["errors"]:
+        lines += [*(f"- Not fitted: {message}" for message in result["errors"].values()), ""]
+    lines += comparison_lines(fits)
     for name, fit in fits.items():
         lines += configuration_lines(name, fit)
     return lines

@@ -65,7 +65,8 @@ def welch(a: list[float], b: list[float]) -> tuple:
     if len(a) < 2 or len(b) < 2:
         return delta, None, None
     if statistics.variance(a) + statistics.variance(b) == 0:
-        return delta, 0.0, float(a[0] == b[0])
+        alike = 1.0 if a[0] == b[0] else 0.0  # the p of equal means, else of different ones
+        return delta, 0.0, alike
     test = stats.ttest_ind(a, b, equal_var=False)
     low, high = test.confidence_interval(CONFIDENCE)
     return delta, float(high - low) / 2, float(test.pvalue)

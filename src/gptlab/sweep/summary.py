@@ -4,6 +4,7 @@ Hydra callback that writes it at a multirun's end."""
 import itertools
 import sys
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +24,16 @@ from gptlab.sweep.plots import summary_figure
 from gptlab.sweep.scaling import TooFewPoints
 from gptlab.sweep.scaling_report import scaling_section
 from gptlab.sweep.search import search_summary
-from gptlab.sweep.stats import group_configurations, job_values, number, sort_key, verdict, welch
-from gptlab.sweep.tables import PARAMS, config_columns, job_columns, metric_columns, write_table
+from gptlab.sweep.stats import number, sort_key
+from gptlab.sweep.tables import (
+    PARAMS,
+    Configuration,
+    aggregate,
+    config_columns,
+    job_columns,
+    write_table,
+)
 from gptlab.sweep.transfer import transfer_section
-
-# a configuration's statistics over its seeds: column prefix, the key of its jobs' metrics
-CONFIG_METRICS = {"val_loss": "best_val_loss", "val_bpb": "best_val_bpb", "test_loss": "test_loss"}
 
 
 def saved_value(cfg: Any, key: str, default: Any = None) -> Any:
@@ -36,13 +41,36 @@ def saved_value(cfg: Any, key: str, default: Any = None) -> Any:
     value = cfg
     for part in key.split("."):
         value = value.get(part) if isinstance(value, dict) else None
-    plain = isinstance(value, (int, float, bool))
-    return value if plain or isinstance(value, str) and "${" not in value else default
+    if isinstance(value, (int, float, bool)):
+        return value
+    if isinstance(value, str) and "${" not in value:  # an interpolation is not its value
+        return value
+    return default
 
 
-def read_job(job: Path) -> tuple[dict, list[str]]:
-    """A job's row of summary.csv (failed without a metrics.json or a finite best val loss) and
-    its overrides' keys."""
+@dataclass
+class Job:
+    """A job as read: its row of summary.csv, its overrides' keys, and why it is a smoke test
+    (short_horizon; None for a real run)."""
+
+    row: dict
+    keys: list[str]
+    horizon: str | None
+
+
+@dataclass
+class Jobs:
+    """A sweep's jobs: their rows (best first, failed last), the swept knobs (keys whose value
+    differs) and, by job, why it is a smoke test (jobs that are not have no entry)."""
+
+    rows: list[dict]
+    knobs: list[str]
+    horizons: dict[str, str] = field(default_factory=dict)
+
+
+def read_job(job: Path) -> Job:
+    """A job's row of summary.csv (failed without a metrics.json or a finite best val loss), its
+    overrides' keys, and whether it is a smoke test."""
     cfg = reader.read_yaml(directory.saved_config(job))  # data: never resolved
     overrides = reader.read_yaml(directory.saved_overrides(job))
     overrides = job_identity(overrides if isinstance(overrides, list) else [])
@@ -61,11 +89,11 @@ def read_job(job: Path) -> tuple[dict, list[str]]:
         row["max_steps"] = metrics["max_steps"]
     pairs = [split_override(override) for override in overrides]
     row.update({key: saved_value(cfg, key, text) for key, text in pairs})
-    row["_horizon"] = short_horizon(cfg, overrides, row["max_steps"])  # for the headline
+    horizon = short_horizon(cfg, overrides, row["max_steps"])  # for the headline
     if row["status"] == "ok" and number(row.get("best_val_loss")) is None:
         reason = f"diverged: best val loss {row.get('best_val_loss')}"
         row.update(status="failed", reason=reason)
-    return row, [key for key, _ in pairs]
+    return Job(row, [key for key, _ in pairs], horizon)
 
 
 def short_horizon(cfg: Any, overrides: list[str], max_steps: Any = None) -> str | None:
@@ -81,57 +109,29 @@ def short_horizon(cfg: Any, overrides: list[str], max_steps: Any = None) -> str 
     return None
 
 
-def collect(sweep_dir: Path) -> tuple[list[dict], list[str]]:
+def collect(sweep_dir: Path) -> Jobs:
     """Every job, best first, failed last; the swept knobs (keys whose value differs)."""
     rows = []
     keys = {}  # every override key, in the order first seen
-    for job in ownership.job_dirs(sweep_dir):
-        if not directory.saved_config(job).is_file():
+    horizons = {}
+    for folder in ownership.job_dirs(sweep_dir):
+        if not directory.saved_config(folder).is_file():
             continue
-        row, job_keys = read_job(job)
-        rows.append(row)
-        keys.update(dict.fromkeys(job_keys))
+        job = read_job(folder)
+        rows.append(job.row)
+        keys.update(dict.fromkeys(job.keys))
+        if job.horizon:
+            horizons[job.row["job"]] = job.horizon
     rows.sort(
         key=lambda r: (r["status"] != "ok", sort_key(r.get("best_val_loss")), sort_key(r["job"]))
     )
-    return rows, [key for key in keys if len({repr(row.get(key)) for row in rows}) > 1]
+    knobs = [key for key in keys if len({repr(row.get(key)) for row in rows}) > 1]
+    return Jobs(rows, knobs, horizons)
 
 
-def configuration(name: str, jobs: list[dict], knobs: list[str]) -> dict:
-    """A configuration's row: its knobs, seeds and jobs, and the statistics of its ok jobs."""
-    group = [key for key in knobs if key != "seed"]
-    ok = [job for job in jobs if job["status"] == "ok"]
-    config = {
-        "config": name,
-        **{key: jobs[0].get(key) for key in group},
-        "n_seeds": len(ok),
-        "n_failed": len(jobs) - len(ok),
-        "num_params": ok[0].get("num_params") if ok else None,
-        "seeds": " ".join(sorted((str(job.get("seed")) for job in jobs), key=sort_key)),
-        "jobs": " ".join(sorted((job["job"] for job in jobs), key=sort_key)),
-    }
-    for metric, key in CONFIG_METRICS.items():
-        config.update(metric_columns(metric, job_values(jobs, key)))
-    return config
-
-
-def aggregate(rows: list[dict], knobs: list[str]) -> list[dict]:
-    """One row per configuration, best mean val loss first, each against the best by Welch."""
-    groups = group_configurations(rows, knobs)
-    configs = [configuration(name, jobs, knobs) for name, jobs in groups.items()]
-    configs.sort(key=lambda c: sort_key(c["val_loss_mean"]))
-    best = configs[0]
-    for rank, config in enumerate(configs):
-        delta, _, p = welch(config["_val_loss"], best["_val_loss"])
-        config["p_vs_best"] = p if rank else None
-        mark = verdict(delta, p) if rank else "best"
-        config["vs_best"] = "" if delta is None else mark
-    return configs
-
-
-def smoke_test_note(rows: list[dict]) -> list[str]:
+def smoke_test_note(rows: list[dict], horizons: dict[str, str]) -> list[str]:
     """The headline's warning when some of the sweep's jobs are smoke tests (short_horizon)."""
-    reasons = [row["_horizon"] for row in rows if row.get("_horizon")]
+    reasons = [horizons[row["job"]] for row in rows if horizons.get(row["job"])]
     if not reasons:
         return []
     kinds = ", ".join(dict.fromkeys(reasons))
@@ -143,29 +143,33 @@ def smoke_test_note(rows: list[dict]) -> list[str]:
     ]
 
 
-def headline(rows: list[dict], configs: list[dict] | None, sweep_dir: Path) -> list[str]:
-    """What the sweep found, in a few lines."""
+def headline(
+    rows: list[dict],
+    configs: list[Configuration] | None,
+    sweep_dir: Path,
+    horizons: dict[str, str] | None = None,
+) -> list[str]:
+    """What the sweep found, in a few lines (`horizons`: the smoke tests', see Jobs)."""
     ok = [r for r in rows if r["status"] == "ok"]
-    pruned = sum(r["status"] == "pruned" for r in rows)  # by an Optuna search's pruner
-    head = [
-        f"Sweep done: {len(rows)} jobs, {len(ok)} ok, "
-        + (f"{pruned} pruned, " if pruned else "")
-        + f"{len(rows) - len(ok) - pruned} failed."
-    ]
-    head += smoke_test_note(rows)
+    pruned = len([r for r in rows if r["status"] == "pruned"])  # by an Optuna search's pruner
+    counts = f"{len(rows)} jobs, {len(ok)} ok, "
+    if pruned:
+        counts += f"{pruned} pruned, "
+    head = [f"Sweep done: {counts}{len(rows) - len(ok) - pruned} failed."]
+    head += smoke_test_note(rows, horizons or {})
     if ok:
         head.append(
             f"Best: job {ok[0]['job']} ({ok[0]['overrides'] or 'no overrides'}): val loss "
             f"{ok[0]['best_val_loss']:.4f}, {ok[0].get('num_params') or 0:,} parameters."
         )
-    if configs and configs[0]["vs_best"] == "best":
-        best, others = configs[0], Counter(c["vs_best"] for c in configs[1:])
+    if configs and configs[0].vs_best == "best":
+        best, others = configs[0], Counter(c.vs_best for c in configs[1:])
         verdicts = ", ".join(f"{n} {kind}" for kind, n in others.items())
         if len(configs) == 2:
-            verdicts = f"the other configuration: {configs[1]['vs_best']}"
+            verdicts = f"the other configuration: {configs[1].vs_best}"
         head.append(
-            f"Best configuration: {best['config']}: val loss {best['val_loss ± ci95']} over "
-            f"{best['n_seeds']} seeds. Against it by Welch's t-test, "
+            f"Best configuration: {best.name}: val loss {best.stats['val_loss'].estimate()} over "
+            f"{best.n_seeds} seeds. Against it by Welch's t-test, "
             f"{verdicts or 'no other configuration'}. See {sweep_dir / 'summary_configs.csv'}."
         )
     return head
@@ -185,19 +189,24 @@ def write_summary(
     sweep_dir = Path(sweep_dir)
     out = Path(out or sweep_dir)
     PLACE.make_dir(out)
-    rows, knobs = collect(sweep_dir)
-    configs = aggregate(rows, knobs) if "seed" in knobs else None
+    jobs = collect(sweep_dir)
+    rows, knobs = jobs.rows, jobs.knobs
+    configs = None  # configurations: where seeds are swept
+    if "seed" in knobs:
+        configs = aggregate(rows, knobs)
     leading = leading_sections(rows, configs, out, target_val_loss, baseline)
     # μTransfer's verdict (experiment=mutransfer), else where optim.lr and a size are swept, μP's
     leading += mutransfer_section(rows, sweep_dir) or transfer_section(rows, knobs, out)
-    head = headline(rows, configs, out)
-    smoke = smoke_test_note(rows)
+    head = headline(rows, configs, out, jobs.horizons)
+    smoke = smoke_test_note(rows, jobs.horizons)
     fit, missing = scaling_section(rows, knobs, (sweep_dir, out), scaling, metric, baseline, smoke)
-    head += [fit] if fit else []
+    if fit:
+        head.append(fit)
     lines = [f"# Sweep {sweep_dir}", "", *(f"- {line}" for line in head), "", *leading]
     if configs is not None:
         path = out / "summary_configs.csv"
-        table = write_table(path, config_columns(knobs, configs), configs, tables.CONFIG_SHOWN)
+        cells = [config.row() for config in configs]
+        table = write_table(path, config_columns(knobs, cells), cells, tables.CONFIG_SHOWN)
         lines += ["## Configurations", "", *table, "", "## Jobs", ""]
     lines += write_table(out / "summary.csv", job_columns(rows, knobs), rows)
     figure = summary_figure(rows, knobs, configs, out.name)

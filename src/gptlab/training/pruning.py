@@ -85,4 +85,6 @@ class OptunaPruning(L.Callback):
 def pruning_result(trainer) -> dict[str, Any]:
     """What metrics.json gets from the pruning callback: "status": "pruned" when it stopped."""
     pruned = any(isinstance(c, OptunaPruning) and c.pruned for c in trainer.callbacks)
-    return {"status": "pruned"} if pruned else {}
+    if pruned:
+        return {"status": "pruned"}
+    return {}

@@ -4,10 +4,11 @@ TensorBoard logger (one TensorBoard run per training run)."""
 import math
 import os
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import lightning as L
-from lightning.pytorch.loggers import MLFlowLogger, TensorBoardLogger, WandbLogger
+from lightning.pytorch.loggers import Logger, MLFlowLogger, TensorBoardLogger, WandbLogger
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 from tensorboard.compat.proto.summary_pb2 import Summary
@@ -158,6 +159,76 @@ def run_files(output_dir: Path) -> list[Path]:
     return [*hydra_files, directory.metrics_file(output_dir)]
 
 
+@dataclass
+class Results:
+    """What a run publishes at its end: the hyperparameters, and its results in the forms the
+    trackers take them."""
+
+    params: dict  # hparams_of's columns
+    metrics: dict  # metrics.json as written
+    numbers: dict  # its finite numbers, as floats
+    results: dict  # the val results beside the hyperparameters (val_results/...)
+    shown: list[str]  # TensorBoard's first HPARAMS columns: the swept keys, the model's size
+    step: int
+    output_dir: Path
+
+
+def publish(logger: Logger, results: Results) -> None:
+    """Any logger, through Lightning's interface: the hyperparameters with the val results."""
+    logger.log_hyperparams(results.params)
+    logger.log_metrics(results.results, step=results.step)
+
+
+def publish_mlflow(logger: MLFlowLogger, results: Results) -> None:
+    """Every number of metrics.json; the status as a tag and the run's files as artifacts
+    through MLflow's client (Lightning's interface has neither)."""
+    client, run = logger.experiment, logger.run_id
+    held = client.get_run(run).data.params  # MLflow refuses to change a logged parameter
+    logger.log_hyperparams({k: v for k, v in results.params.items() if k not in held})
+    logger.log_metrics(results.numbers, step=results.step)
+    client.set_tag(run, "gptlab.status", results.metrics["status"])
+    for path in run_files(results.output_dir):
+        folder = path.parent.relative_to(results.output_dir).as_posix()
+        folder = folder.replace(directory.HYDRA, "hydra", 1)
+        artifact_path = None if folder == "." else folder
+        client.log_artifact(run, str(path), artifact_path)
+
+
+def publish_wandb(logger: WandbLogger, results: Results) -> None:
+    """metrics.json in the run's summary (a value each, not a step of its history) and the run's
+    files, through the W&B run (Lightning's interface has neither); the run then finishes."""
+    logger.log_hyperparams(results.params)  # W&B's config: a resumed run's values may change
+    run = logger.experiment
+    summary = {
+        k: v for k, v in results.metrics.items() if isinstance(v, str) or k in results.numbers
+    }
+    run.summary.update(summary)
+    for path in run_files(results.output_dir):
+        run.save(str(path), base_path=str(results.output_dir), policy="now")
+    run.finish()  # the next job of a sweep in this process starts a W&B run of its own
+
+
+def publish_tensorboard(logger: RunTensorBoardLogger, results: Results) -> None:
+    """The HPARAMS tab, into the run itself."""
+    logger.log_results(results.params, results.results, results.shown, results.step)
+
+
+# the loggers whose tracker keeps more than Lightning's interface gives (by class, or a base)
+PUBLISHERS = {
+    MLFlowLogger: publish_mlflow,
+    WandbLogger: publish_wandb,
+    RunTensorBoardLogger: publish_tensorboard,
+}
+
+
+def publisher(logger: Logger):
+    """The logger's own way to publish (its class's, or the nearest base's), else `publish`."""
+    for kind in type(logger).__mro__:
+        if kind in PUBLISHERS:
+            return PUBLISHERS[kind]
+    return publish
+
+
 def log_results(
     trainer: L.Trainer, cfg: DictConfig, metrics: dict, output_dir: Path, swept: list[str]
 ) -> None:
@@ -169,33 +240,11 @@ def log_results(
         for k, v in metrics.items()
         if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
     }
-    results = {
+    val_results = {
         f"{RESULTS}/{k.replace('_val', '')}": metrics[k]
         for k in ("best_val_loss", "best_val_bpb", "final_val_loss")
     }
+    shown = [*swept_params(cfg, swept), "num_params"]
+    results = Results(params, metrics, numbers, val_results, shown, trainer.global_step, output_dir)
     for logger in trainer.loggers:
-        if isinstance(logger, MLFlowLogger):
-            client, run = logger.experiment, logger.run_id
-            held = client.get_run(run).data.params  # MLflow refuses to change a logged parameter
-            logger.log_hyperparams({k: v for k, v in params.items() if k not in held})
-            logger.log_metrics(numbers, step=trainer.global_step)
-            client.set_tag(run, "gptlab.status", metrics["status"])
-            for path in run_files(output_dir):
-                folder = path.parent.relative_to(output_dir).as_posix()
-                folder = folder.replace(directory.HYDRA, "hydra", 1)
-                client.log_artifact(run, str(path), None if folder == "." else folder)
-        elif isinstance(logger, WandbLogger):
-            run = logger.experiment
-            run.config.update(params, allow_val_change=True)
-            run.summary.update(
-                {k: v for k, v in metrics.items() if isinstance(v, str) or k in numbers}
-            )
-            for path in run_files(output_dir):
-                run.save(str(path), base_path=str(output_dir), policy="now")
-            run.finish()  # the next job of a sweep in this process starts a W&B run of its own
-        elif isinstance(logger, RunTensorBoardLogger):  # into the run itself
-            shown = [*swept_params(cfg, swept), "num_params"]
-            logger.log_results(params, results, shown, trainer.global_step)
-        else:
-            logger.log_hyperparams(params)
-            logger.log_metrics(results, step=trainer.global_step)
+        publisher(logger)(logger, results)

@@ -55,7 +55,12 @@ def check(settings: dict[str, Any]) -> dict[str, Any]:
 
 def rounded(values: dict) -> str:
     """key=value pairs for a log line, floats to 4 significant digits."""
-    return " ".join(f"{k}={f'{v:.4g}' if isinstance(v, float) else v}" for k, v in values.items())
+    pairs = []
+    for key, value in values.items():
+        if isinstance(value, float):
+            value = f"{value:.4g}"
+        pairs.append(f"{key}={value}")
+    return " ".join(pairs)
 
 
 class GptlabOptunaSweeper(Sweeper):
