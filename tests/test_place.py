@@ -16,8 +16,10 @@ from pathlib import Path
 import pytest
 from helpers import BIN, check, own_copy, run_cli, run_main
 
+from gptlab import reader
 from gptlab.errors import ConfigError
-from gptlab.run.place import Place
+from gptlab.run import ownership
+from gptlab.run.place import SHARED, STORE, Place, Want
 
 FAST = ["debug=fast", "trainer.max_steps=20"]
 TOOLS = {  # a tool and an argument that fails after Hydra has started writing
@@ -94,6 +96,33 @@ def test_the_place_admits_new_or_empty_folders_and_undoes_only_what_it_made(tmp_
     assert not (tmp_path / "a").exists()  # the run and the parents it made
     assert sorted(p.name for p in given.iterdir()) == ["theirs.log"]  # given: kept, its own gone
     assert (tmp_path / "used" / "today.log").read_text() == "my notes\n"
+
+
+def test_a_writers_store_is_decided_from_one_read_of_the_manifest_above_it(tmp_path, monkeypatch):
+    """A log folder inside another run of the user's: admitted as this run's store (signed), its
+    owner looked up once (the manifest above read once, not per check); continued as it is at
+    the run's next start; refused where the run above is not the user's."""
+    other = Place().admit(tmp_path / "other", "hydra.run.dir", ownership.RUN)
+    place = Place()
+    place.run_dir = place.admit(tmp_path / "run", "hydra.run.dir", ownership.RUN)
+    real, reads = reader.read_json, []
+
+    def read_json(path, *args, **kwargs):
+        reads.append(Path(path))
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(reader, "read_json", read_json)
+    logs = other / "logs" / "version_0"
+    place.admit_writers([Want(logs, "logger.tensorboard's log folder", STORE)])
+    assert reads == [other / "manifest.json"]
+    assert ownership.owner(logs) == ownership.Own(logs, ownership.STORE, place.run_dir)
+    again = Place()  # the run's next start
+    again.run_dir = place.run_dir
+    again.admit_writers([Want(logs, "logger.tensorboard's log folder", STORE)])
+    assert again.roots == [logs] and sorted(p.name for p in logs.iterdir()) == ["manifest.json"]
+    (other / "manifest.json").write_text("{}")  # no longer the user's
+    with pytest.raises(ConfigError, match="lies inside the run or sweep directory"):
+        Place().admit_writers([Want(other / "csv", "logger.csv.save_dir", SHARED)])
 
 
 def test_once_training_began_nothing_is_undone(tmp_path):

@@ -37,6 +37,16 @@ def atomic(path: str | Path, mode: str = "w") -> Iterator[IO]:
         Path(tmp).unlink(missing_ok=True)  # nothing half-written stays behind
 
 
+def make_dirs(path: Path) -> list[Path]:
+    """`path` (absolute) and its missing parents made: the folders made, oldest first."""
+    made = []
+    for folder in reversed([p for p in (path, *path.parents) if not os.path.lexists(p)]):
+        with contextlib.suppress(FileExistsError):  # another process's meanwhile
+            os.mkdir(folder)
+            made.append(folder)
+    return made
+
+
 def write_text(path: str | Path, text: str) -> None:
     with atomic(path) as f:
         f.write(text)

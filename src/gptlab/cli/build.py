@@ -25,13 +25,7 @@ from gptlab.run.place import where
 from gptlab.sweep.jobs import tensorboard_version
 from gptlab.training.checkpoint_io import RunCheckpointIO
 from gptlab.training.module import GPTModule
-from gptlab.training.writers import (
-    check_profiler,
-    check_stores,
-    check_writers,
-    own_version,
-    target_class,
-)
+from gptlab.training.writers import OPENS_STORE, check_profiler, check_writers, own_version
 
 
 def build(node: DictConfig, where: str, **kwargs) -> Any:
@@ -49,6 +43,16 @@ def build(node: DictConfig, where: str, **kwargs) -> Any:
         raise ConfigError(
             f"{where}: {node.get('_target_')} refused its settings: {reason}"
         ) from None
+
+
+def target_class(node: DictConfig) -> type:
+    """The class a node's `_target_` names; `object` where it names none (building it says why
+    in one paragraph)."""
+    try:
+        found = get_object(str(node.get("_target_")))
+    except ImportError:
+        return object
+    return found if isinstance(found, type) else object
 
 
 def build_module(model, optim, tokenizer: Tokenizer, batch_size: int, start) -> GPTModule:
@@ -69,18 +73,23 @@ def build_module(model, optim, tokenizer: Tokenizer, batch_size: int, start) -> 
 
 def build_writers(cfg: DictConfig, run_dir: Path, start) -> list[tuple]:
     """The config's callbacks and loggers, (key, part), built before any data and checked where
-    each will write, in the job's directory (training/writers.py): a refusal comes first."""
-    check_stores(cfg.logger)  # MLflow's client opens (makes) its store as its logger is built
+    each will write, in the job's directory (training/writers.py): a refusal comes first. One
+    that opens (makes) its store as it is built (MLflow's client) is checked from its node, then
+    built."""
     folder = directory.checkpoint_dir(run_dir)
     with_loggers = any("_target_" in node for node in cfg.logger.values())
     configured = [
         *callback_nodes(cfg, folder, with_loggers),
         *logger_nodes(cfg, start.step, run_dir),
     ]
-    built = [(key, build(node, key, **extra)) for key, node, extra in configured]
-    check_writers(built, cfg, run_dir)
+    later = {key for key, node, _ in configured if issubclass(target_class(node), OPENS_STORE)}
+    built = {key: build(node, key, **extra) for key, node, extra in configured if key not in later}
+    check_writers(built, [(key, node) for key, node, _ in configured if key in later], cfg, run_dir)
     own_checkpoint_dir(folder)
-    return built
+    return [
+        (key, built[key] if key in built else build(node, key, **extra))
+        for key, node, extra in configured
+    ]
 
 
 def build_trainer(cfg: DictConfig, run_dir: Path, length, writers: list, ours: list) -> L.Trainer:

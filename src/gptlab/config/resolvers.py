@@ -111,7 +111,7 @@ def mlflow_run(tracking_uri: str, experiment_name: str, _root_: DictConfig) -> s
     from gptlab.training.writers import mlflow_folder
 
     store = mlflow_folder(str(tracking_uri))
-    if store is not None:  # the client opens (makes) it: checked first, as check_stores does
+    if store is not None:  # the client opens (makes) it: checked first, as check_writers does
         PLACE.check_store(store, f"logger.mlflow.tracking_uri={tracking_uri}")
     client = MlflowClient(tracking_uri)
     experiment = client.get_experiment_by_name(experiment_name)

@@ -88,6 +88,18 @@ def enclosing_run(path: str | Path) -> Path | None:
     return None
 
 
+def manifests(place: Path, parent: bool = True) -> list[tuple[Path, Any]]:
+    """The manifest.json files that decide who owns `place` (and its `parent`), read as (folder,
+    data): the nearest at or above `place`, and where that is `place`'s own, the next above."""
+    found = []
+    for folder in (place, *place.parents):
+        if os.path.lexists(folder / MANIFEST):
+            found.append((folder, reader.read_json(folder / MANIFEST)))
+            if folder != place or not parent:
+                break
+    return found
+
+
 def saved_by_latest_start(run_dir: Path, name: str) -> Any:
     """A file Hydra saved at the run's latest start that saved it (.hydra/, then each later
     start's .hydra/resume-<time>-<random>/), read as data; None if none did."""

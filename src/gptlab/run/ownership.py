@@ -6,9 +6,8 @@ import hmac
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
-from gptlab import reader
 from gptlab.errors import ConfigError
 from gptlab.run import directory
 from gptlab.run.signing import signature
@@ -48,20 +47,37 @@ class Foreign:
 def owner(place: Path) -> Own | Foreign:
     """The own directory `place` lies in, or why there is none: the nearest manifest.json above
     it decides (a sweep's covers its jobs)."""
-    for folder in (place, *place.parents):
-        if not os.path.lexists(folder / directory.MANIFEST):
-            continue
-        data = reader.read_json(folder / directory.MANIFEST)
-        claimed = data.pop("signature", None) if isinstance(data, dict) else None
-        if not isinstance(claimed, str) or not hmac.compare_digest(claimed, signature(data)):
-            return Foreign("its manifest.json is not signed with your key")
-        if data.get("dir") != str(folder):
-            return Foreign(
-                f"its manifest.json was signed for '{data.get('dir')}' (a copy or a move)"
-            )
-        of = data.get("of")
-        return Own(folder, str(data.get("kind")), Path(str(of)) if of else None)
-    return Foreign("it holds no manifest.json of gptlab's")
+    return owners(place, directory.manifests(place, parent=False))[0]
+
+
+def owners(place: Path, found: list[tuple[Path, Any]]) -> tuple[Own | Foreign, Own | Foreign]:
+    """The own directory `place` lies in and the one its parent lies in, or why none, from the
+    manifest.json files that decide them (`found`: directory.manifests): the same unless `place`
+    holds one itself."""
+    none = Foreign("it holds no manifest.json of gptlab's")
+    judged = [*(verified(folder, data) for folder, data in found), none, none]
+    if found and found[0][0] == place:
+        return judged[0], judged[1]
+    return judged[0], judged[0]
+
+
+def verified(folder: Path, data: Any) -> Own | Foreign:
+    """What the manifest.json in `folder` (`data`, as read) says, when it is signed with the
+    user's key for that folder."""
+    claimed = data.pop("signature", None) if isinstance(data, dict) else None
+    if not isinstance(claimed, str) or not hmac.compare_digest(claimed, signature(data)):
+        return Foreign("its manifest.json is not signed with your key")
+    if data.get("dir") != str(folder):
+        return Foreign(f"its manifest.json was signed for '{data.get('dir')}' (a copy or a move)")
+    of = data.get("of")
+    return Own(folder, str(data.get("kind")), Path(str(of)) if of else None)
+
+
+def store_of(found: Own | Foreign, run: Path | None) -> bool:
+    """`found` is signed as a store of the run or sweep `run` lies in (a logger's log folder)."""
+    if not found.own or found.kind != STORE or run is None or found.of is None:
+        return False
+    return run.is_relative_to(found.of)
 
 
 def own(place: str | Path, key: str, way: str = "") -> Own:

@@ -7,7 +7,7 @@ import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
@@ -32,6 +32,24 @@ def where(path: str | Path) -> Path:
     return Path(os.path.realpath(Path(path).expanduser()))
 
 
+FRESH = "fresh"  # a new or empty folder in no one else's run, checked (nothing made)
+NEW = "new"  # such a folder admitted: made, with a signed manifest of its kind
+STORE = "store"  # a store of this run's alone: in its places, its own continued, or NEW
+SHARED = "shared"  # a store shared by runs: outside every run or sweep but the user's own
+
+
+class Want(NamedTuple):
+    """A place asked for: `what` it is to be (FRESH, NEW, STORE, SHARED) for `key`, `way` the
+    way on its refusal names; a NEW one's manifest `kind`, and the run or sweep it is `of`."""
+
+    path: str | Path
+    key: str
+    what: str
+    way: str = ""
+    kind: str | None = None
+    of: Path | None = None
+
+
 class Place:
     """This process's places (where it may write) and what it made in them, oldest first. Hydra's
     callback gptlab.run.admission admits a start's directory before Hydra writes there."""
@@ -42,7 +60,7 @@ class Place:
         self.run_dir: Path | None = None  # the run (or tool) directory Hydra writes into
         self.committed = False  # training began: nothing is undone any more
 
-    # --- admission -------------------------------------------------------------------------
+    # --- admission ---------------------------------------------------------------------------
 
     def admit(
         self,
@@ -53,56 +71,101 @@ class Place:
         of: Path | None = None,
     ) -> Path:
         """`path` as a place of this process: an own run or sweep continued (`own`), else a new
-        or empty folder outside every run (made here, with a signed manifest of `kind`; a
-        store's names the run or sweep it is `of`)."""
-        place = where(path)
+        or empty folder outside every run (made, signed as a `kind` of the run it is `of`)."""
         if own:
+            place = where(path)
             ownership.own(place, key)
-        else:
-            self.check_fresh(place, key)
-            # the key is checked (by signing) before anything is made
-            manifest = ownership.manifest(place, kind, of) if kind else None
-            self.make_dir(place)  # a folder given empty is not made here: only what goes in it
-            self.roots.append(place)
-            if manifest is not None:
-                self.write_json(place / directory.MANIFEST, manifest)
-        if place not in self.roots:
-            self.roots.append(place)
-        return place
+            if place not in self.roots:
+                self.roots.append(place)
+            return place
+        return self.settle(Want(path, key, NEW, kind=kind, of=of))
 
-    def refuse_inside(self, place: Path, key: str, inside: Path | None) -> None:
-        """No place inside a run or sweep directory (`inside`) but one of the user's own: this
-        process's, or a verified own one."""
-        if inside is None or any(inside.is_relative_to(root) for root in self.roots):
-            return
-        if not ownership.owner(inside).own:
+    def check_store(self, path: str | Path, key: str) -> None:
+        """A folder a tool writes beside its run (data, caches, a tracker's store): inside this
+        run, or outside every run or sweep directory but one of the user's own."""
+        self.settle(Want(path, key, SHARED))
+
+    def admit_writers(self, wants: list[Want]) -> None:
+        """Where the run's writers write (gptlab.training.writers), each settled: a store of the
+        run's alone (STORE: a log folder) in its places, or its own (new or empty, signed as the
+        run's; or so signed, continued), a store shared by runs (SHARED) in no one else's run."""
+        for want in wants:
+            self.settle(want)
+
+    def settle(self, want: Want) -> Path:
+        """One place decided, then acted on: its lookups first, each once (the run or sweep
+        directory it lies in, the own directories above it), then its refusal, or the folder
+        made (with its signed manifest) and kept as a place of this process's."""
+        place, key, what = where(want.path), want.key, want.what
+        if self.has(place, what):
+            return place
+        way, kind, of = self.terms(want)
+        inside = directory.enclosing_run(place)
+        holds = "a run, sweep or store" if inside == place else "files"
+        if inside == place and what != SHARED:  # a fresh folder: the run its parent lies in
+            inside = directory.enclosing_run(place.parent)
+        foreign = inside is not None and not any(inside.is_relative_to(r) for r in self.roots)
+        signed = what == STORE and os.path.lexists(place)  # perhaps the run's store, continued
+        found = directory.manifests(place) if foreign or signed else []  # read once
+        here, above = ownership.owners(place, found)
+        if signed and ownership.store_of(here, self.run_dir):  # the run's own, continued
+            self.roots.append(place)
+            return place
+        if foreign and not (here if what == SHARED else above).own:  # `inside`'s owner
             raise ConfigError(
                 f"{key}: '{place}' lies inside the run or sweep directory '{inside}', which "
                 "gptlab does not write into (it may be anyone's). Run gptlab from another "
                 f"directory (cd out of '{inside}'), or give {key} a place outside it."
             )
-
-    def check_fresh(self, place: Path, key: str, way: str = "") -> None:
-        """A fresh start goes into a new or empty folder that lies in no run or sweep."""
-        self.refuse_inside(place, key, directory.enclosing_run(place.parent))
+        if what == SHARED:
+            return place
         if os.path.islink(place) or (place.exists() and not place.is_dir()):
             raise ConfigError(f"{key}: '{place}' is not a folder; give a new or empty one.")
         if place.is_dir() and any(place.iterdir()):
-            holds = "a run, sweep or store" if directory.enclosing_run(place) == place else "files"
-            way = way or (
-                f"drop {key} for a fresh one of gptlab's, or continue a run of yours with "
-                "`gptlab-train resume=<its directory>`."
-            )
             raise ConfigError(
                 f"{key}: '{place}' already holds {holds}; a fresh start goes into a new or "
                 f"empty folder only, and writes nothing into one that holds anything. Give a new "
                 f"folder, {way}"
             )
+        if what == FRESH:
+            return place
+        # the key is checked (by signing) before anything is made
+        manifest = ownership.manifest(place, kind, of) if kind else None
+        self.made += files.make_dirs(place)  # a folder given empty is not made: only what goes in
+        self.roots.append(place)
+        if manifest is not None:
+            with files.atomic(place / directory.MANIFEST) as f:
+                f.write(files.as_json(manifest))
+            self.made.append(place / directory.MANIFEST)
+        return place
+
+    def has(self, place: Path, what: str) -> bool:
+        """`place` needs no look: a shared store inside this run, or a store of the run's in a
+        place of this process's, or asked by another rank (rank 0 makes the run's stores)."""
+        if what == SHARED:
+            return self.run_dir is not None and place.is_relative_to(self.run_dir)
+        return what == STORE and (rank() > 0 or self.covers(place))
+
+    def terms(self, want: Want) -> tuple[str, str | None, Path | None]:
+        """What `want` asks beside its place: the way on its refusal names, the kind of the
+        manifest it is signed with and the run or sweep it is of (a store: of this one)."""
+        if want.what == STORE:
+            way = f"or leave {want.key} to follow the run directory (it writes inside it)."
+            return want.way or way, ownership.STORE, self.run_dir or self.roots[-1]
+        way = (
+            f"drop {want.key} for a fresh one of gptlab's, or continue a run of yours with "
+            "`gptlab-train resume=<its directory>`."
+        )
+        return want.way or way, want.kind, want.of
+
+    def covers(self, place: Path) -> bool:
+        """`place` lies in a place of this process's."""
+        return any(place.is_relative_to(root) for root in self.roots)
 
     def admit_job(self, path: str | Path) -> Path:
         """A sweep's job directory (Hydra made it): inside its sweep, where it resolves."""
         place = where(path)
-        if not any(place.is_relative_to(root) for root in self.roots):
+        if not self.covers(place):
             ownership.own(place, "hydra.sweep.dir")  # a launcher's process: its sweep's manifest
             self.roots.append(place)
         self.run_dir = place
@@ -115,30 +178,6 @@ class Place:
         self.run_dir = run_dir
         self.committed = True
 
-    def check_store(self, path: str | Path, key: str) -> None:
-        """A folder a tool writes beside its run (data, caches, a tracker's store): inside this
-        run, or outside every run or sweep directory but one of the user's own."""
-        place = where(path)
-        if self.run_dir is None or not place.is_relative_to(self.run_dir):
-            self.refuse_inside(place, key, directory.enclosing_run(place))
-
-    def admit_store(self, path: str | Path, key: str, way: str = "") -> None:
-        """A store of this run's alone (a logger's log folder, the Trainer's default_root_dir):
-        inside a place of this process's, else a folder of its own, new or empty (signed as a
-        store of this run or sweep), or the one signed so continued (a resume, a sweep's job)."""
-        place = where(path)
-        if rank() > 0 or any(place.is_relative_to(root) for root in self.roots):
-            return  # another rank of the run: rank 0 makes its stores, the others write none
-        found = ownership.owner(place) if os.path.lexists(place) else None
-        if found is not None and found.own and found.kind == ownership.STORE:
-            of = Path(str(found.of))
-            if self.run_dir is not None and self.run_dir.is_relative_to(of):
-                self.roots.append(place)
-                return
-        way = way or f"or leave {key} to follow the run directory (it writes inside it)."
-        self.check_fresh(place, key, way)
-        self.admit(place, key, ownership.STORE, of=self.run_dir or self.roots[-1])
-
     def check_places(self, places: dict[str, Any], base: Path | None = None) -> None:
         """The keys named_places finds, each resolved in the job's directory `base` (the working
         directory unless Hydra changes into the run's): the run directory is the one Hydra
@@ -149,7 +188,7 @@ class Place:
                 if self.run_dir and place != self.run_dir:
                     fix = f"Give hydra.run.dir={value} instead ({key} follows it)."
                     try:  # the fix offered is one that is admitted
-                        self.check_fresh(place, "hydra.run.dir")
+                        self.settle(Want(place, "hydra.run.dir", FRESH))
                     except ConfigError:
                         fix = (
                             f"Drop {key}: '{value}' cannot be a run's directory either (it holds "
@@ -175,10 +214,7 @@ class Place:
     def make_dir(self, path: str | Path) -> Path:
         """`path` and its missing parents made, each recorded; an existing folder kept."""
         path = Path(os.path.abspath(path))
-        for folder in reversed([p for p in (path, *path.parents) if not os.path.lexists(p)]):
-            with contextlib.suppress(FileExistsError):  # another process's meanwhile
-                os.mkdir(folder)
-                self.made.append(folder)
+        self.made += files.make_dirs(path)
         return path
 
     def expect(self, *paths: Path) -> None:

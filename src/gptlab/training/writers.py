@@ -8,23 +8,15 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import lightning as L
-from hydra.utils import get_object
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger, MLFlowLogger, TensorBoardLogger
 from omegaconf import DictConfig
 
 from gptlab.errors import ConfigError
-from gptlab.run.place import PLACE, where
+from gptlab.run.place import PLACE, SHARED, STORE, Want, where
 
-
-def target_class(node: DictConfig) -> type:
-    """The class a node's `_target_` names; `object` where it names none (building it says why
-    in one paragraph)."""
-    try:
-        found = get_object(str(node.get("_target_")))
-    except ImportError:
-        return object
-    return found if isinstance(found, type) else object
+# loggers whose client opens (makes) its store as it is built: checked from their node, built after
+OPENS_STORE = (MLFlowLogger,)
 
 
 def own_version(run_dir: Path) -> str:
@@ -66,57 +58,54 @@ def check_checkpoints(key: str, callback: ModelCheckpoint, run_dir: Path) -> Non
             )
 
 
-def check_mlflow(key: str, node: DictConfig) -> None:
+def mlflow_places(key: str, node: DictConfig) -> list[Want]:
     """MLflow's store and artifacts, shared by runs (each writes its own entries): outside every
     run or sweep directory but the user's own. Asked of the node: MLflow's client opens (makes)
-    its store as the logger is built."""
+    its store as the logger is built (OPENS_STORE)."""
     default = f"file:{node.get('save_dir') or './mlruns'}"  # Lightning's
     uri = node.get("tracking_uri") or os.environ.get("MLFLOW_TRACKING_URI") or default
     addresses = {"tracking_uri": uri, "artifact_location": node.get("artifact_location")}
+    wants = []
     for part, address in addresses.items():
         folder = mlflow_folder(str(address)) if address else None
         if folder is not None:
-            PLACE.check_store(folder, f"{key}.{part}={address}")
+            wants.append(Want(folder, f"{key}.{part}={address}", SHARED))
+    return wants
 
 
-def check_stores(loggers: DictConfig) -> None:
-    """What a logger writes as it is built (MLflow's client opens its store), checked from its
-    node before the corpus is touched."""
-    for name, node in loggers.items():
-        if "_target_" in node and issubclass(target_class(node), MLFlowLogger):
-            check_mlflow(f"logger.{name}", node)
-
-
-def check_logger(key: str, logger) -> None:
-    """A log folder of the run's own (TensorBoard's, CSV's: save_dir/name/version) lies in the
-    run, or is admitted as its own store; a store shared by runs (W&B's folder) lies outside
-    every run or sweep directory but the user's own: each run writes its own entries there."""
+def logger_place(key: str, logger) -> Want:
+    """Where a built logger writes: a log folder of the run's own (TensorBoard's, CSV's:
+    save_dir/name/version) lies in the run, or is admitted as its own store; a store shared by
+    runs (W&B's folder) lies outside every run or sweep directory but the user's own: each run
+    writes its own entries there."""
     if isinstance(logger, (TensorBoardLogger, CSVLogger)):
         way = f"another {key}.version, or a save_dir of the run's (its default)."
-        PLACE.admit_store(logger.log_dir, f"{key}'s log folder (save_dir/name/version)", way)
-    elif not isinstance(logger, MLFlowLogger):  # (check_stores: before it was built)
-        PLACE.check_store(logger.save_dir or ".", f"{key}.save_dir")  # W&B: <it>/wandb/run-*/
+        return Want(logger.log_dir, f"{key}'s log folder (save_dir/name/version)", STORE, way)
+    return Want(logger.save_dir or ".", f"{key}.save_dir", SHARED)  # W&B: <it>/wandb/run-*/
 
 
-def check_writers(built: list[tuple], cfg: DictConfig, run_dir: Path) -> None:
-    """Each place the config's loggers and callbacks (`built`: (key, part)) and the Trainer's
-    default_root_dir will write, resolved where the job runs, checked before anything is
-    written there."""
+def check_writers(built: dict, unbuilt: list[tuple], cfg: DictConfig, run_dir: Path) -> None:
+    """Each place the config's loggers and callbacks (`built`: key to part; `unbuilt`: (key,
+    node) of those that open their store as they are built) and the Trainer's default_root_dir
+    will write, resolved where the job runs, checked before anything is written there: the
+    checkpoints' names here, then every folder, handed to the place at once."""
     run_dir = where(run_dir)
-    for key, part in built:
+    wants = [want for key, node in unbuilt for want in mlflow_places(key, node)]
+    for key, part in built.items():
         if isinstance(part, ModelCheckpoint):
             check_checkpoints(key, part, run_dir)
         elif key.startswith("logger."):
-            check_logger(key, part)
+            wants.append(logger_place(key, part))
     root = cfg.trainer.get("default_root_dir")
     if root:  # a finder's checkpoints, a profile: the run's
-        PLACE.admit_store(root, "trainer.default_root_dir")
+        wants.append(Want(root, "trainer.default_root_dir", STORE))
     else:  # Lightning's default: the job's directory
-        PLACE.check_store(os.getcwd(), "trainer.default_root_dir")
+        wants.append(Want(os.getcwd(), "trainer.default_root_dir", SHARED))
+    PLACE.admit_writers(wants)
 
 
 def check_profiler(trainer: L.Trainer) -> None:
     """A profiler's report folder, where it has one: the run's own."""
     folder = getattr(trainer.profiler, "dirpath", None)
     if folder:
-        PLACE.admit_store(folder, "trainer.profiler.dirpath")
+        PLACE.admit_writers([Want(folder, "trainer.profiler.dirpath", STORE)])
