@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from gptlab.data.tokenizer import Tokenizer
 from gptlab.errors import ConfigError
-from gptlab.model.gpt import GPTConfig
+from gptlab.model.gpt import GPT, GPTConfig
 from gptlab.training.callbacks import LastCheckpoint
 from gptlab.training.module import GPTModule, OptimConfig, lr_factor
 from gptlab.training.optim_config import (
@@ -92,7 +92,7 @@ def make_module(
     hparams = GPTModule.hparams_from(
         GPTConfig(**model_kwargs), OptimConfig(**optim_kwargs), tokenizer
     )
-    return GPTModule(**hparams)
+    return GPTModule.fresh(hparams)
 
 
 def make_trainer(tmp_path, max_steps: int, **kwargs) -> L.Trainer:
@@ -326,7 +326,7 @@ def test_checkpoint_rebuilds_the_module_alone(corpus, tmp_path):
     assert hparams["tokenizer"] == tokenizer.state_dict()
     assert hparams["optim"]["betas"] == [0.9, 0.95]
 
-    loaded = GPTModule.load_from_checkpoint(path)
+    loaded = GPTModule.load_from_checkpoint(path, model=GPT(GPTConfig(**hparams["model"])))
     assert loaded.config == module.config
     assert loaded.optim == module.optim
     assert loaded.model.head.weight is loaded.model.token_embedding.weight

@@ -55,7 +55,7 @@ def trained_module(run_dir: Path) -> GPTModule:
     checkpoint = torch.load(
         run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True
     )
-    return GPTModule(**checkpoint["hyper_parameters"])
+    return GPTModule.fresh(checkpoint["hyper_parameters"])
 
 
 def clip_value(run_dir: Path) -> float | None:
@@ -66,7 +66,7 @@ def bare_loop(run_dir: Path, steps: int, device: str) -> dict:
     """Train `steps` steps: forward, loss, backward, clipping, AdamW, schedule."""
     datamodule = data_module(run_dir)
     datamodule.setup("fit")
-    torch.manual_seed(datamodule.seed)
+    torch.manual_seed(datamodule.settings.seed)
     module = trained_module(run_dir).to(device).train()
     optimizer = module.build_optimizer()  # the AdamW gptlab-train uses at 32-bit precision
     scheduler = torch.optim.lr_scheduler.LambdaLR(

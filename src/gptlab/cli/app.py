@@ -163,7 +163,8 @@ def explain(tool: str, error: Exception) -> str:
         options = list(error.options or [])
         where = f"{group}={option}"
         reason = f"the {group} group has no option {option!r}{did_you_mean(option, options)}"
-        reason += f" (its options: {', '.join(options)})" if options else ""
+        if options:
+            reason += f" (its options: {', '.join(options)})"
     elif isinstance(cause, ConfigAttributeError | ConfigKeyError) and cause.full_key:
         where, parent = given(str(cause.full_key)), cause.parent_node
         keys = list(parent.keys()) if OmegaConf.is_dict(parent) else []

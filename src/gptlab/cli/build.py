@@ -20,8 +20,8 @@ from gptlab.model.config import GPTConfig
 from gptlab.model.meta import build_gpt
 from gptlab.run import directory
 from gptlab.run.checkpoints import check_architecture
+from gptlab.run.directory import where
 from gptlab.run.logs import own_checkpoint_dir
-from gptlab.run.place import where
 from gptlab.sweep.jobs import tensorboard_version
 from gptlab.training.checkpoint_io import RunCheckpointIO
 from gptlab.training.module import GPTModule
@@ -68,7 +68,7 @@ def build_module(model, optim, tokenizer: Tokenizer, batch_size: int, start) -> 
         check_architecture(start.ckpt_path, start.trained, hparams)
     weights = start.init.weights if start.init else {}
     built = build_gpt(model, weights, start.source, batch_size)
-    return GPTModule(**hparams, built=built)
+    return GPTModule(built, hparams["optim"], hparams["tokenizer"])
 
 
 def build_writers(cfg: DictConfig, run_dir: Path, start) -> list[tuple]:
@@ -123,7 +123,9 @@ def callback_nodes(cfg: DictConfig, folder: Path, with_loggers: bool) -> list[tu
         kind = get_object(node._target_) if "_target_" in node else None
         if kind is None or (issubclass(kind, LearningRateMonitor) and not with_loggers):
             continue
-        where = {"dirpath": str(folder)} if issubclass(kind, ModelCheckpoint) else {}
+        where = {}
+        if issubclass(kind, ModelCheckpoint):
+            where["dirpath"] = str(folder)
         if where and node.get("dirpath") is not None:
             raise ConfigError(
                 f"callbacks.{name}.dirpath={node.dirpath}: checkpoints go to the run "
@@ -155,6 +157,7 @@ def logger_nodes(cfg: DictConfig, resume_step: int | None, run_dir: Path) -> lis
             version = own_version(run_dir) if not folder.is_relative_to(where(run_dir)) else None
             if version is None and issubclass(kind, TensorBoardLogger):
                 version = tensorboard_version(folder)
-            extra.update({"version": version} if version else {})
+            if version:
+                extra["version"] = version
         nodes.append((f"logger.{name}", node, extra))
     return nodes

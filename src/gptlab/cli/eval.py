@@ -3,8 +3,6 @@ byte, by the run's own validation step on its own windows (split=test: its test 
 
 import logging
 import math
-import os
-from dataclasses import asdict
 from pathlib import Path
 
 import hydra
@@ -42,7 +40,7 @@ def own_run_of(checkpoint: Path) -> Path | None:
     if checkpoint.parent.name != directory.CHECKPOINTS:
         return None
     run_dir = checkpoint.parent.parent
-    found = ownership.owner(Path(os.path.realpath(run_dir)))
+    found = ownership.owner(directory.where(run_dir))
     if not found.own:
         log.info(
             "'%s' is not a run directory of yours (%s): its settings are not read.",
@@ -81,11 +79,12 @@ def evaluate(cfg: DictConfig) -> dict:
         f"Checkpoint: {checkpoint} (step {result['step']})",
         f"Data: {f'the {split} split' if datamodule.val_fraction < 1 else 'all'} of "
         f"{result['corpus']}{'' if own or other else ' (default data settings: not your run)'}",
-        f"{split} loss:  {' ' * (split == 'val')}{result[f'{split}_loss']:.6f} nats per token",
+        f"{f'{split} loss:':<12}{result[f'{split}_loss']:.6f} nats per token",
         f"perplexity: {result[f'{split}_perplexity']:.4f}",
         f"bpb:        {result[f'{split}_bpb']:.6f} bits per byte",
     ]
-    lines += logged_line(run_dir, checkpoint, split, result["step"]) if own and not other else []
+    if own and not other:  # the run's own logged figure beside it
+        lines += logged_line(run_dir, checkpoint, split, result["step"])
     label = f"{checkpoint.name} on {result['corpus']} (val_fraction {datamodule.val_fraction})"
     label = label if split == "val" else f"{label}, test split"
     lines += write_result(places, label, result)
@@ -103,7 +102,7 @@ def score(checkpoint: Path, split: str, data: dict, trainer_cfg: dict, device: s
 
     model, tokenizer, step = load_model(checkpoint)
     tokenizer_state = tokenizer.state_dict()
-    module = GPTModule(asdict(model.config), optim={}, tokenizer=tokenizer_state, built=model)
+    module = GPTModule(model, optim={}, tokenizer=tokenizer_state)
     most = module.config.context_length  # windows of the model's length unless the run or cfg says
     settings = {"context_length": most, **data, "tokenizer": module.tokenizer_state}
     if settings["context_length"] > most:

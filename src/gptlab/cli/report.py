@@ -10,7 +10,8 @@ from gptlab.config.resolvers import unique_dir
 from gptlab.errors import ConfigError
 from gptlab.exits import BAD_INPUT
 from gptlab.run import directory, ownership
-from gptlab.run.place import PLACE, where
+from gptlab.run.directory import where
+from gptlab.run.place import PLACE
 from gptlab.sweep.scaling import METRICS, TooFewPoints
 from gptlab.sweep.summary import write_summary
 

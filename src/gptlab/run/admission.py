@@ -17,8 +17,9 @@ from omegaconf import DictConfig, OmegaConf, read_write
 from gptlab.errors import ConfigError, Refusal
 from gptlab.process import rank
 from gptlab.run import directory, ownership
+from gptlab.run.directory import where
 from gptlab.run.overrides import as_override, escape_interpolation
-from gptlab.run.place import PLACE, named_places, where
+from gptlab.run.place import PLACE, named_places
 from gptlab.run.start import later_start, resumed
 
 RANK_ZERO_WAIT = 600  # seconds another rank waits for rank 0's run directory

@@ -79,9 +79,15 @@ def requeued() -> bool:
     return int(os.environ.get(RESTART_COUNT) or 0) > 0
 
 
+def where(path: str | Path) -> Path:
+    """Where `path` lies, the user's ~ expanded and every link on the way followed: the one
+    spelling of a place that gptlab compares, checks and keeps."""
+    return Path(os.path.realpath(Path(path).expanduser()))
+
+
 def enclosing_run(path: str | Path) -> Path | None:
     """The run or sweep directory `path` lies in (itself included) where it resolves, or None."""
-    place = Path(os.path.realpath(path))
+    place = where(path)
     for folder in (place, *place.parents):
         if any(os.path.lexists(folder / mark) for mark in MARKS):
             return folder

@@ -21,7 +21,9 @@ STORE = "store"  # a folder of a run's own outside it (a logger's save_dir)
 def manifest(root: Path, kind: str, of: Path | None = None) -> dict:
     """What a fresh directory's manifest.json says: its kind and its place (a store: the run or
     sweep it is of), signed."""
-    data = {"format": FORMAT, "kind": kind, "dir": str(root), **({"of": str(of)} if of else {})}
+    data = {"format": FORMAT, "kind": kind, "dir": str(root)}
+    if of:
+        data["of"] = str(of)
     return {**data, "signature": signature(data)}
 
 
@@ -82,7 +84,7 @@ def store_of(found: Own | Foreign, run: Path | None) -> bool:
 
 def own(place: str | Path, key: str, way: str = "") -> Own:
     """The own run or sweep directory `place` lies in; else one paragraph."""
-    place = Path(os.path.realpath(place))
+    place = directory.where(place)
     found = owner(place)
     if not found.own:
         way = way or (

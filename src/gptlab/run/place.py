@@ -17,6 +17,7 @@ from gptlab import files
 from gptlab.errors import ConfigError
 from gptlab.process import rank
 from gptlab.run import directory, ownership
+from gptlab.run.directory import where
 
 # keys that name where something is written, checked here by what they name: the run directory
 # itself, the shared stores the data layer writes. Where the Trainer, its loggers and callbacks
@@ -25,11 +26,6 @@ RUN_DIR_KEYS = ("output_dir",)
 STORE_KEYS = ("data_dir", "cache_dir")
 WRITER_KEYS = ("dirpath", "save_dir", "default_root_dir", "log_dir", "tracking_uri")
 WHERE_KEYS = (*RUN_DIR_KEYS, *STORE_KEYS, *WRITER_KEYS, "artifact_location", "root_dir")
-
-
-def where(path: str | Path) -> Path:
-    """Where `path` lies once every link on the way is followed."""
-    return Path(os.path.realpath(Path(path).expanduser()))
 
 
 FRESH = "fresh"  # a new or empty folder in no one else's run, checked (nothing made)

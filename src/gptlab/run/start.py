@@ -5,7 +5,6 @@ command line it replays (one merge rule, `replay`); the composed config then car
 as the plan wrote them, and `plan_of` makes the Plan the task trains from out of them. A DDP
 rank, a sweep's job and a requeued job compose or receive that same config: the same plan."""
 
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,11 +63,6 @@ class Plan:
     later: bool = False
 
 
-def real(path: str | Path) -> Path:
-    """A path as the plan keeps it: the user's ~ expanded, links followed (one spelling)."""
-    return Path(os.path.realpath(Path(str(path)).expanduser()))
-
-
 def replay(saved: list[str], given: list[str], not_replayed: tuple[str, ...]) -> list[str]:
     """The one merge rule of a start that replays another's overrides: the saved ones but the
     keys `not_replayed`, the command line's on top; each key once, the value given last."""
@@ -86,7 +80,7 @@ def sweep_overrides(sweep_dir: Path) -> list[str]:
 
 def resumed_plan(value: str, multirun: bool) -> Plan:
     """The plan of resume=`value`: an own run with a last.ckpt, or an own sweep; else why not."""
-    run_dir = real(value)
+    run_dir = directory.where(value)
     if not run_dir.is_dir():
         raise ConfigError(
             f"resume={value}: the directory '{run_dir}' does not exist. Give the directory a "
@@ -144,7 +138,9 @@ def plan_argv(argv: list[str]) -> list[str]:
         raise ConfigError(
             "branch_from= and ckpt_path= both name where the run starts: give one of them."
         )
-    trunk = ownership.own(real(given["branch_from"]), "branch_from", way=FOREIGN_TRUNK).root
+    trunk = ownership.own(
+        directory.where(given["branch_from"]), "branch_from", way=FOREIGN_TRUNK
+    ).root
     saved = directory.latest_overrides(trunk)
     return [argv[0], *flags, *multirun, *replay(saved, plain, (*LENGTH_KEYS, *NOT_REPLAYED))]
 
@@ -196,7 +192,7 @@ def plan_of(cfg: DictConfig, run_dir: Path) -> Plan:
     resume = resumed(cfg)
     plan = resumed_plan(str(resume), multirun=False) if resume else Plan(REQUEUE)
     branch_from, step = cfg.get("branch_from"), cfg.get("branch_step")
-    branch = Branch(real(branch_from), step) if branch_from else None
+    branch = Branch(directory.where(branch_from), step) if branch_from else None
     init_from = cfg.get("init_from")
     common = {
         "run_dir": run_dir,
@@ -207,7 +203,9 @@ def plan_of(cfg: DictConfig, run_dir: Path) -> Plan:
     }
     if continues(cfg, run_dir):  # its own (gptlab.run.place admitted it so)
         last = directory.last_checkpoint(run_dir)
-        return Plan(plan.kind, owner=ownership.owner(real(run_dir)), checkpoint=last, **common)
+        return Plan(
+            plan.kind, owner=ownership.owner(directory.where(run_dir)), checkpoint=last, **common
+        )
     ckpt_path = cfg.get("ckpt_path")
     if branch and ckpt_path:
         raise ConfigError(
@@ -228,7 +226,9 @@ def plan_of(cfg: DictConfig, run_dir: Path) -> Plan:
     from gptlab.run.checkpoints import find_checkpoint  # numpy: only in the task
 
     path = find_checkpoint(given, prefer=directory.LAST)
-    found = ownership.owner(real(path))  # continued as it was, or anyone's weights read as data
+    found = ownership.owner(
+        directory.where(path)
+    )  # continued as it was, or anyone's weights read as data
     if branch and not found.own:
         raise ConfigError(f"branch_from: '{path}' is not in a run of yours. {FOREIGN_TRUNK}")
     kind = OWN_CHECKPOINT if found.own else FOREIGN_CHECKPOINT

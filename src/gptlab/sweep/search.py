@@ -10,7 +10,8 @@ from typing import Any
 
 from gptlab import reader
 from gptlab.run import directory, ownership
-from gptlab.run.place import PLACE, where
+from gptlab.run.directory import where
+from gptlab.run.place import PLACE
 from gptlab.sweep.tables import markdown_table
 
 log = logging.getLogger(__name__)

@@ -6,7 +6,6 @@ restored without its callbacks' state, whose ModelCheckpoint would remove the fi
 there."""
 
 import contextlib
-import os
 import tempfile
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from gptlab.run import directory
 
 class RunCheckpointIO(TorchCheckpointIO):
     def __init__(self, run_dir: str | Path):
-        self.folder = Path(os.path.realpath(directory.checkpoint_dir(run_dir)))
+        self.folder = directory.where(directory.checkpoint_dir(run_dir))
 
     def save_checkpoint(self, checkpoint: dict, path, storage_options=None) -> None:
         """Into the run's checkpoints/ (gptlab.cli.fit sends every saving callback there),
@@ -32,13 +31,13 @@ class RunCheckpointIO(TorchCheckpointIO):
         """And the folder Lightning made in the temp folder to hand spawned DDP's weights back,
         once empty (Lightning leaves it behind)."""
         super().remove_checkpoint(path)
-        folder = Path(os.path.realpath(path)).parent
-        if folder.parent == Path(os.path.realpath(tempfile.gettempdir())):
+        folder = directory.where(path).parent
+        if folder.parent == directory.where(tempfile.gettempdir()):
             with contextlib.suppress(OSError):
                 folder.rmdir()
 
     def load_checkpoint(self, path, map_location=None, weights_only=None) -> dict:
         checkpoint = super().load_checkpoint(path, map_location, weights_only)
-        if Path(os.path.realpath(path)).parent != self.folder:
+        if directory.where(path).parent != self.folder:
             checkpoint.pop("callbacks", None)
         return checkpoint

@@ -19,16 +19,18 @@ from gptlab.training.optimizers import Muon, MuonWithAdamW
 
 
 class GPTModule(L.LightningModule):
-    def __init__(self, model: dict, optim: dict, tokenizer: dict, built: GPT | None = None):
-        """built: the GPT of `model`'s settings, already built (gptlab.model.meta.build_gpt: a
-        file's weights in it, or a new run's draws); else built here (its hyperparameters alone)."""
+    def __init__(self, model: GPT, optim: dict, tokenizer: dict):
+        """`model` built already (gptlab.model.meta.build_gpt: a file's weights in it, or a new
+        run's draws), as lightning-hydra-template passes its net; its settings are saved as the
+        hyperparameters, beside the optimiser's and the tokenizer's."""
         super().__init__()
+        hparams = {"model": asdict(model.config), "optim": optim, "tokenizer": tokenizer}
         # logger=False: the tokenizer's id list does not belong in TensorBoard's HPARAMS table
-        self.save_hyperparameters(logger=False, ignore=["built"])
-        self.config = GPTConfig(**model)
+        self.save_hyperparameters(hparams, logger=False)
+        self.config = model.config
         self.optim = OptimConfig(**optim)
         self.tokenizer_state = tokenizer
-        self.model = GPT(self.config) if built is None else built
+        self.model = model
         # torch.compile's wrapper stays outside the module tree: checkpoints keep `model.` keys
         compiled = torch.compile(self.model) if self.config.compile else self.model
         object.__setattr__(self, "_train_model", compiled)
@@ -139,9 +141,9 @@ class GPTModule(L.LightningModule):
         ]
         groups = mup.lr_groups(self.model, groups, self.optim.lr)  # μP: hidden matrices' own lr
         fused = self.device.type in ("cuda", "cpu")  # torch>=2.4 fuses AdamW on CPU too
-        kwargs = {"fused": True} if fused and not mixed_precision else {}
+        fused = fused and not mixed_precision
         betas = tuple(self.optim.betas)
-        adamw = torch.optim.AdamW(groups, lr=self.optim.lr, betas=betas, **kwargs)
+        adamw = torch.optim.AdamW(groups, lr=self.optim.lr, betas=betas, fused=fused or None)
         if not muon_params:
             return adamw
         muon_lr = mup.muon_lr(self.config, self.optim.muon_lr, self.optim.muon_adjust_lr)
@@ -185,3 +187,10 @@ class GPTModule(L.LightningModule):
     @classmethod
     def hparams_from(cls, model: GPTConfig, optim: OptimConfig, tokenizer: Tokenizer) -> dict:
         return {"model": asdict(model), "optim": asdict(optim), "tokenizer": tokenizer.state_dict()}
+
+    @classmethod
+    def fresh(cls, hparams: dict) -> "GPTModule":
+        """A module of new weights from its hyperparameters alone (a test's, coord_check's,
+        a checkpoint's), drawn as GPT(config) draws them."""
+        model = GPT(GPTConfig(**hparams["model"]))
+        return cls(model, hparams["optim"], hparams["tokenizer"])

@@ -15,8 +15,9 @@ from omegaconf import OmegaConf
 from gptlab import reader
 from gptlab.errors import ConfigError
 from gptlab.run import directory
+from gptlab.run.directory import where
 from gptlab.run.logs import SpawnedRank
-from gptlab.run.place import PLACE, where
+from gptlab.run.place import PLACE
 from gptlab.run.start import Branch
 from gptlab.training.callbacks import (
     BranchCheckpoints,

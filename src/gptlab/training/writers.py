@@ -13,7 +13,8 @@ from lightning.pytorch.loggers import CSVLogger, MLFlowLogger, TensorBoardLogger
 from omegaconf import DictConfig
 
 from gptlab.errors import ConfigError
-from gptlab.run.place import PLACE, SHARED, STORE, Want, where
+from gptlab.run.directory import where
+from gptlab.run.place import PLACE, SHARED, STORE, Want
 
 # loggers whose client opens (makes) its store as it is built: checked from their node, built after
 OPENS_STORE = (MLFlowLogger,)
