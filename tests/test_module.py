@@ -92,7 +92,7 @@ def make_module(
     hparams = GPTModule.hparams_from(
         GPTConfig(**model_kwargs), OptimConfig(**optim_kwargs), tokenizer
     )
-    return GPTModule.fresh(hparams)
+    return GPTModule(**hparams)
 
 
 def make_trainer(tmp_path, max_steps: int, **kwargs) -> L.Trainer:

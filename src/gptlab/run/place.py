@@ -243,7 +243,8 @@ class Place:
         for item in sorted(folder.iterdir()):
             new = not os.path.lexists(into / item.name)
             os.replace(item, self.inside(into / item.name))
-            self.made += [into / item.name] if new else []
+            if new:
+                self.made.append(into / item.name)
 
     def commit(self) -> None:
         """Training began: from now on what the run made is its result, never undone."""
@@ -269,7 +270,7 @@ PLACE = Place()  # this process's
 def named_places(cfg: DictConfig, stores_only: bool = False) -> dict[str, str]:
     """The task's values at keys that name the run directory or a shared store (not Hydra's
     own), each resolved alone."""
-    names = (*STORE_KEYS, *(() if stores_only else RUN_DIR_KEYS))
+    names = STORE_KEYS if stores_only else (*STORE_KEYS, *RUN_DIR_KEYS)
     found = {}
     for key in dotted_keys(OmegaConf.to_container(cfg, resolve=False)):
         leaf = key.rsplit(".", 1)[-1]
