@@ -168,9 +168,9 @@ def read_folder(path: str | Path, data=None) -> Trained:
     shapes against the model: build_gpt, where a run builds it), step 0."""
     folder = Path(path).expanduser()
     hf = reader.read_json(folder / "config.json")
+    kind, config = checked_config(folder, hf)  # refused from config.json alone, when it is
     tokenizer = folder / "tokenizer.json"
     saved = reader.read_json(tokenizer, reader.MAX_TOKENIZER, reader.MAX_TOKENIZER_NODES)
-    kind, config = checked_config(folder, hf)
     encoding = encoding_of(folder, saved, config.vocab_size)
     if data is not None:
         check_data(folder, encoding, config.context_length, data)
