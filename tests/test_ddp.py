@@ -118,7 +118,7 @@ def test_compiled_model_checkpoint_loads_uncompiled_with_identical_logits(tmp_pa
     config = GPTConfig(
         vocab_size=50, context_length=8, d_model=16, num_heads=2, num_blocks=1, compile=True
     )
-    module = GPTModule(**GPTModule.hparams_from(config, OptimConfig(warmup_steps=0), tokenizer))
+    module = GPTModule.fresh(GPTModule.hparams_from(config, OptimConfig(warmup_steps=0), tokenizer))
     x = torch.randint(50, (4, 8), generator=torch.Generator().manual_seed(0))
     batches = [(x, torch.roll(x, -1, dims=1))] * 2
     trainer = L.Trainer(

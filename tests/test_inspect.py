@@ -74,7 +74,7 @@ def fake_run_dir(run) -> None:
     torch.save(
         {
             "hyper_parameters": hparams,
-            "state_dict": GPTModule(**hparams).state_dict(),
+            "state_dict": GPTModule.fresh(hparams).state_dict(),
             "global_step": 7,
         },
         run / "checkpoints" / "best.ckpt",

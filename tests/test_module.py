@@ -19,6 +19,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from gptlab.data.tokenizer import Tokenizer
 from gptlab.errors import ConfigError
 from gptlab.model.gpt import GPT, GPTConfig
+from gptlab.run.checkpoints import load_model
 from gptlab.training.callbacks import LastCheckpoint
 from gptlab.training.module import GPTModule, OptimConfig, lr_factor
 from gptlab.training.optim_config import (
@@ -92,7 +93,7 @@ def make_module(
     hparams = GPTModule.hparams_from(
         GPTConfig(**model_kwargs), OptimConfig(**optim_kwargs), tokenizer
     )
-    return GPTModule(**hparams)
+    return GPTModule.fresh(hparams)
 
 
 def make_trainer(tmp_path, max_steps: int, **kwargs) -> L.Trainer:
@@ -392,11 +393,17 @@ def test_model_checkpoint_callback_file_loads(corpus, tmp_path):
     path = tmp_path / "ckpt" / "last.ckpt"
     assert path.exists()
     torch.load(path, weights_only=True)
-    loaded = GPTModule.load_from_checkpoint(path).eval()
+    # gptlab's bounded loader (the tools'), and Lightning's own with the GPT given, as
+    # lightning-hydra-template loads a module whose net is passed in
+    model, _, step = load_model(path)
+    config = GPTConfig(**torch.load(path, weights_only=True)["hyper_parameters"]["model"])
+    lightning_loaded = GPTModule.load_from_checkpoint(path, model=GPT(config)).eval()
     module.eval()
     x = windows(ids).tensors[0][:2]
     with torch.no_grad():
-        torch.testing.assert_close(loaded(x), module(x), rtol=0, atol=0)
+        torch.testing.assert_close(model(x), module(x), rtol=0, atol=0)
+        torch.testing.assert_close(lightning_loaded(x), module(x), rtol=0, atol=0)
+    assert step == 2
 
 
 def test_validation_loss_is_the_token_mean(corpus, tmp_path):

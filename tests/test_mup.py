@@ -36,7 +36,7 @@ def model(seed: int = 0, **settings) -> GPT:
 
 def module(**settings) -> GPTModule:
     hparams = {"model": {**SMALL, **settings}, "optim": {"lr": 1e-3, "weight_decay": 0.1}}
-    return GPTModule(**{**hparams, "tokenizer": {"encoding": "cl100k_base", "vocab": None}})
+    return GPTModule.fresh({**hparams, "tokenizer": {"encoding": "cl100k_base", "vocab": None}})
 
 
 def test_at_the_base_shape_mup_is_the_standard_parametrisation():
@@ -108,7 +108,7 @@ def test_muon_under_mup_keeps_its_spectral_step(adjust, muon_lr):
     optim = {"lr": 1e-3, "name": "muon", "muon_lr": 0.02, "muon_adjust_lr": adjust}
     hparams = {"model": {**SMALL, "d_model": 128, **mup_at(32)}, "optim": optim}
     tokenizer = {"encoding": "cl100k_base", "vocab": None}
-    optimizer = GPTModule(**{**hparams, "tokenizer": tokenizer}).build_optimizer()
+    optimizer = GPTModule.fresh({**hparams, "tokenizer": tokenizer}).build_optimizer()
     assert optimizer.muon.param_groups[0]["lr"] == pytest.approx(muon_lr)
     assert {g["name"] for g in optimizer.adamw.param_groups} == {"matrices", "vectors"}
 

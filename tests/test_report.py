@@ -209,7 +209,7 @@ def fitted(tmp_path_factory):
         dropout=0.0,
     )
     torch.manual_seed(0)
-    module = GPTModule(**GPTModule.hparams_from(config, OptimConfig(warmup_steps=2), tokenizer))
+    module = GPTModule.fresh(GPTModule.hparams_from(config, OptimConfig(warmup_steps=2), tokenizer))
     cfg = {
         "sample_prompt": "Building rapport",
         "seed": 0,

@@ -55,7 +55,7 @@ def trained_module(run_dir: Path) -> GPTModule:
     checkpoint = torch.load(
         run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True
     )
-    return GPTModule(**checkpoint["hyper_parameters"])
+    return GPTModule.fresh(checkpoint["hyper_parameters"])
 
 
 def clip_value(run_dir: Path) -> float | None:

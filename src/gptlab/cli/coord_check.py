@@ -61,7 +61,7 @@ def train_and_record(
     """The layer scales before training and after each of `steps` AdamW steps at a constant lr."""
     torch.manual_seed(seed)
     hparams = GPTModule.hparams_from(config, OptimConfig(lr=lr, min_lr=0.0), tokenizer)
-    module = GPTModule(**hparams)
+    module = GPTModule.fresh(hparams)
     optimizer = module.build_optimizer()
     x, y = ids[:, :-1], ids[:, 1:]  # [batch, T] each: next-token targets
     scales = [layer_scales(module.model, x)]

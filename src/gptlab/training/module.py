@@ -19,15 +19,11 @@ from gptlab.training.optimizers import Muon, MuonWithAdamW
 
 
 class GPTModule(L.LightningModule):
-    def __init__(self, model: GPT | dict, optim: dict, tokenizer: dict):
+    def __init__(self, model: GPT, optim: dict, tokenizer: dict):
         """`model` built already (gptlab.model.meta.build_gpt: a file's weights in it, or a new
-        run's draws), as lightning-hydra-template passes its net; or its settings alone, as the
-        saved hyperparameters hold them (a test's, Lightning's load_from_checkpoint), from which
-        GPT(config) draws new weights. Its settings are saved beside the optimiser's and the
-        tokenizer's."""
+        run's draws), as lightning-hydra-template passes its net; its settings are saved as the
+        hyperparameters, beside the optimiser's and the tokenizer's."""
         super().__init__()
-        if isinstance(model, dict):
-            model = GPT(GPTConfig(**model))
         hparams = {"model": asdict(model.config), "optim": optim, "tokenizer": tokenizer}
         # logger=False: the tokenizer's id list does not belong in TensorBoard's HPARAMS table
         self.save_hyperparameters(hparams, logger=False)
@@ -191,3 +187,10 @@ class GPTModule(L.LightningModule):
     @classmethod
     def hparams_from(cls, model: GPTConfig, optim: OptimConfig, tokenizer: Tokenizer) -> dict:
         return {"model": asdict(model), "optim": asdict(optim), "tokenizer": tokenizer.state_dict()}
+
+    @classmethod
+    def fresh(cls, hparams: dict) -> "GPTModule":
+        """A module of new weights from its hyperparameters alone (a test's, coord_check's,
+        a checkpoint's), drawn as GPT(config) draws them."""
+        model = GPT(GPTConfig(**hparams["model"]))
+        return cls(model, hparams["optim"], hparams["tokenizer"])
