@@ -1,5 +1,6 @@
 """LightningModule: the GPT, its exact cross-entropy, AdamW (or Muon) and the schedule. Its
-hyperparameters are plain dicts: a checkpoint alone rebuilds it, loaded with `weights_only=True`."""
+hyperparameters are plain dicts: a checkpoint alone describes its GPT, read with `weights_only=True`
+(gptlab.run.checkpoints.load_model builds it, bounded)."""
 
 import math
 from dataclasses import asdict
