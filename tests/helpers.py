@@ -46,16 +46,19 @@ def run_main(
     main = script.load()
     out = io.StringIO()
     err = io.StringIO()
-    code = 0
     with process_state(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         os.environ.update(env or {})
         torch.set_num_threads(1)  # as run_cli's OMP_NUM_THREADS=1 (process_state restores it)
         os.chdir(cwd)
         sys.argv = [tool, *args]
         try:
-            main()
+            code = main()  # as the console script's sys.exit(main())
         except SystemExit as e:
-            code = e.code if isinstance(e.code, int) else 1
+            code = e.code
+    if code is None:
+        code = 0
+    elif not isinstance(code, int):  # sys.exit("a message"): printed, exit 1
+        code = 1
     return subprocess.CompletedProcess([tool, *args], code, out.getvalue(), err.getvalue())
 
 

@@ -3,6 +3,7 @@ processes, alone and under a Hydra sweep; compile."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import gptlab.conf
@@ -112,8 +113,12 @@ def test_ddp_cpu_under_multirun_runs_each_job_once(tmp_path):
         assert (job_dir / "train.log").read_text().count("Done: ") == 1  # trained once
 
 
-def test_compiled_model_checkpoint_loads_uncompiled_with_identical_logits(tmp_path):
+def test_compiled_model_checkpoint_loads_uncompiled_with_identical_logits(tmp_path, monkeypatch):
+    """Trained through torch.compile's wrapper, saved with `model.` keys, loaded uncompiled. The
+    graphs are compiled by the aot_eager backend (Dynamo and AOTAutograd, run eagerly): inductor's
+    C++ build, half a minute of CPU with a cold cache, is test_gpu_check's (model.compile=true)."""
     torch.set_num_threads(1)
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="aot_eager"))
     tokenizer = Tokenizer("cl100k_base", list(range(50)))
     config = GPTConfig(
         vocab_size=50, context_length=8, d_model=16, num_heads=2, num_blocks=1, compile=True

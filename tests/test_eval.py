@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers import check, own_copy, read_metrics, run_cli, run_main, umask
+from helpers import check, own_copy, read_metrics, run_main, umask
 from hydra import compose, initialize_config_module
 
 import gptlab.cli.eval as gptlab_eval
@@ -61,7 +61,7 @@ def test_early_stopping_ends_training_at_the_first_validation_without_improvemen
 
 def test_gptlab_eval_prints_the_best_val_loss_the_run_logged_for_best_ckpt(run_dir):
     with umask(0o022):
-        result = check(run_cli(f"ckpt_path={run_dir}", cwd=run_dir.parent, tool="gptlab-eval"))
+        result = check(run_main(f"ckpt_path={run_dir}", cwd=run_dir.parent, tool="gptlab-eval"))
     assert (run_dir / "eval.json").stat().st_mode & 0o777 == 0o644  # a colleague reads it too
     for noise in ("litlogger", "LeafSpec", "was configured so", "`srun` command"):
         assert noise not in result.stderr  # Lightning's known noise

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import BIN, check, own_copy, run_cli, run_main
+from helpers import BIN, check, own_copy, run_main
 
 from gptlab import reader
 from gptlab.errors import ConfigError
@@ -284,7 +284,7 @@ def test_a_tool_run_from_inside_someone_elses_run_writes_nothing_there(foreign, 
         result = run_main(*args, cwd=foreign, tool=tool)
         assert result.returncode == 2, result.stderr[-2000:]
         assert "inside the run or sweep directory" in result.stderr
-    report = run_cli(str(tmp_path), cwd=foreign, tool="gptlab-report")
+    report = run_main(str(tmp_path), cwd=foreign, tool="gptlab-report")
     assert report.returncode == 2 and "inside the run or sweep directory" in report.stderr
     task = subprocess.run(
         [sys.executable, str(Path(__file__).parents[1] / "scripts" / "next_sentence_task.py"),

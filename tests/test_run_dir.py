@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 import pytest
-from helpers import check, own_copy, read_metrics, run_cli, run_main
+from helpers import check, own_copy, read_metrics, run_main
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
@@ -190,6 +190,6 @@ def assert_one_output_folder(cwd: Path, tool: str) -> None:
 
 def test_inspect_leaves_no_empty_run_folders(finished, tmp_path):
     check(
-        run_cli(f"ckpt_path={finished}", "tensorboard=false", tool="gptlab-inspect", cwd=tmp_path)
+        run_main(f"ckpt_path={finished}", "tensorboard=false", tool="gptlab-inspect", cwd=tmp_path)
     )
     assert_one_output_folder(tmp_path, "inspect")

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from helpers import check, read_metrics, run_cli, run_main
+from helpers import check, read_metrics, run_main
 from hydra import compose, initialize_config_module
 from matplotlib.figure import Figure
 from omegaconf import OmegaConf
@@ -126,7 +126,7 @@ def test_a_fit_that_is_not_identified_says_why_in_its_headline_and_is_not_extrap
         tmp_path / "sweep", budgets=(1e15, 2e15), spread=(-1.0, 0.0, 1.0), extra=["debug=fast"]
     )
     result = check(
-        run_cli(str(tmp_path / "sweep"), "--scaling", cwd=tmp_path, tool="gptlab-report")
+        run_main(str(tmp_path / "sweep"), "--scaling", cwd=tmp_path, tool="gptlab-report")
     )
     [out] = (tmp_path / "outputs" / "sweep_report").glob("*/*")
     head = (out / "scaling.md").read_text().splitlines()[2:4]
