@@ -168,7 +168,7 @@ def read_folder(path: str | Path, data=None) -> Trained:
     shapes against the model: build_gpt, where a run builds it), step 0."""
     folder = Path(path).expanduser()
     hf = reader.read_json(folder / "config.json")
-    kind, config = checked_config(folder, hf)  # refused from config.json alone, when it is
+    kind, config = checked_config(folder, hf)  # before the tokenizer: refused on config.json
     tokenizer = folder / "tokenizer.json"
     saved = reader.read_json(tokenizer, reader.MAX_TOKENIZER, reader.MAX_TOKENIZER_NODES)
     encoding = encoding_of(folder, saved, config.vocab_size)
