@@ -60,8 +60,9 @@ def finished(tmp_path_factory) -> Path:
 
 
 # The files that take longest start first: the workers share the files (pytest-xdist
-# --dist loadfile, in collection order), and a long file started last would leave one worker
-# running it alone at the end of the suite.
+# --dist loadfile, in collection order: --no-loadscope-reorder, else xdist puts the files of most
+# tests first), and a long file started last would leave one worker running it alone at the end
+# of the suite (test_ddp and test_gpu_check did: few tests, a minute each).
 LONGEST_FIRST = (  # measured: pytest --junitxml, each file's tests summed (2 cores, quiet)
     "test_search.py",
     "test_export.py",
