@@ -6,7 +6,6 @@ import dataclasses
 import json
 import math
 import shutil
-from pathlib import Path
 
 import pytest
 
@@ -132,22 +131,11 @@ REFUSED = [  # (model, a change to its config.json, what the paragraph names)
 ]
 
 
-@pytest.fixture(scope="module")
-def tokenizer_files(tmp_path_factory) -> list[Path]:
-    """cl100k's tokenizer as transformers saves it, made once: a folder of a test copies it."""
-    out = tmp_path_factory.mktemp("tokenizer")
-    to_transformers(ENCODING, 64).save_pretrained(out)
-    return list(out.iterdir())
-
-
 @pytest.mark.parametrize(("kind", "change", "named"), REFUSED)
-def test_a_field_gptlab_does_not_compute_is_refused_by_name(
-    kind, change, named, tokenizer_files, tmp_path
-):
-    """Refused from config.json alone, before the tokenizer or the weights are read."""
+def test_a_field_gptlab_does_not_compute_is_refused_by_name(kind, change, named, tmp_path):
+    """Refused from config.json alone: a folder of nothing else (no tokenizer, no weights) gets
+    config.json's paragraph, not one about a missing file."""
     (tmp_path / "config.json").write_text(json.dumps(dict(model_type=kind, **SMALL, **change)))
-    for file in tokenizer_files:
-        shutil.copy(file, tmp_path)
     with pytest.raises(ConfigError) as refused:
         read_folder(tmp_path)
     assert named in str(refused.value)

@@ -392,11 +392,11 @@ def test_model_checkpoint_callback_file_loads(corpus, tmp_path):
     )
     path = tmp_path / "ckpt" / "last.ckpt"
     assert path.exists()
-    torch.load(path, weights_only=True)
+    saved = torch.load(path, weights_only=True)
     # gptlab's bounded loader (the tools'), and Lightning's own with the GPT given, as
     # lightning-hydra-template loads a module whose net is passed in
     model, _, step = load_model(path)
-    config = GPTConfig(**torch.load(path, weights_only=True)["hyper_parameters"]["model"])
+    config = GPTConfig(**saved["hyper_parameters"]["model"])
     lightning_loaded = GPTModule.load_from_checkpoint(path, model=GPT(config)).eval()
     module.eval()
     x = windows(ids).tensors[0][:2]

@@ -126,7 +126,10 @@ def test_a_checksum_names_a_single_file(corpora, tmp_path):
 def train(tmp_path: Path, *overrides: str, env: dict | None = None):
     """In this process; in a new one where `env` is given (datasets reads HF_HOME at import)."""
     args = (*FAST, *overrides, "hydra.run.dir=run")
-    result = check(run_cli(*args, cwd=tmp_path, env=env) if env else run_main(*args, cwd=tmp_path))
+    if env:
+        result = check(run_cli(*args, cwd=tmp_path, env=env))
+    else:
+        result = check(run_main(*args, cwd=tmp_path))
     assert read_metrics(tmp_path / "run")["steps"] == 4
     return result
 
