@@ -2,14 +2,17 @@
 without remote code, and computes gptlab's log-probabilities; the folder reads back as the same
 weights; what no class holds is refused; a foreign run is only read."""
 
+import contextlib
 import dataclasses
 import json
+import logging
 import math
 import os
 import random
 import re
 import shlex
 import shutil
+import warnings
 from pathlib import Path
 
 import pytest
@@ -20,6 +23,7 @@ import torch  # noqa: E402
 from helpers import check, read_metrics, run_cli, run_main  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline  # noqa: E402
+from transformers.utils import logging as hf_logging  # noqa: E402
 
 from gptlab.data.hf_tokenizer import oniguruma, to_transformers  # noqa: E402
 from gptlab.data.tokenizer import Tokenizer  # noqa: E402
@@ -170,6 +174,16 @@ def test_the_tokenizer_gives_tiktokens_ids_on_any_text(encoding, tmp_path):
     differ = [text for text, a, b in zip(texts, ids, expected, strict=True) if a != b]
     assert differ == []
     assert sum(len(x) for x in expected) > 50_000
+    # a special token's string in the text is plain text on both sides, as gptlab trains on it
+    ours = Tokenizer(encoding)
+    specials = ours.encoding.special_tokens_set
+    assert {"<|endoftext|>", "<|endofprompt|>"} <= specials
+    for special in sorted(specials):
+        text = f"Say {special} twice:{special}\n{special}."
+        assert tokenizer(text)["input_ids"] == ours.encode(text), special
+        special_id = ours.encoding.encode_single_token(special)
+        assert special_id not in ours.encode(text) and len(ours.encode(special)) > 1
+        assert tokenizer.decode([special_id]) == special  # the id still names the token
     with pytest.raises(ValueError, match="possessive interval"):
         oniguruma(r"(ab){1,3}+")  # no atom: not rewritten, refused
 
@@ -195,26 +209,72 @@ def test_a_mup_model_exports_with_its_multipliers(name, tmp_path, val_ids):
             assert (ours - torch.log_softmax(theirs, dim=-1)).abs().max().item() <= 1e-4
 
 
+@pytest.mark.parametrize("name", ["default", "post-LN tied"])
+def test_bias_false_reads_back_as_zero_biases_that_train(name, tmp_path, val_ids):
+    """GPT-2 and OPT always hold biases: a `bias=false` model is exported with zero biases, and
+    read back as what the folder holds, biases (zero, the same function), which a fine-tune then
+    trains: never `bias=false` inferred from their values."""
+    config, model = random_model(**ARCHITECTURES[name][0], bias=False)
+    out = tmp_path / "exported"
+    write_folder(trained_of(config, model), model, out, "card\n")
+    back = read_folder(out)
+    assert back.model == {**trained_of(config, model).model, "bias": True}
+    imported = GPT(GPTConfig(**back.model)).eval()
+    imported.load_state_dict({k.removeprefix("model."): v for k, v in back.weights.items()})
+    biases = [key for key in back.weights if key.endswith(".bias")]
+    assert biases and not any(back.weights[key].any() for key in biases)
+    ids = torch.tensor([val_ids])
+    with torch.no_grad():
+        ours, theirs = model(ids).log_softmax(-1), imported(ids).log_softmax(-1)
+    assert (ours - theirs).abs().max().item() <= 1e-4
+
+
+@contextlib.contextmanager
+def transformers_says():
+    """Every warning and log record transformers gives meanwhile (its logger's handlers: its own
+    logging module's; Python's warnings), as a list of strings."""
+    said, handler = [], logging.Handler(logging.DEBUG)
+    handler.emit = lambda record: said.append(record.getMessage())
+    logger = hf_logging.get_logger("transformers")
+    logger.addHandler(handler)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            yield said
+    finally:
+        logger.removeHandler(handler)
+    said += [str(w.message) for w in caught]
+
+
 @pytest.mark.parametrize("name", ["default", "post-LN tied", "llama"])
-def test_pipeline_defaults_stop_at_the_context_length(name, tmp_path):
-    """pipeline("text-generation") asks for 256 new tokens; the export's generation_config stops
-    at the context length instead (GPT-2's and OPT's position tables end there), and pads
-    batches on the left with the end-of-text token."""
+def test_pipeline_defaults_stay_in_the_window(name, tmp_path):
+    """pipeline("text-generation") asks for 256 new tokens, past a 16-token model's position
+    table; the export's generation_config asks for half the window instead (8), as a number of
+    new tokens: a max_length there made every call passing max_new_tokens warn "Both
+    `max_new_tokens` and `max_length` seem to have been set". Batches pad on the left with the
+    end-of-text token."""
     config, model = random_model(**ARCHITECTURES[name][0], context_length=16)
     out = tmp_path / "exported"
     write_folder(trained_of(config, model), model, out, "card\n")
     generator = pipeline("text-generation", model=str(out))
     assert generator.tokenizer.model_max_length == 16
     torch.manual_seed(0)
-    [one] = generator("The salesperson")
-    assert one["generated_text"].startswith("The salesperson")
-    assert len(generator(["a", "The salesperson said"])) == 2
-    batch = generator(["a", "The salesperson said"], batch_size=2, return_tensors=True)
+    with transformers_says() as said:
+        [one] = generator("The salesperson")
+        assert one["generated_text"].startswith("The salesperson")
+        assert len(generator(["a", "The salesperson said"])) == 2
+        batch = generator(["a", "The salesperson said"], batch_size=2, return_tensors=True)
+        [three] = generator("The salesperson", max_new_tokens=3, return_tensors=True)
+    assert said == []  # nothing at all: no length warning, no padding warning
+    saved = json.loads((out / "generation_config.json").read_text())
+    assert saved["max_new_tokens"] == 8 and "max_length" not in saved
     rows = [result["generated_token_ids"] for [result] in batch]
-    assert [len(row) for row in rows] == [16, 16]
-    pads = len(generator.tokenizer("The salesperson said")["input_ids"]) - 1
+    prompt = len(generator.tokenizer("The salesperson said")["input_ids"])
+    assert [len(row) for row in rows] == [prompt + 8] * 2 and prompt + 8 <= 16
+    asked = generator.tokenizer("The salesperson")["input_ids"]
+    assert len(three["generated_token_ids"]) == len(asked) + 3
     eos, [a] = generator.tokenizer.eos_token_id, generator.tokenizer("a")["input_ids"]
-    assert rows[0][: pads + 1] == [eos] * pads + [a]  # padded on the left
+    assert rows[0][:prompt] == [eos] * (prompt - 1) + [a]  # padded on the left
 
 
 @pytest.mark.parametrize(

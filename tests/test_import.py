@@ -5,7 +5,9 @@ gptlab's model or refused by name, and the GPT-2 layout (gelu_new, tied) trains 
 import dataclasses
 import json
 import math
+import re
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +15,7 @@ pytest.importorskip("transformers", reason="needs the export extra: pip install 
 
 import torch  # noqa: E402
 from helpers import check, read_metrics, run_main  # noqa: E402
+from safetensors.torch import load_file  # noqa: E402
 from transformers import AutoConfig, AutoModelForCausalLM  # noqa: E402
 
 from gptlab.data.hf_tokenizer import to_transformers  # noqa: E402
@@ -25,6 +28,7 @@ from gptlab.run.checkpoints import read_trained  # noqa: E402
 from gptlab.run.directory import last_checkpoint  # noqa: E402
 from gptlab.run.hf_folder import read_folder  # noqa: E402
 
+ROOT = Path(__file__).resolve().parents[1]
 ENCODING = "cl100k_base"  # on this machine; GPT-2's own r50k_base is not (docs/export.md)
 VOCAB = 100277
 SMALL = dict(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4)
@@ -128,6 +132,9 @@ REFUSED = [  # (model, a change to its config.json, what the paragraph names)
     ("gpt2", dict(n_layer=10**9), "n_layer=1000000000, over 1024"),
     ("gpt2", dict(num_labels=10**9), "num_labels=1000000000, over 1024"),
     ("qwen3", dict(layer_types=["full_attention"]), "config.json does not read"),
+    # a class gptlab does not read: the refusal names the model_type found
+    ("mistral", {}, "config.json names model_type 'mistral', which gptlab does not read"),
+    ("qwen2", {}, "config.json names model_type 'qwen2', which gptlab does not read"),
 ]
 
 
@@ -141,18 +148,35 @@ def test_a_field_gptlab_does_not_compute_is_refused_by_name(kind, change, named,
     assert named in str(refused.value)
 
 
-def test_a_gpt2_folder_trains_on_the_book(tmp_path):
+def docs_example(title: str) -> str:
+    """The python block of docs/export.md's section `title`."""
+    text = (ROOT / "docs" / "export.md").read_text()
+    section = text[text.index(title) :]
+    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+
+
+def test_a_gpt2_folder_trains_on_the_book(tmp_path, monkeypatch):
     """nanoGPT's init_from=gpt2, then fine-tune: GPT2LMHeadModel's own layout (gelu_new, tied
-    embeddings, learned positions) as transformers initialises it, then gptlab-train."""
-    folder = tmp_path / "gpt2"
-    save_folder(folder, MODELS["gpt2"][0], perturb=False)
+    embeddings, learned positions) as transformers initialises it (docs/export.md's example, run
+    as written), then gptlab-train. Its biases are all zero, and still biases that train: the
+    architecture is the config's and the tensors', never their values."""
+    monkeypatch.chdir(tmp_path)
+    exec(docs_example("### GPT-2: nanoGPT's"), {})  # writes gpt2-small
+    folder = tmp_path / "gpt2-small"
+    written = load_file(folder / "model.safetensors")
+    biases = [key for key in written if key.endswith(".bias")]
+    assert len(biases) == 2 * 6 + 1 and not any(written[key].any() for key in biases)
+    assert read_folder(folder).model["bias"] is True
     args = (f"init_from={folder}", "debug=fast", "data.compact_vocab=false")
     args += ("trainer.max_steps=20",)
     check(run_main(*args, "hydra.run.dir=tuned", cwd=tmp_path))
-    model = read_trained(last_checkpoint(tmp_path / "tuned"), tensors=False).model
-    assert model["activation"] == "gelu_new" and model["tie_weights"]
+    tuned = read_trained(last_checkpoint(tmp_path / "tuned"))
+    model = tuned.model
+    assert model["activation"] == "gelu_new" and model["tie_weights"] and model["bias"]
     assert (model["d_model"], model["num_blocks"], model["norm"]) == (64, 2, "pre")
     assert read_metrics(tmp_path / "tuned")["best_val_loss"] < math.log(VOCAB) - 1
+    trained = [key for key in tuned.weights if key.endswith(".bias")]
+    assert len(trained) == len(biases) and all(tuned.weights[key].any() for key in trained)
 
     config = json.loads((folder / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps({**config, "scale_attn_weights": False}))
@@ -168,6 +192,18 @@ def folders(tmp_path_factory):
     for kind in ("gpt2", "opt pre-LN", "llama"):
         save_folder(out / kind, MODELS[kind][0], perturb=False)
     return out
+
+
+def test_zero_biases_from_initialisation_are_biases(folders):
+    """GPT-2's and OPT's layers always hold biases, which transformers initialises to zero: read
+    as biases (`bias=true`, every one kept), not as a model without them."""
+    for kind in ("gpt2", "opt pre-LN"):
+        written = load_file(folders / kind / "model.safetensors")
+        assert not any(t.any() for key, t in written.items() if key.endswith(".bias"))
+        trained = read_folder(folders / kind)
+        assert trained.model["bias"] is True, kind
+        kept = [key for key in trained.weights if key.endswith(".bias")]
+        assert len(kept) == 2 * 6 + 1  # each block's norms, attention, FFN; the final norm
 
 
 def oversized(folders, kind: str, out, **change):

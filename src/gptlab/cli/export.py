@@ -28,6 +28,8 @@ def model_card(checkpoint: Path, step: int, settings: dict) -> str:
     metrics = reader.read_json(directory.metrics_file(run_dir)) if run_dir else None
     metrics = metrics if isinstance(metrics, dict) else {}
     command = ["gptlab-train", *latest_overrides(run_dir)] if run_dir else None
+    from gptlab.run.hf_folder import default_new_tokens
+
     lines = [
         "---",
         "library_name: transformers",
@@ -47,9 +49,14 @@ def model_card(checkpoint: Path, step: int, settings: dict) -> str:
         "`AutoTokenizer.from_pretrained(<this folder>)` (no remote code).",
         "",
         f"It reads at most {settings['context_length']} tokens: transformers' `generate()` and "
-        "`pipeline()` stop there by default (generation_config.json's max_length; a longer "
-        "input is past what it was trained on). `gptlab-generate` goes on past it with a "
-        "sliding window: each new token from the last context_length tokens.",
+        f"`pipeline()` add {default_new_tokens(settings['context_length'])} new tokens by "
+        "default (generation_config.json's max_new_tokens, half the window); pass "
+        "`max_new_tokens` so that prompt and new tokens stay within it (past it is past what it "
+        "was trained on). `gptlab-generate` goes on past it with a sliding window: each new "
+        "token from the last context_length tokens.",
+        "",
+        "A special token's string in the text (`<|endoftext|>`, ...) is encoded as plain text, "
+        "as gptlab trained on it (tokenizer_config.json's split_special_tokens).",
     ]
     return "\n".join(lines) + "\n"
 

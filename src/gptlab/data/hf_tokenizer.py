@@ -56,11 +56,17 @@ def converted(name: str):
 
 def to_transformers(name: str, context_length: int) -> PreTrainedTokenizerFast:
     """tiktoken's `name` as a fast tokenizer of a model reading `context_length` tokens; its
-    end-of-text token, if any, as bos, eos and pad (GPT-2's), padding on the left (a decoder's)."""
+    end-of-text token, if any, as bos, eos and pad (GPT-2's), padding on the left (a decoder's).
+    Text is encoded as gptlab encodes it (tiktoken's encode_ordinary): a special token's string
+    in it is plain text (`split_special_tokens`, saved in tokenizer_config.json); the special
+    ids still decode to their strings."""
     end = END_OF_TEXT if END_OF_TEXT in encoding_spec(name)["special_tokens"] else None
     tokens = dict(bos_token=end, eos_token=end, pad_token=end, padding_side="left")
     return PreTrainedTokenizerFast(
-        tokenizer_object=converted(name), model_max_length=context_length, **tokens
+        tokenizer_object=converted(name),
+        model_max_length=context_length,
+        split_special_tokens=True,
+        **tokens,
     )
 
 

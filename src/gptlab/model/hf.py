@@ -196,7 +196,9 @@ def class_names(kind: str, hf: dict[str, Tensor]) -> dict[str, Tensor]:
 
 def from_hf(kind: str, config: GPTConfig, hf: dict[str, Tensor]) -> tuple[dict, dict]:
     """The class's weights -> (gptlab's settings, its weights under `model.`): to_hf undone, and
-    gptlab's own settings read back (a sinusoidal table, biases that are all zero)."""
+    gptlab's own settings read back (a sinusoidal table). The architecture is the config's and
+    the tensors the file holds, never their values: biases transformers initialised to zero (or
+    an export wrote for `bias=false`) are biases a fine-tune trains."""
     scale, hf = math.sqrt(config.d_model), class_names(kind, hf)
     state = {}
     for key in gptlab_keys(kind, config, hf):
@@ -223,8 +225,6 @@ def from_hf(kind: str, config: GPTConfig, hf: dict[str, Tensor]) -> tuple[dict, 
     if table is not None and torch.equal(table, SinusoidalEncoding(config).table):
         settings["positional"] = "sinusoidal"
         del state["position_embedding.weight"]
-    biases = [k for k in state if k.endswith(".bias")]
-    if config.norm_layer == "layernorm" and biases and not any(state[k].any() for k in biases):
-        settings["bias"] = False
-        state = {k: v for k, v in state.items() if k not in biases}
+    if kind in ("gpt2", "opt"):  # biases whichever tensors the file holds, zero or not: trained
+        settings["bias"] = any(key.endswith(".bias") for key in state)
     return settings, {f"model.{k}": v for k, v in state.items()}

@@ -32,6 +32,14 @@ def check_exportable(trained: Trained) -> None:
     model_type(GPTConfig(**trained.model))  # a class that holds it, or the paragraph saying why
 
 
+def default_new_tokens(context_length: int) -> int:
+    """generate()'s and pipeline()'s default number of new tokens: half the window, so a prompt
+    of up to the other half stays inside it. A number of new tokens, not max_length (a total): a
+    saved max_length makes transformers warn on every call that passes max_new_tokens, and
+    without either pipeline() asks for 256, past a small model's position table."""
+    return max(1, context_length // 2)
+
+
 def write_folder(trained: Trained, model, out: Path, card: str) -> None:
     """config.json, model.safetensors, generation_config.json, the tokenizer and README.md of
     `model` (the GPT built from `trained`) into `out` (new or empty, admitted): written in a
@@ -47,9 +55,10 @@ def write_folder(trained: Trained, model, out: Path, card: str) -> None:
     state = model.state_dict()
     hf = AutoModelForCausalLM.from_config(AutoConfig.for_model(**settings))
     hf.load_state_dict(to_hf(config, state), strict=True)
-    # generate()'s (and pipeline's) default: stop at the context length, batches padded with eos
+    # generate()'s and pipeline()'s defaults: half the window of new tokens, batches padded with eos
     hf.generation_config.update(
-        max_length=config.context_length, pad_token_id=tokenizer.eos_token_id
+        max_new_tokens=default_new_tokens(config.context_length),
+        pad_token_id=tokenizer.eos_token_id,
     )
     with tempfile.TemporaryDirectory(dir=PLACE.make_dir(out), prefix=".export-") as staging:
         hf.save_pretrained(staging)
@@ -82,8 +91,12 @@ def checked_config(path: Path, hf) -> tuple[str, GPTConfig]:
     reads, no code (auto_map), every setting gptlab does not compute refused by name."""
     from transformers import AutoConfig
 
-    if not isinstance(hf, dict) or hf.get("model_type") not in CLASSES or "auto_map" in hf:
+    if not isinstance(hf, dict) or "auto_map" in hf:
         raise not_readable(path, "no config.json of a model_type gptlab reads, without code")
+    if hf.get("model_type") not in CLASSES:
+        kind = hf.get("model_type")  # a foreign file's: shown at most 80 characters long
+        found = "no model_type" if kind is None else f"model_type {str(kind)[:80]!r}"
+        raise not_readable(path, f"config.json names {found}, which gptlab does not read")
     for key, value in numbers(hf):
         if value > COUNTS.get(key, LIMIT):
             raise not_readable(
