@@ -66,7 +66,8 @@ def run_main(
 def process_state():
     """What a tool changes in its process, put back afterwards: the environment, argv, the
     working directory, the root logger (Hydra's job logging), warning filters, Hydra's global
-    state and job config, torch's thread count and its deterministic-algorithms switch."""
+    state and job config, torch's thread count and its deterministic-algorithms switch, and
+    W&B's session (logger=wandb)."""
     import torch
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.hydra_config import HydraConfig
@@ -104,6 +105,8 @@ def process_state():
             handler.close()  # the run's train.log
         root.handlers[:] = saved_handlers
         root.setLevel(saved_level)
+        if "wandb" in sys.modules:  # W&B reads its settings (WANDB_MODE, the login) once, at
+            sys.modules["wandb"].teardown()  # its setup: its public reset, for the next start
 
 
 def check(result: subprocess.CompletedProcess) -> subprocess.CompletedProcess:

@@ -1,9 +1,10 @@
 """experiment=ablation end to end, and the deltas against its baseline.
 
-One real sweep through the console script (2 configurations x 2 seeds x 10 steps, with the
-experiment's test split) serves the end-to-end tests: every job's metrics.json holds its test
-loss and val curve, summary_configs.csv the deltas against the baseline with their verdicts, and
-gptlab-eval split=test gives back a job's test loss. The Welch statistics behind the verdicts:
+One real sweep through the console script's entry point (helpers.run_main: the basic launcher
+runs its jobs in its process), 2 configurations x 2 seeds x 10 steps with the experiment's test
+split, serves the end-to-end tests: every job's metrics.json holds its test loss and val curve,
+summary_configs.csv the deltas against the baseline with their verdicts, and gptlab-eval
+split=test gives back a job's test loss. The Welch statistics behind the verdicts:
 tests/test_stats.py."""
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import statistics
 from pathlib import Path
 
 import pytest
-from helpers import check, read_metrics, run_cli, run_main
+from helpers import check, read_metrics, run_main
 
 from gptlab.sweep.ablation import add_deltas
 from gptlab.sweep.curves import add_time_to_loss, mean_curve
@@ -36,7 +37,7 @@ SWEEP = (
 @pytest.fixture(scope="module")
 def sweep_dir(tmp_path_factory) -> Path:
     cwd = tmp_path_factory.mktemp("ablation")
-    check(run_cli(*SWEEP, cwd=cwd, timeout=1200))  # four jobs: minutes on a busy machine
+    check(run_main(*SWEEP, cwd=cwd))  # four jobs, one after the other
     return cwd / "sweep"
 
 

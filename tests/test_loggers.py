@@ -1,5 +1,6 @@
-"""logger=mlflow, logger=wandb and lists of loggers, as a user runs them: real gptlab-train
-processes, a real MLflow tracking server on 127.0.0.1, W&B offline (no account, no network).
+"""logger=mlflow, logger=wandb and lists of loggers, as a user runs them: gptlab-train's command
+lines (its entry point in this process: helpers.run_main), a real MLflow tracking server on
+127.0.0.1, W&B offline (no account, no network).
 
 Four runs, shared by the checks: one with logger=[tensorboard,mlflow,wandb] on MLflow's local
 store, its resume, and a 2-job sweep logging to the MLflow server and to W&B.
@@ -17,7 +18,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from helpers import BIN, check, read_metrics, run_cli, run_main, scalars
+from helpers import BIN, check, read_metrics, run_main, scalars
 
 mlflow = pytest.importorskip("mlflow")
 pytest.importorskip("wandb")
@@ -129,7 +130,7 @@ def run_dirs(workdir: Path) -> list[Path]:
 
 @pytest.fixture(scope="module")
 def local_run(workdir) -> Path:
-    check(run_cli(FAST, "logger=[tensorboard,mlflow,wandb]", cwd=workdir))
+    check(run_main(FAST, "logger=[tensorboard,mlflow,wandb]", cwd=workdir))
     (run,) = run_dirs(workdir)
     return run
 
@@ -137,7 +138,7 @@ def local_run(workdir) -> Path:
 @pytest.fixture(scope="module")
 def resumed(local_run) -> Path:
     """The same run continued for 10 more steps, in its own directory."""
-    check(run_cli(f"resume={local_run}", "trainer.max_steps=40", cwd=local_run.parents[2]))
+    check(run_main(f"resume={local_run}", "trainer.max_steps=40", cwd=local_run.parents[2]))
     return local_run
 
 
@@ -145,7 +146,7 @@ def resumed(local_run) -> Path:
 def sweep(workdir, server) -> Path:
     """Two jobs, one process, to the MLflow server and W&B."""
     check(
-        run_cli(
+        run_main(
             "-m",
             FAST,
             "model.d_model=32,48",

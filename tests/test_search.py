@@ -1,5 +1,7 @@
 """Optuna searches end to end (hparams_search=optuna on gptlab's sweeper): real gptlab-train
-processes, a real study in SQLite, real pruning, a real SIGKILL and resume, the real dashboard."""
+processes where the process is the point (joblib, SLURM, DDP, a SIGKILL), the entry point in this
+process otherwise (helpers.run_main: a resume, the basic launcher's trials); a real study in
+SQLite, real pruning, the real dashboard."""
 
 from __future__ import annotations
 
@@ -284,7 +286,7 @@ def test_a_killed_search_resumes_to_n_trials_without_rerunning_finished_ones(tmp
     mismatch = run_main(f"resume={sweep}", "hydra.sweeper.study_name=another", cwd=tmp_path)
     assert mismatch.returncode == 2 and "holds no study of that name" in mismatch.stderr
 
-    result = check(run_cli(f"resume={sweep}", cwd=tmp_path, timeout=400))
+    result = check(run_main(f"resume={sweep}", cwd=tmp_path))
     assert not (tmp_path / "escape").exists() and not (sweep.parent.parent / "escape").exists()
     study = study_of(sweep)
     assert states(study).count("COMPLETE") == 6, states(study)
@@ -305,7 +307,7 @@ def test_a_killed_search_resumes_to_n_trials_without_rerunning_finished_ones(tmp
 def test_two_objectives_give_a_pareto_front(tmp_path):
     sweep = tmp_path / "sweep"
     check(
-        run_cli(
+        run_main(
             *SEARCH,
             "trainer.max_steps=10",
             "hydra.sweeper.n_trials=2",

@@ -301,6 +301,10 @@ def test_torchrun_two_node_ddp(tmp_path):
     check_two_node_run(run_dir, "".join(outputs))
 
 
+# last.ckpt from step 20 (not 100): the requeue comes early, 220 steps before the run would end
+EVERY_20 = "callbacks.last_checkpoint.every_n_train_steps=20"
+
+
 def test_sbatch_requeue_continues_from_last_checkpoint(tmp_path):
     run_dir, log = tmp_path / "run", tmp_path / "slurm-%j.out"
     job_id = slurm(
@@ -315,7 +319,7 @@ def test_sbatch_requeue_continues_from_last_checkpoint(tmp_path):
         f"--chdir={tmp_path}",
         f"--output={log}",
         "--wrap",
-        f"gptlab-train debug=fast trainer.max_steps=600 hydra.run.dir={run_dir}",
+        f"gptlab-train debug=fast trainer.max_steps=240 {EVERY_20} hydra.run.dir={run_dir}",
     ).strip()
     last = run_dir / "checkpoints" / "last.ckpt"
     wait_for(last.is_file, 120, f"{last} (job {job_id}: {job_fields(job_id).get('JobState')})")
@@ -330,7 +334,7 @@ def test_sbatch_requeue_continues_from_last_checkpoint(tmp_path):
         "the requeued job did not continue from last.ckpt:\n" + train_log[-3000:]
     )
     metrics = read_metrics(run_dir)
-    assert metrics["status"] == "ok" and metrics["steps"] == 600, metrics
+    assert metrics["status"] == "ok" and metrics["steps"] == 240, metrics
 
 
 def test_submitit_sweep_of_two_node_ddp_jobs(tmp_path):
