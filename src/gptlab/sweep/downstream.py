@@ -9,7 +9,7 @@ from gptlab.sweep.tables import Seeds, format_estimate, markdown_table
 PREFIX = "downstream/"  # metrics.json's keys: downstream/<task>/<score>, downstream/<aggregate>
 SCORES = ("acc", "acc_norm", "bpb", "centred")  # each task's, at each validation
 ACCURACIES = ("acc", "acc_norm")  # the scores with a chance level
-AGGREGATES = ("centred", "bpb")  # their means over the tasks
+AGGREGATES = ("core", "acc", "bpb")  # means over the tasks (core: of the centred accuracies)
 AT_CHANCE = "at chance"  # the mark of a score whose interval holds chance
 
 
@@ -84,7 +84,7 @@ def score_cell(jobs: list[dict], task: str | None, score: str) -> str:
         text = seeds.estimate()
     if task and score in ACCURACIES and chance is not None and at_chance(chance, values, n):
         text += f" ({AT_CHANCE})"
-    if not task and score == "centred" and every_task_at_chance(jobs):
+    if not task and score == "core" and every_task_at_chance(jobs):
         text += f" ({AT_CHANCE}: every task)"
     return text
 
@@ -114,7 +114,7 @@ def downstream_section(rows: list[dict], knobs: list[str]) -> list[str]:
             cells = [score_cell(jobs, task, score) for score in SCORES]
             if any(cells):
                 table.append([name, task, n, chance, *cells])
-        table.append([name, "(mean over tasks)", "", "", "", "", *aggregate_cells(jobs)])
+        table.append([name, "(mean over tasks)", "", "", *aggregate_cells(jobs)])
     return [
         "## Downstream tasks",
         "",
@@ -130,5 +130,7 @@ def downstream_section(rows: list[dict], knobs: list[str]) -> list[str]:
 
 
 def aggregate_cells(jobs: list[dict]) -> list[str]:
-    """The mean over tasks: bits per byte and the centred accuracy (CORE's)."""
-    return [score_cell(jobs, None, "bpb"), score_cell(jobs, None, "centred")]
+    """The means over tasks, in SCORES' columns: accuracy, bits per byte, the centred
+    accuracy (CORE's figure)."""
+    acc, bpb, core = (score_cell(jobs, None, key) for key in ("acc", "bpb", "core"))
+    return [acc, "", bpb, core]
