@@ -38,6 +38,7 @@ class Item:
     continuations: tuple[str, ...]  # one per choice, the " " before it included
     label: int
     lengths: tuple[int, ...]  # len() of each choice's text, as lm-eval's acc_norm counts it
+    row: int = -1  # its row in the task's file (what an independent harness is given)
 
     @property
     def gold(self) -> str:
@@ -334,7 +335,7 @@ def render(name: str, how: Callable[[dict], Item], rows: list, where: str) -> li
         if not isinstance(row, dict):
             raise malformed(name, where, number, "it is not a record")
         try:
-            items.append(how(row))
+            items.append(dataclasses.replace(how(row), row=number))
         except ValueError as e:
             raise malformed(name, where, number, str(e)) from None
     if not items:
