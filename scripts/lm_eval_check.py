@@ -35,7 +35,7 @@ def local_task(task, items, folder: Path) -> str:
     import lm_eval.tasks
     import pyarrow.parquet as pq
 
-    from gptlab import reader
+    from gptlab.data.task_files import read_arrow
     from gptlab.data.tasks import ROOT, TASKS
 
     stock, split = STOCK[task.name]
@@ -48,7 +48,7 @@ def local_task(task, items, folder: Path) -> str:
     else:  # the same rows of the same Arrow file, in gptlab's order
         source = Path(task.source)
         assert source.name == Path(TASKS[task.name].folder).name and ROOT in source.parts
-        tables = [reader.read_arrow(p) for p in sorted(source.glob("data-*.arrow"))]
+        tables = [read_arrow(p) for p in sorted(source.glob("data-*.arrow"))]
         import pyarrow as pa
 
         table = pa.concat_tables(tables).take([item.row for item in items])
