@@ -175,10 +175,8 @@ def loglikelihoods(model, requests: list[Request], batch_size: int) -> list[tupl
             ids[row, : len(r.ids) - 1] = torch.tensor(r.ids[:-1])
         logits = model(ids.to(device)).float()  # [rows, length, vocab_size]
         for row, (r, index) in enumerate(zip(rows, order[start : start + batch_size], strict=True)):
-            end = len(r.ids) - 1
-            span = logits[
-                row, end - r.scored : end
-            ]  # [scored, vocab_size]: predicts the continuation
+            end = len(r.ids) - 1  # the positions whose next token is the continuation's
+            span = logits[row, end - r.scored : end]  # [scored, vocab_size]
             targets = torch.tensor(r.ids[end - r.scored + 1 :], device=span.device)
             logp = torch.log_softmax(span, dim=-1).gather(1, targets[:, None])[:, 0]
             ll = logp.double().sum().item() - r.unknown * math.log(vocab)
