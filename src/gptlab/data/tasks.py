@@ -52,7 +52,9 @@ class Task:
     source: str  # where it was read from, for the table and the docs
     gold_only: bool = False
     num_shots: int = 0
-    encoded: dict = dataclasses.field(default_factory=dict, repr=False)  # the scorer's cache
+    encoded: dict = dataclasses.field(
+        default_factory=dict, repr=False, compare=False
+    )  # the scorer's cache
 
     def scored(self, max_items: int | None) -> list[Item]:
         """The first max_items items (all when None), with their shots in front of each context."""
