@@ -181,6 +181,10 @@ def test_the_gold_choice_with_all_the_probability_scores_1_and_uniform_scores_ch
     assert (uniform.acc, uniform.random, uniform.centred) == (0.25, 0.25, 0.0)
     # one token of log(V) nats over the 4 bytes " yes"
     assert uniform.bpb == pytest.approx(math.log2(tokenizer.vocab_size) / 4)
+    gpt = random_gpt(tokenizer.vocab_size)  # a real GPT made uniform: its head's weights zero
+    with torch.no_grad():
+        gpt.head.weight.zero_()
+    assert score_tasks(gpt, tokenizer, [task])["synthetic"] == uniform
     both = aggregate({"a": score, "b": uniform})
     assert both["core"] == 0.5 and both["tasks"] == ["a", "b"]
 
