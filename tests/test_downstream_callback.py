@@ -76,13 +76,14 @@ def test_the_scores_reach_tensorboard_and_metrics_json_at_each_validation(runs):
     assert validations == [10, 20]
     for name in names:  # at each validation, not in the sanity check (debug=fast has none)
         assert [step for step, _ in logged[name]] == validations, name
-    assert not [tag for tag in logged if tag.endswith(("/n", "/chance", "/n_oov", "/step"))]
+    assert not [t for t in logged if t.endswith(("/n", "/chance", "/n_oov", "/step", "/seconds"))]
     metrics = read_metrics(runs["on"])
     for name in names:  # the last validation's
         assert metrics[name] == pytest.approx(logged[name][-1][1], rel=1e-6), name
     assert metrics["downstream/piqa/n"] == metrics["downstream/lambada/n"] == 3
     assert metrics["downstream/piqa/chance"] == 0.5 and metrics["downstream/lambada/chance"] == 0
     assert metrics["downstream/step"] == 20
+    assert metrics["downstream/seconds"] > 0  # its cost over the run (scripts/benchmark)
     core = (metrics["downstream/piqa/centred"] + metrics["downstream/lambada/centred"]) / 2
     assert metrics["downstream/core"] == pytest.approx(core)
     assert not any(key.startswith("downstream") for key in read_metrics(runs["off"]))

@@ -3,6 +3,7 @@ in-loop evaluator, on gptlab.training.downstream's scorer), logged to every logg
 metrics.json (docs/training.md)."""
 
 import math
+import time
 
 import lightning as L
 
@@ -37,16 +38,20 @@ class DownstreamScores(L.Callback):
         self.max_items = max_items
         self.batch_size = batch_size
         self.last: dict = {}  # the last validation's scores, as metrics.json holds them
+        self.seconds = 0.0  # spent scoring over the run's life (its cost: scripts/benchmark)
 
     def on_validation_epoch_end(self, trainer, pl_module) -> None:
         if trainer.sanity_checking:
             return
         scores = None
         if trainer.is_global_zero:
+            began = time.perf_counter()
             found = score_tasks(
                 pl_module.model, pl_module.tokenizer, self.tasks, self.max_items, self.batch_size
             )
+            self.seconds += time.perf_counter() - began
             scores = self.flat(found, trainer.global_step)
+            scores[f"{PREFIX}/seconds"] = round(self.seconds, 3)
         scores = trainer.strategy.broadcast(scores, src=0)
         self.last = scores
         logged = {key: value for key, value in scores.items() if is_logged(key)}
@@ -67,10 +72,11 @@ class DownstreamScores(L.Callback):
 
     def state_dict(self) -> dict:
         """Kept in checkpoints: a run resumed after its last step reports them again."""
-        return {"last": self.last}
+        return {"last": self.last, "seconds": self.seconds}
 
     def load_state_dict(self, state_dict: dict) -> None:
         self.last = state_dict.get("last", {})
+        self.seconds = state_dict.get("seconds", 0.0)
 
 
 def is_logged(key: str) -> bool:
