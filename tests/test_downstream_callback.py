@@ -1,6 +1,6 @@
 """Downstream scores in the training loop (callbacks=downstream) and in every summary: real debug
 runs scoring small tasks written here in the form gptlab reads (a save_to_disk folder, OLMo's
-jsonl.gz requests), the same scores as the scorer gives the saved checkpoint, the training batches
+jsonl.gz requests), the same scores as gptlab-eval gives the saved checkpoint, the training batches
 unchanged; a sweep's summary with intervals and chance marked; a task's bpb fitted against compute
 on a known law."""
 
@@ -16,11 +16,8 @@ from helpers import check, read_metrics, run_main, scalars
 from test_scaling import LAW, SPREAD, law_sweep, report, write_job
 
 from gptlab.data import tasks as task_data
-from gptlab.data.tasks import load_tasks
-from gptlab.run.checkpoints import load_model
 from gptlab.sweep.stats import at_chance, wilson_interval
 from gptlab.sweep.summary import write_summary
-from gptlab.training.downstream import score_tasks
 
 TASKS = ["piqa", "lambada"]
 SCORES = ("acc", "acc_norm", "bpb", "centred")
@@ -99,18 +96,19 @@ def test_the_training_batches_and_losses_are_those_of_a_run_without_it(runs):
     assert read_metrics(runs["on"])["best_val_loss"] == read_metrics(runs["off"])["best_val_loss"]
 
 
-def test_the_in_loop_scores_equal_the_scorer_on_the_saved_checkpoint(runs):
-    """last.ckpt holds the weights of the last validation (step 20): scored again from the file,
-    the same numbers."""
-    model, tokenizer, step = load_model(runs["on"] / "checkpoints" / "last.ckpt")
-    assert step == 20
-    tasks = load_tasks(TASKS, runs["data"], runs["data"] / "cache")
-    found = score_tasks(model, tokenizer, tasks, max_items=3)
+def test_the_in_loop_scores_equal_gptlab_eval_on_the_saved_checkpoint(runs, tmp_path):
+    """last.ckpt holds the weights of the last validation (step 20): gptlab-eval tasks=... on it,
+    the same items, gives the same numbers."""
+    last = runs["on"] / "checkpoints" / "last.ckpt"
+    args = [f"ckpt_path={last}", f"tasks=[{','.join(TASKS)}]", "downstream.max_items=3"]
+    check(run_main(*args, f"data.data_dir={runs['data']}", tool="gptlab-eval", cwd=tmp_path))
+    [result] = json.loads((runs["on"] / "eval.json").read_text()).values()
+    assert result["step"] == 20
     metrics = read_metrics(runs["on"])
-    for task, score in found.items():
+    for task, score in result["downstream"].items():
         for name in SCORES:
-            expected = getattr(score, name)
-            assert metrics[f"downstream/{task}/{name}"] == pytest.approx(expected, abs=1e-6)
+            assert metrics[f"downstream/{task}/{name}"] == pytest.approx(score[name], abs=1e-6)
+    assert metrics["downstream/core"] == pytest.approx(result["aggregate"]["core"], abs=1e-6)
 
 
 def test_a_missing_task_folder_or_an_unknown_task_ends_before_training_with_exit_2(tmp_path):
