@@ -111,15 +111,20 @@ def test_the_in_loop_scores_equal_gptlab_eval_on_the_saved_checkpoint(runs, tmp_
     assert metrics["downstream/core"] == pytest.approx(result["aggregate"]["core"], abs=1e-6)
 
 
-def test_a_missing_task_folder_or_an_unknown_task_ends_before_training_with_exit_2(tmp_path):
+def test_a_missing_task_folder_an_unknown_task_or_no_items_end_before_training_with_exit_2(
+    tmp_path,
+):
     empty = tmp_path / "nothing"
     empty.mkdir()
     base = ["debug=fast", "callbacks=downstream", "hydra.run.dir=run"]
-    missing = run_main(*base, f"callbacks.downstream.data_dir={empty}", cwd=tmp_path)
+    offline = {"HF_HUB_OFFLINE": "1"}  # no wheel and no Hub: nowhere to read the tasks from
+    missing = run_main(*base, f"callbacks.downstream.data_dir={empty}", cwd=tmp_path, env=offline)
     assert missing.returncode == 2
     assert "tasks: the data of lambada is not on this machine" in missing.stderr
     unknown = run_main(*base, "callbacks.downstream.tasks=[hellaswg]", cwd=tmp_path)
     assert unknown.returncode == 2 and "did you mean hellaswag" in unknown.stderr
+    none = run_main(*base, "callbacks.downstream.max_items=0", cwd=tmp_path)
+    assert none.returncode == 2 and "callbacks.downstream.max_items=0: give a whole" in none.stderr
     assert not (tmp_path / "run" / "checkpoints").exists()
 
 
