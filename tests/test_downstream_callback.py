@@ -210,3 +210,26 @@ def test_an_accuracy_is_no_loss_to_fit(tmp_path, capsys):
         main([str(tmp_path), "--metric", "downstream/hellaswag/acc"])
     assert exit_info.value.code == 2
     assert "is no loss to fit" in capsys.readouterr().err
+
+
+def test_the_benchmarks_cost_row_is_scoring_seconds_over_training_seconds(tmp_path):
+    """scripts/benchmark --downstream's row from a pair of runs as train_run reads them: the
+    callback's seconds from its metrics.json, over its steps at its training rate; 10% passes."""
+    from scripts.benchmark.downstream import downstream_rows, pair
+
+    def run(name: str, metrics: dict) -> dict:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "metrics.json").write_text(json.dumps(metrics))
+        return {"run_dir": str(tmp_path / name), "steps": 400, "train_steps_per_s": 4.0}
+
+    off, on = run("off", {}), run("on", {"downstream/seconds": 9.0})
+    off.update(fit_wall_seconds=100.0, final_val_loss=4.5, command="gptlab-train")
+    on.update(fit_wall_seconds=110.0, final_val_loss=4.5, command="gptlab-train callbacks=...")
+    measured = pair(off, on)
+    assert measured["cost_pct"] == pytest.approx(100 * 9.0 / 100.0)  # 400 steps at 4 a second
+    assert measured["wall_ratio"] == pytest.approx(1.1) and measured["same_val_loss"]
+    result = {**measured, "all_cost_pct": [9.0], "all_wall_ratio": [1.1]}
+    [cost, *_] = downstream_rows(result)
+    assert cost["status"] == "PASS" and cost["target"] == "<= 10"
+    [dear, *_] = downstream_rows({**result, "cost_pct": 10.5})
+    assert dear["status"] == "FAIL"
