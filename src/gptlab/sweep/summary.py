@@ -16,7 +16,7 @@ from gptlab.exits import BAD_INPUT, FAILED
 from gptlab.run import directory, ownership
 from gptlab.run.overrides import split_override
 from gptlab.run.place import PLACE
-from gptlab.sweep import tables
+from gptlab.sweep import downstream, tables
 from gptlab.sweep.ablation import BASELINE, leading_sections
 from gptlab.sweep.jobs import job_identity
 from gptlab.sweep.mutransfer import mutransfer_section
@@ -24,7 +24,7 @@ from gptlab.sweep.plots import summary_figure
 from gptlab.sweep.scaling import TooFewPoints
 from gptlab.sweep.scaling_report import scaling_section
 from gptlab.sweep.search import search_summary
-from gptlab.sweep.stats import number, sort_key
+from gptlab.sweep.stats import group_configurations, number, sort_key
 from gptlab.sweep.tables import (
     PARAMS,
     Configuration,
@@ -191,9 +191,15 @@ def write_summary(
     PLACE.make_dir(out)
     jobs = collect(sweep_dir)
     rows, knobs = jobs.rows, jobs.knobs
+    scores = downstream.score_keys(rows)  # the in-loop callback's, where jobs have them
+    for row in rows:
+        row.update(downstream.marks([row]))
     configs = None  # configurations: where seeds are swept
     if "seed" in knobs:
-        configs = aggregate(rows, knobs)
+        configs = aggregate(rows, knobs, scores)
+        groups = group_configurations(rows, knobs)
+        for config in configs:
+            config.marks = downstream.marks(groups[config.name])
     leading = leading_sections(rows, configs, out, target_val_loss, baseline)
     # μTransfer's verdict (experiment=mutransfer), else where optim.lr and a size are swept, μP's
     leading += mutransfer_section(rows, sweep_dir) or transfer_section(rows, knobs, out)
@@ -206,9 +212,16 @@ def write_summary(
     if configs is not None:
         path = out / "summary_configs.csv"
         cells = [config.row() for config in configs]
-        table = write_table(path, config_columns(knobs, cells), cells, tables.CONFIG_SHOWN)
-        lines += ["## Configurations", "", *table, "", "## Jobs", ""]
-    lines += write_table(out / "summary.csv", job_columns(rows, knobs), rows)
+        columns = config_columns(knobs, cells, downstream.config_columns(rows))
+        table = write_table(path, columns, cells, tables.CONFIG_SHOWN)
+        lines += ["## Configurations", "", *table, ""]
+    scored = downstream.downstream_section(rows, knobs)
+    lines += scored
+    if configs is not None or scored:
+        lines += ["## Jobs", ""]
+    columns = job_columns(rows, knobs, downstream.job_columns(rows))
+    shown = job_columns(rows, knobs)  # the downstream scores: their own table, above
+    lines += write_table(out / "summary.csv", columns, rows, shown)
     figure = summary_figure(rows, knobs, configs, out.name)
     PLACE.save_figure(figure, out / "summary.png", dpi=80)
     lines += search_summary(sweep_dir, out / "summary.png")  # an Optuna search's study and plots

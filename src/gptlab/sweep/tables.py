@@ -142,6 +142,7 @@ class Configuration:
     vs_best: str = ""
     deltas: dict[str, Delta] = field(default_factory=dict)  # by metric, against the baseline
     time_to_val_loss: float | None = None  # its seeds' mean (gptlab.sweep.curves)
+    marks: dict[str, bool] = field(default_factory=dict)  # its scores at chance (sweep.downstream)
 
     def value(self, key: str):
         """A knob's value, or the parameter count: what a plot's panel places it by."""
@@ -162,6 +163,7 @@ class Configuration:
             "p_vs_best": self.p_vs_best,
             "vs_best": self.vs_best,
             "time_to_val_loss": self.time_to_val_loss,
+            **self.marks,
         }
         for metric, seeds in self.stats.items():
             row[f"{metric}_mean"] = seeds.mean
@@ -178,8 +180,11 @@ class Configuration:
         return row
 
 
-def configuration(name: str, jobs: list[dict], knobs: list[str]) -> Configuration:
-    """A configuration: its knobs, seeds and jobs, and the statistics of its ok jobs."""
+def configuration(
+    name: str, jobs: list[dict], knobs: list[str], scores: list[str] = ()
+) -> Configuration:
+    """A configuration: its knobs, seeds and jobs, and the statistics of its ok jobs (of
+    CONFIG_METRICS, and of `scores`: metrics.json's keys, e.g. the downstream tasks')."""
     ok = [job for job in jobs if job["status"] == "ok"]
     num_params = None
     if ok:
@@ -192,14 +197,18 @@ def configuration(name: str, jobs: list[dict], knobs: list[str]) -> Configuratio
         num_params=num_params,
         seeds=" ".join(sorted((str(job.get("seed")) for job in jobs), key=sort_key)),
         jobs=" ".join(sorted((job["job"] for job in jobs), key=sort_key)),
-        stats={metric: Seeds.of(job_values(jobs, key)) for metric, key in CONFIG_METRICS.items()},
+        stats={
+            **{metric: Seeds.of(job_values(jobs, key)) for metric, key in CONFIG_METRICS.items()},
+            **{key: Seeds.of(job_values(jobs, key)) for key in scores},
+        },
     )
 
 
-def aggregate(rows: list[dict], knobs: list[str]) -> list[Configuration]:
-    """One per configuration, best mean val loss first, each against the best by Welch."""
+def aggregate(rows: list[dict], knobs: list[str], scores: list[str] = ()) -> list[Configuration]:
+    """One per configuration, best mean val loss first, each against the best by Welch (with
+    the statistics of `scores` too: see configuration)."""
     groups = group_configurations(rows, knobs)
-    configs = [configuration(name, jobs, knobs) for name, jobs in groups.items()]
+    configs = [configuration(name, jobs, knobs, scores) for name, jobs in groups.items()]
     configs.sort(key=lambda c: sort_key(c.stats["val_loss"].mean))
     best = configs[0].stats["val_loss"].values
     if best:
@@ -216,15 +225,18 @@ def present(columns: list[str], rows: list[dict]) -> list[str]:
     return [column for column in columns if any(row.get(column) is not None for row in rows)]
 
 
-def config_columns(knobs: list[str], rows: list[dict]) -> list[str]:
-    """The columns of summary_configs.csv; CONFIG_EXTRA where a configuration has them."""
+def config_columns(knobs: list[str], rows: list[dict], extra: list[str] = ()) -> list[str]:
+    """The columns of summary_configs.csv; CONFIG_EXTRA where a configuration has them, then
+    `extra` (the downstream scores' statistics: gptlab.sweep.downstream) where one has them."""
     stats = [f"{m}_{stat}" for m in ("val_loss", "val_bpb") for stat in ("mean", "std", "ci95")]
     head = ["config", *[k for k in knobs if k != "seed"], "num_params", "n_seeds", "n_failed"]
-    return [*head, *stats, "p_vs_best", "vs_best", *present(CONFIG_EXTRA, rows), "seeds", "jobs"]
+    tail = [*present(CONFIG_EXTRA, rows), *present(extra, rows), "seeds", "jobs"]
+    return [*head, *stats, "p_vs_best", "vs_best", *tail]
 
 
-def job_columns(rows: list[dict], knobs: list[str]) -> list[str]:
-    """The columns of summary.csv; best_val_bpb and JOB_EXTRA where jobs have them."""
+def job_columns(rows: list[dict], knobs: list[str], extra: list[str] = ()) -> list[str]:
+    """The columns of summary.csv; best_val_bpb and JOB_EXTRA where jobs have them, then `extra`
+    (the downstream scores: gptlab.sweep.downstream)."""
     bpb = ["best_val_bpb"] if any(number(r.get("best_val_bpb")) is not None for r in rows) else []
     head = [
         "job",
@@ -236,4 +248,4 @@ def job_columns(rows: list[dict], knobs: list[str]) -> list[str]:
     ]
     knob_columns = [k for k in knobs if k not in PARAMS.values()]
     tail = ["tokens_per_sec", "wall_seconds", "overrides", "reason"]
-    return [*head, "num_params", *PARAMS, *knob_columns, *tail]
+    return [*head, *extra, "num_params", *PARAMS, *knob_columns, *tail]

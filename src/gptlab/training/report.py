@@ -27,6 +27,7 @@ from gptlab.training.callbacks import (
     RngState,
     ValidationStep,
 )
+from gptlab.training.downstream_callback import downstream_results
 from gptlab.training.fitting import best_val_loss
 from gptlab.training.pruning import pruning_result
 from gptlab.training.run_stats import RunStats
@@ -102,6 +103,7 @@ class RunReport(L.Callback):
             "train_flops": self.stats.flops_per_token * tokens,
             "scaling_params": pl_module.model.scaling_params(),
             "epochs": tokens / train_tokens if train_tokens else None,
+            **downstream_results(trainer),  # the last validation's, where the callback is on
             **pruning_result(trainer),  # "status": "pruned" when an Optuna pruner stopped it
             **self.branch(trainer),
         }
