@@ -3,6 +3,8 @@ the token store, the samplers, and gptlab-train's own refusals (in-process)."""
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -10,8 +12,11 @@ import pytest
 import torch
 import yaml
 from conftest import SHARED
+from helpers import run_main
 
 from gptlab.data.datamodule import GPTDataModule
+from gptlab.data.mixture import Mixture
+from gptlab.data.windows import MixtureSampler
 from gptlab.errors import ConfigError
 
 B, T = 8, 32
@@ -103,3 +108,125 @@ def test_each_source_splits_alone_into_its_own_store(mixed, book):
     assert mixed.tokenizer.decode(ids) == shakespeare
     sizes = [len(mixed.part("train", source)) for source in mixed.source_names]
     assert len(mixed.splits["train"]) == sum(sizes)
+
+
+# ------------------------------------------------------------------ sampling
+def tiktoken_ids(module: GPTDataModule, x: torch.Tensor) -> np.ndarray:
+    """The tiktoken ids of model ids: comparable across vocabularies."""
+    return module.tokenizer.vocab[x.numpy()]
+
+
+def test_a_source_with_every_window_draws_as_a_run_on_it_alone(cache, book):
+    """weights {book: 1, shakespeare: 0}: the same windows of text, in the same order, as the book
+    alone with the same seed, on every rank; Shakespeare is still validated, never trained on."""
+    only_book = set_up(two_books(cache, weights={"book": 1, "shakespeare": 0}, seed=7))
+    alone = set_up(book_alone(cache, seed=7))
+    assert len(only_book.val_dataloader()) == 2
+    mixed_loader, alone_loader = only_book.train_dataloader(), alone.train_dataloader()
+    for rank in (0, 1):  # a DDP rank's sampler, of two
+        mixed_sampler = dataclasses.replace(mixed_loader.sampler, rank=rank, world_size=2)
+        alone_sampler = dataclasses.replace(alone_loader.sampler, rank=rank, world_size=2)
+        for starts, alone_starts in itertools.islice(
+            zip(mixed_sampler, alone_sampler, strict=False), 50
+        ):
+            assert starts[1] == []
+            (x, y), (x1, y1) = mixed_loader.dataset[starts], alone_loader.dataset[alone_starts]
+            assert np.array_equal(tiktoken_ids(only_book, x), tiktoken_ids(alone, x1))
+            assert np.array_equal(tiktoken_ids(only_book, y), tiktoken_ids(alone, y1))
+
+
+@pytest.mark.parametrize("weights", [{"book": 0.3, "shakespeare": 0.7}, "proportional"])
+def test_each_source_gets_its_share_of_the_train_tokens(mixed, weights):
+    """Over 1,000 steps each source's share of the windows (hence of the train tokens: every
+    window has context_length of them) is within 2% of its weight; every batch is whole."""
+    sizes = {source: len(mixed.part("train", source)) for source in mixed.source_names}
+    mixture = Mixture(weights, sizes)
+    starts = [size - T for size in sizes.values()]
+    sampler = MixtureSampler(mixture, starts, 16, seed=0)
+    drawn = np.zeros(2)
+    for batch in itertools.islice(sampler, 1000):
+        assert sum(len(s) for s in batch) == 16
+        drawn += [len(s) for s in batch]
+    share = drawn / drawn.sum()
+    expected = mixture.shares_at(0)
+    if weights == "proportional":
+        assert expected == pytest.approx(np.array(list(sizes.values())) / sum(sizes.values()))
+    assert np.all(np.abs(share - expected) <= 0.02 * expected), (share, expected)
+
+
+def test_batches_hold_each_sources_windows_in_the_union_vocabulary(mixed):
+    """A batch: the book's windows, then Shakespeare's, each a window of its own train split."""
+    loader = mixed.train_dataloader()
+    (x, y), starts = next(iter(loader)), next(iter(loader.sampler))
+    assert x.shape == y.shape == (B, T) and torch.equal(x[:, 1:], y[:, :-1])
+    rows = iter(x)
+    for source, offsets in zip(mixed.source_names, starts, strict=True):
+        train = mixed.tables[source][np.asarray(mixed.part("train", source))]
+        for start in offsets:
+            assert next(rows).tolist() == train[start : start + T].tolist()
+
+
+def test_staged_weights_switch_at_their_step(mixed):
+    sizes = {source: len(mixed.part("train", source)) for source in mixed.source_names}
+    stages = [
+        {"start": 0, "weights": {"book": 1}},
+        {"start": 5, "weights": {"shakespeare": 1}},
+        {"start": 10, "weights": "proportional"},
+    ]
+    mixture = Mixture(stages, sizes)
+    assert [mixture.counts(step, 16).tolist() for step in (0, 4, 5, 9)] == [[16, 0]] * 2 + [
+        [0, 16]
+    ] * 2
+    assert 0 < mixture.counts(10, 16)[0] < 16
+    epochs = mixture.epochs(20, 100)
+    assert epochs["book"] == pytest.approx((500 + 1000 * mixture.shares_at(10)[0]) / sizes["book"])
+
+
+def test_a_continued_run_draws_what_the_stopped_one_would_have(mixed):
+    """Batch i is a pure function of (seed, rank, world size, i): a sampler started at step 37
+    (trainer.global_step after a kill -9 or a requeue) goes on exactly; ranks draw their own."""
+    starts = [len(mixed.part("train", source)) - T for source in mixed.source_names]
+    whole = MixtureSampler(mixed.mixture, starts, B, seed=3)
+    resumed = MixtureSampler(mixed.mixture, starts, B, seed=3, start=37)
+    assert list(itertools.islice(whole, 37, 60)) == list(itertools.islice(resumed, 23))
+    rank0 = MixtureSampler(mixed.mixture, starts, B, seed=3, rank=0, world_size=2)
+    rank1 = MixtureSampler(mixed.mixture, starts, B, seed=3, rank=1, world_size=2)
+    for a, b in itertools.islice(zip(rank0, rank1, strict=True), 20):
+        assert [len(s) for s in a] == [len(s) for s in b] and a != b
+
+
+# ------------------------------------------------------------------ refusals, before any tokenizing
+@pytest.mark.parametrize(
+    "override, needle",
+    [
+        ("data.weights={book:-1,shakespeare:1}", "data.weights.book=-1: a weight is a finite"),
+        ("data.weights={book:nan,shakespeare:1}", "data.weights.book=nan: a weight is a finite"),
+        ("data.weights={book:0,shakespeare:0}", "every weight is 0"),
+        ("data.weights={book:1,poetry:1}", "data.weights.poetry: there is no source 'poetry'"),
+        ("+data.sources.shakespeare.path=nowhere.txt", "data.sources.shakespeare.path: no file"),
+        ("data.weights=[{start:5,weights:{book:1}}]", "data.weights[0].start=5: the first stage"),
+        ("+data.sources.book.colour=red", "data.sources.book.colour: a source has no such"),
+        ("data.val_average=mean", "data.val_average='mean'"),
+        ("data.max_epochs=-1", "data.max_epochs=-1"),
+    ],
+)
+def test_bad_mixtures_are_refused_before_any_tokenizing(tmp_path, override, needle):
+    cache = tmp_path / "cache"
+    args = ["experiment=two_books", "debug=fast", override, "logger=none", "hydra.run.dir=run"]
+    result = run_main(*args, cwd=tmp_path, env={"GPTLAB_CACHE_DIR": str(cache)})
+    assert result.returncode == 2, result.stderr[-3000:]
+    error = result.stderr.strip().splitlines()[-1]
+    assert needle in error, result.stderr[-3000:]
+    assert not cache.exists() or not any(cache.iterdir())  # nothing tokenized
+
+
+def test_a_run_that_would_repeat_a_source_past_the_cap_is_refused(tmp_path):
+    """data.max_epochs: the planned epochs of each source, checked before the first step."""
+    args = ["experiment=two_books", "debug=fast", "logger=none", "hydra.run.dir=run"]
+    capped = run_main(*args, "data.max_epochs=1", "trainer.max_steps=2000", cwd=tmp_path)
+    assert capped.returncode == 2, capped.stderr[-3000:]
+    message = capped.stderr.strip().splitlines()[-1]
+    # 2,000 steps of 8 x 32 tokens, 20.5% of them the book's 70,127 train tokens: 1.50 epochs
+    assert "data.max_epochs=1: 2,000 steps of 8 x 32 tokens" in message
+    assert "source 'book' 1.50 times over (70,127 train tokens)" in message
+    assert not (tmp_path / "run" / "checkpoints").exists()

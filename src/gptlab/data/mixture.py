@@ -62,11 +62,11 @@ def check_mixture(settings) -> None:
                 f"{', '.join(SOURCE_KEYS)} (the shared ones, such as encoding or batch_size, are "
                 "data's own)."
             )
-        if sum(bool(given.get(k)) for k in ("url", "path", "name")) != 1:
+        if not any(given.get(key) for key in ("url", "path", "name")):
             raise ConfigError(
-                f"{where}: a source is read from exactly one of url (with its sha256), path (a "
-                "file, folder, glob, JSONL or Parquet) and name (a Hugging Face dataset); it "
-                f"names {', '.join(k for k in ('url', 'path', 'name') if given.get(k)) or 'none'}."
+                f"{where}: the source names no text. Give it a url (with its sha256), a path (a "
+                "file, folder, glob, JSONL or Parquet) or a name (a Hugging Face dataset); as "
+                "for a single source, name wins over path, and path over url."
             )
     stages(settings.weights, list(sources))
 
