@@ -57,8 +57,8 @@ def of_source(message: str, source: str | None) -> str:
     if source is None:
         return message
     keys = "|".join(SOURCE_KEYS)
-    message = re.sub(rf"\bdata\.({keys})\b", rf"data.sources.{source}.\1", message)
-    return f"Source '{source}': {message}"
+    message, named = re.subn(rf"\bdata\.({keys})\b", rf"data.sources.{source}.\1", message)
+    return message if named else f"Source '{source}' (data.sources.{source}): {message}"
 
 
 def union_vocabulary(stores: dict, vocab_mode: str) -> tuple[list[int] | None, dict]:
