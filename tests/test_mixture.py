@@ -12,7 +12,7 @@ import pytest
 import torch
 import yaml
 from conftest import SHARED
-from helpers import run_main
+from helpers import run_main, scalars
 
 from gptlab.data.datamodule import GPTDataModule
 from gptlab.data.mixture import Mixture
@@ -230,3 +230,30 @@ def test_a_run_that_would_repeat_a_source_past_the_cap_is_refused(tmp_path):
     assert "data.max_epochs=1: 2,000 steps of 8 x 32 tokens" in message
     assert "source 'book' 1.50 times over (70,127 train tokens)" in message
     assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+# ------------------------------------------------------------------ a run, killed and resumed
+def test_sigkill_then_resume_gives_the_same_per_source_losses(tmp_path):
+    """experiment=two_books at debug sizes: kill -9 at a periodic save, resume=, and every val
+    scalar (each source's loss and bpb, the averages) equals the unbroken run's, as do weights."""
+    from test_resume import TINY, kill_at_save, start, weights
+
+    from gptlab.run import directory
+
+    args = [*TINY, "experiment=two_books", "trainer.max_steps=30", "trainer.val_check_interval=15"]
+    whole = run_main(*args, "hydra.run.dir=whole", cwd=tmp_path)
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    run_dir = tmp_path / "run"
+    last = run_dir / directory.CHECKPOINTS / "last.ckpt"
+    stopped = kill_at_save(start(*args, f"hydra.run.dir={run_dir}", cwd=tmp_path), last, 10)
+    assert 10 <= stopped < 30
+    resumed = run_main(f"resume={run_dir}", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    a, b = weights(tmp_path / "whole" / directory.CHECKPOINTS / "last.ckpt"), weights(last)
+    assert max((a[k] - b[k]).abs().max().item() for k in a) == 0
+    tags = scalars(tmp_path / "whole" / "tensorboard")
+    again = scalars(run_dir / "tensorboard")
+    per_source = [tag for tag in tags if tag.startswith(("val/book/", "val/shakespeare/"))]
+    assert per_source, sorted(tags)
+    for tag in [t for t in tags if t.startswith("val/")]:
+        assert dict(again[tag])[30] == dict(tags[tag])[30], tag
