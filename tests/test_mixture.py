@@ -12,7 +12,7 @@ import pytest
 import torch
 import yaml
 from conftest import SHARED
-from helpers import run_main, scalars
+from helpers import LocalServer, run_main, scalars
 
 from gptlab.data.datamodule import GPTDataModule
 from gptlab.data.mixture import Mixture
@@ -257,3 +257,53 @@ def test_sigkill_then_resume_gives_the_same_per_source_losses(tmp_path):
     assert per_source, sorted(tags)
     for tag in [t for t in tags if t.startswith("val/")]:
         assert dict(again[tag])[30] == dict(tags[tag])[30], tag
+
+
+# ------------------------------------------------------------------ Tiny Shakespeare's download
+def test_a_source_downloads_once_under_its_file_name(tmp_path, monkeypatch):
+    """char-rnn's input.txt is found, or downloaded once and checked, as tinyshakespeare.txt
+    (data.sources.shakespeare.file_name); the book comes from the data folder."""
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    server = LocalServer(files={"/tinyshakespeare/input.txt": SHAKESPEARE.read_bytes()})
+    try:
+        shakespeare = {**TWO_BOOKS["sources"]["shakespeare"]}
+        shakespeare["url"] = server.url("/tinyshakespeare/input.txt")
+        data_dir = tmp_path / "data"
+        data_dir.mkdir()
+        (data_dir / "sales_textbook.txt").write_bytes((SHARED / "sales_textbook.txt").read_bytes())
+        sources = {"book": TWO_BOOKS["sources"]["book"], "shakespeare": shakespeare}
+        for _ in range(2):  # the second finds the download
+            module = two_books(tmp_path / "cache", sources=sources, data_dir=str(data_dir))
+            got = module.corpus_path("shakespeare")
+            assert got == data_dir / "sha256" / shakespeare["sha256"] / "tinyshakespeare.txt"
+        assert server.hits == ["/tinyshakespeare/input.txt"]
+    finally:
+        server.close()
+    with pytest.raises(ConfigError, match="data.sources.shakespeare.file_name='../x.txt'"):
+        bad = {**sources, "shakespeare": {**shakespeare, "file_name": "../x.txt"}}
+        two_books(tmp_path / "cache", sources=bad, data_dir=str(data_dir)).prepare_data()
+
+
+# ------------------------------------------------------------------ the benchmark's mixing row
+def test_the_benchmarks_mixing_row(tmp_path):
+    """scripts/benchmark's row 9: its halves, the batches drawn with no model, its rows."""
+    from scripts.benchmark.bare_batches import time_batches
+    from scripts.benchmark.mixing import halves, mixing_rows
+
+    book = SHARED / "sales_textbook.txt"
+    first, second = halves(book, tmp_path)
+    assert first.read_text() + second.read_text() == book.read_text()
+    assert first.read_text().endswith("\n")
+    assert abs(first.stat().st_size - second.stat().st_size) < 1000
+    sources = {"first": {"path": str(first)}, "second": {"path": str(second)}}
+    module = two_books(tmp_path / "cache", sources=sources, weights=None)
+    timed = time_batches(module, 50)
+    assert timed["batches"] == 50 and timed["seconds_per_batch"] > 0
+    run = {"train_steps_per_s": 10.0, "steps": 400, "all_steps_per_s": [10.0, 9.0]}
+    measured = {
+        "runs": {"single": run, "mixture": {**run, "train_steps_per_s": 9.8}},
+        "bare": {"single": {"seconds_per_batch": 1e-4}, "mixture": {"seconds_per_batch": 3e-4}},
+    }
+    cost, batches = mixing_rows(measured)
+    assert cost["value"] == pytest.approx(100 * (10.0 / 9.8 - 1))
+    assert batches["value"] == pytest.approx(100 * 2e-4 / 0.1)  # 0.2 ms of a 100 ms step

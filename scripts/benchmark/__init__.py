@@ -29,12 +29,15 @@ The rows (training steps/s always over training steps only; validation is timed 
    warm one) against bare tiktoken batch-encoding the same text on every core, each run's peak
    memory, the token store's bytes per byte of text, training tokens/s on that store.
 8. generation: GPT.generate's tokens/s with the KV cache and without (bare_generate.py), on the
-   default model and on d_model 512 x 8 blocks, batch 1 and 8.
+   default model and on d_model 512 x 8 blocks, batch 1 and 8;
+9. a data mixture's cost: the book as one source against its two halves as a mixture of two
+   sources, steps/s end to end, and the batches alone (bare_batches.py); not in --quick.
 
 Module by module: cli (options, the order of the stages, the JSON), stages (each row's runs),
 runs (a gptlab-train process and what it wrote), processes (a child, its peak memory, the
 competitor), reference (the reference loop's process), bare_loop (the overhead row's bare side,
 a script of its own), corpus and bare_tokenize (row 7; the latter a script of its own), machine
 (the CPU and its bf16 flags), table (targets, verdicts, the table), generation and bare_generate
-(row 8; the latter a script of its own).
+(row 8; the latter a script of its own), mixing and bare_batches (row 9; the latter a script of
+its own).
 """

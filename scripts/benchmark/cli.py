@@ -13,6 +13,7 @@ from . import __doc__ as DESCRIPTION
 from . import corpus, stages
 from .generation import generation_rows, generation_stage
 from .machine import machine_info
+from .mixing import mixing_rows, mixing_stage
 from .reference import default_corpus
 from .report import render, write_json
 from .runs import Setup
@@ -131,6 +132,9 @@ def measure(args, setup: Setup) -> dict:
         )
     stages.stage("8. generation with and without the KV cache")
     results["generation"] = generation_stage(setup, args.quick)
+    if not args.quick:  # a smoke run skips it (scripts/benchmark/mixing.py)
+        stages.stage("9. a mixture of two sources against one source of the same text")
+        results["mixing"] = mixing_stage(setup, args.corpus, args.steps, args.repeats)
     return results
 
 
@@ -143,6 +147,7 @@ def main(argv=None) -> int:
     results = {"machine": info, "settings": {k: str(v) for k, v in vars(args).items()}}
     results.update(measure(args, setup))
     rows = all_rows(results, info) + generation_rows(results["generation"])
+    rows += mixing_rows(results.get("mixing"))
     info["load_average_end"] = list(os.getloadavg())
     info["benchmark_seconds"] = round(time.time() - began, 1)
     results["rows"] = rows
