@@ -1,6 +1,8 @@
 """LightningDataModule: sources -> token store (tokenized once) -> train, val, test -> batches.
 The store is mapped, not loaded: the splits are views of one np.memmap, shared through the page
-cache by the processes of a DDP run (a spawned rank gets the module pickled by the store's path)."""
+cache by the processes of a DDP run (a spawned rank gets the module pickled by the store's path).
+A mixture (data.sources, docs/data.md) runs the same path once per source: a store, a split and a
+val loader each; its training batches mix the sources' windows (windows.MixtureSampler)."""
 
 import hashlib
 import json
