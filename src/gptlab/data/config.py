@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any
 
+from gptlab.data.mixture import SOURCE_KEYS, check_mixture
 from gptlab.errors import ConfigError
 
 SALES_TEXTBOOK_URL = (
@@ -85,12 +86,7 @@ class DataConfig:
                 "cap on how often a source repeats)."
             )
         if self.sources is not None:
-            from gptlab.data.mixture import check_mixture  # the mixture's own checks
-
             check_mixture(self)
-
-
-SOURCE_KEYS = ("url", "path", "sha256", "name", "split", "text_field", "file_name")
 
 
 def source_settings(settings: DataConfig, source: str) -> DataConfig:

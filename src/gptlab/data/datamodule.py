@@ -7,8 +7,6 @@ val loader each; its training batches mix the sources' windows (windows.MixtureS
 import hashlib
 import json
 import logging
-import re
-from dataclasses import dataclass
 from pathlib import Path
 
 import lightning as L
@@ -16,10 +14,11 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from gptlab.data.config import SOURCE_KEYS, DataConfig, source_settings
+from gptlab.data.config import DataConfig, source_settings
 from gptlab.data.corpus import remove_stale
-from gptlab.data.mixture import Mixture
+from gptlab.data.mixture import Mixture, of_source, union_vocabulary
 from gptlab.data.sources import find_corpus, is_many
+from gptlab.data.splits import SPLITS, MixedSplit, check_splits, split_tokens
 from gptlab.data.store import TokenStore, open_store, store_folder, store_key
 from gptlab.data.store import write_store as write_token_store
 from gptlab.data.stream import encode_documents
@@ -34,44 +33,6 @@ from gptlab.data.windows import (
 from gptlab.errors import ConfigError
 
 log = logging.getLogger(__name__)
-
-# how to give a split that is too short more tokens (train gets what val and test leave)
-SPLIT_SIZE = {
-    "train": "lower data.val_fraction or data.test_fraction",
-    "val": "raise data.val_fraction",
-    "test": "raise data.test_fraction",
-}
-
-
-@dataclass
-class MixedSplit:
-    """A mixture's split: each source's part, a view of its own store. Its length is the tokens
-    of them all; it has no windows of its own (each source's are drawn or walked on its own)."""
-
-    parts: dict[str, np.ndarray]
-
-    def __len__(self) -> int:
-        return sum(len(part) for part in self.parts.values())
-
-
-def of_source(message: str, source: str | None) -> str:
-    """A single source's error said of a mixture's source: data.path -> data.sources.<it>.path."""
-    if source is None:
-        return message
-    keys = "|".join(SOURCE_KEYS)
-    message, named = re.subn(rf"\bdata\.({keys})\b", rf"data.sources.{source}.\1", message)
-    return message if named else f"Source '{source}' (data.sources.{source}): {message}"
-
-
-def union_vocabulary(stores: dict, vocab_mode: str) -> tuple[list[int] | None, dict]:
-    """A mixture's one vocabulary and, per source, its store's ids -> the vocabulary's: compact
-    stores keep the ids each source uses, and the mixture's vocabulary is their union."""
-    if vocab_mode != "compact":  # tiktoken's ids, or a checkpoint's vocabulary: one id space
-        first = next(iter(stores.values()))
-        return first.meta["vocab"], dict.fromkeys(stores)
-    kept = {source: np.asarray(store.meta["vocab"]) for source, store in stores.items()}
-    union = np.unique(np.concatenate(list(kept.values())))
-    return union.tolist(), {source: np.searchsorted(union, ids) for source, ids in kept.items()}
 
 
 class GPTDataModule(L.LightningDataModule):
@@ -204,8 +165,8 @@ class GPTDataModule(L.LightningDataModule):
         tokenizer = Tokenizer(
             self.store_encoding, store.meta["vocab"]
         )  # a checkpoint's vocab is stored
-        splits = self.split(store.tokens)
-        self.check_splits(splits, stage)
+        splits = split_tokens(store.tokens, self.val_fraction, self.test_fraction)
+        check_splits(splits, stage, self.settings)
         # set only once the split is valid: `self.tokenizer` marks setup as done
         self.splits = splits
         self.tokenizer = tokenizer
@@ -217,53 +178,21 @@ class GPTDataModule(L.LightningDataModule):
             self.prepare_data()  # every source found and checked, then tokenized
         stores = {source: self.token_store(source) for source in self.source_names}
         vocab, tables = union_vocabulary(stores, self.vocab_mode)
-        parts = {source: self.split(store.tokens) for source, store in stores.items()}
-        for source, splits in parts.items():
-            self.check_splits(splits, stage, source)
+        parts = {}
+        for source, store in stores.items():
+            parts[source] = split_tokens(store.tokens, self.val_fraction, self.test_fraction)
+            try:
+                check_splits(parts[source], stage, self.settings)
+            except ConfigError as e:
+                raise ConfigError(of_source(str(e), source)) from None
         sizes = {source: len(splits["train"]) for source, splits in parts.items()}
         self.mixture = Mixture(self.settings.weights, sizes)
         self.tables = tables
         self.splits = {
             split: MixedSplit({source: parts[source][split] for source in parts})
-            for split in ("train", "val", "test")
+            for split in SPLITS
         }
         self.tokenizer = Tokenizer(self.store_encoding, vocab)
-
-    def split(self, tokens: np.ndarray) -> dict[str, np.ndarray]:
-        """Token order, like the seeds: train, then val, then test (with test_fraction 0 the
-        articles' 90/10 split exactly: the same n_train, val up to the last token)."""
-        n_train = int(len(tokens) * (1.0 - self.val_fraction - self.test_fraction))
-        n_test = int(len(tokens) * self.test_fraction)
-        return {
-            "train": tokens[:n_train],
-            "val": tokens[n_train : len(tokens) - n_test],
-            "test": tokens[len(tokens) - n_test :],
-        }
-
-    def check_splits(self, splits: dict, stage: str | None, source: str | None = None) -> None:
-        checked = {"train": stage == "fit", "val": True, "test": self.test_fraction > 0}
-        for split, part in splits.items():
-            if checked[split]:
-                try:
-                    self.check_split(split, len(part))
-                except ConfigError as e:
-                    raise ConfigError(of_source(str(e), source)) from None
-
-    def check_split(self, split: str, size: int) -> None:
-        """A split, and the prefix of it that is evaluated, hold at least one window."""
-        window = self.context_length + 1
-        if size < window:
-            raise ConfigError(
-                f"data.context_length={self.context_length}: the {split} split holds only "
-                f"{size} tokens, fewer than one window of context_length + 1. Lower "
-                f"data.context_length, {SPLIT_SIZE[split]}, or use a longer corpus."
-            )
-        budget = {"val": self.settings.val_tokens, "test": self.settings.test_tokens}.get(split)
-        if budget is not None and budget < window:
-            raise ConfigError(
-                f"data.{split}_tokens={budget}: fewer than one window of context_length + 1 = "
-                f"{window} tokens. Raise it, or set it to null (the whole {split} split)."
-            )
 
     def part(self, split: str, source: str | None = None) -> np.ndarray:
         """A split's tokens: the single source's, or a mixture's source's."""

@@ -16,6 +16,16 @@ import numpy as np
 
 from gptlab.errors import ConfigError
 
+# the keys a source of a mixture sets for itself (the others are data's own, shared)
+SOURCE_KEYS = (
+    "url",
+    "path",
+    "sha256",
+    "name",
+    "split",
+    "text_field",
+    "file_name",
+)  # a source's own
 PROPORTIONAL = "proportional"  # weights in proportion to the sources' train tokens
 GOLDEN = 0x9E3779B9  # 2**32 / the golden ratio, odd: u_n = (n * GOLDEN mod 2**32) / 2**32
 NAME = re.compile(r"[A-Za-z0-9_-]+")  # a source's name is part of its metrics' names
@@ -31,8 +41,6 @@ class Stage:
 
 def check_mixture(settings) -> None:
     """A mixture's sources and weights, checked before any file is read or any text tokenized."""
-    from gptlab.data.config import SOURCE_KEYS
-
     sources = settings.sources
     if not isinstance(sources, Mapping) or not sources:
         raise ConfigError(
@@ -169,3 +177,23 @@ class Mixture:
             tokens += max(0, min(steps, end) - start) * tokens_per_step * shares
         seen = dict(zip(self.names, tokens, strict=True))
         return {n: float(seen[n] / max(self.train_tokens[n], 1)) for n in self.names}
+
+
+def of_source(message: str, source: str | None) -> str:
+    """A single source's error said of a mixture's source: data.path -> data.sources.<it>.path."""
+    if source is None:
+        return message
+    keys = "|".join(SOURCE_KEYS)
+    message, named = re.subn(rf"\bdata\.({keys})\b", rf"data.sources.{source}.\1", message)
+    return message if named else f"Source '{source}' (data.sources.{source}): {message}"
+
+
+def union_vocabulary(stores: dict, vocab_mode: str) -> tuple[list[int] | None, dict]:
+    """A mixture's one vocabulary and, per source, its store's ids -> the vocabulary's: compact
+    stores keep the ids each source uses, and the mixture's vocabulary is their union."""
+    if vocab_mode != "compact":  # tiktoken's ids, or a checkpoint's vocabulary: one id space
+        first = next(iter(stores.values()))
+        return first.meta["vocab"], dict.fromkeys(stores)
+    kept = {source: np.asarray(store.meta["vocab"]) for source, store in stores.items()}
+    union = np.unique(np.concatenate(list(kept.values())))
+    return union.tolist(), {source: np.searchsorted(union, ids) for source, ids in kept.items()}
