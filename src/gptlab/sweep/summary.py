@@ -19,6 +19,14 @@ from gptlab.run.place import PLACE
 from gptlab.sweep import tables
 from gptlab.sweep.ablation import BASELINE, leading_sections
 from gptlab.sweep.jobs import job_identity
+from gptlab.sweep.mixture import (
+    epochs_note,
+    job_mixture_columns,
+    mixture_section,
+    shown_estimates,
+    source_cells,
+    statistics_of,
+)
 from gptlab.sweep.mutransfer import mutransfer_section
 from gptlab.sweep.plots import summary_figure
 from gptlab.sweep.scaling import TooFewPoints
@@ -89,6 +97,7 @@ def read_job(job: Path) -> Job:
         row["max_steps"] = metrics["max_steps"]
     pairs = [split_override(override) for override in overrides]
     row.update({key: saved_value(cfg, key, text) for key, text in pairs})
+    row.update(source_cells(metrics))  # a mixture's: each source's values and share
     horizon = short_horizon(cfg, overrides, row["max_steps"])  # for the headline
     if row["status"] == "ok" and number(row.get("best_val_loss")) is None:
         reason = f"diverged: best val loss {row.get('best_val_loss')}"
@@ -157,6 +166,7 @@ def headline(
         counts += f"{pruned} pruned, "
     head = [f"Sweep done: {counts}{len(rows) - len(ok) - pruned} failed."]
     head += smoke_test_note(rows, horizons or {})
+    head += epochs_note(rows)  # a mixture's: whether any job repeats a source
     if ok:
         head.append(
             f"Best: job {ok[0]['job']} ({ok[0]['overrides'] or 'no overrides'}): val loss "
@@ -192,11 +202,13 @@ def write_summary(
     jobs = collect(sweep_dir)
     rows, knobs = jobs.rows, jobs.knobs
     configs = None  # configurations: where seeds are swept
+    extra = tuple(statistics_of(rows))  # a mixture's columns, per source
     if "seed" in knobs:
-        configs = aggregate(rows, knobs)
+        configs = aggregate(rows, knobs, extra)
     leading = leading_sections(rows, configs, out, target_val_loss, baseline)
     # μTransfer's verdict (experiment=mutransfer), else where optim.lr and a size are swept, μP's
     leading += mutransfer_section(rows, sweep_dir) or transfer_section(rows, knobs, out)
+    leading += mixture_section(rows, out)  # a mixture's weights swept: mixture.png
     head = headline(rows, configs, out, jobs.horizons)
     smoke = smoke_test_note(rows, jobs.horizons)
     fit, missing = scaling_section(rows, knobs, (sweep_dir, out), scaling, metric, baseline, smoke)
@@ -206,9 +218,12 @@ def write_summary(
     if configs is not None:
         path = out / "summary_configs.csv"
         cells = [config.row() for config in configs]
-        table = write_table(path, config_columns(knobs, cells), cells, tables.CONFIG_SHOWN)
+        shown = [*tables.CONFIG_SHOWN, *shown_estimates(rows)]
+        table = write_table(path, config_columns(knobs, cells, extra), cells, shown)
         lines += ["## Configurations", "", *table, "", "## Jobs", ""]
-    lines += write_table(out / "summary.csv", job_columns(rows, knobs), rows)
+    lines += write_table(
+        out / "summary.csv", job_columns(rows, knobs, job_mixture_columns(rows)), rows
+    )
     figure = summary_figure(rows, knobs, configs, out.name)
     PLACE.save_figure(figure, out / "summary.png", dpi=80)
     lines += search_summary(sweep_dir, out / "summary.png")  # an Optuna search's study and plots

@@ -178,8 +178,12 @@ class Configuration:
         return row
 
 
-def configuration(name: str, jobs: list[dict], knobs: list[str]) -> Configuration:
-    """A configuration: its knobs, seeds and jobs, and the statistics of its ok jobs."""
+def configuration(
+    name: str, jobs: list[dict], knobs: list[str], extra: tuple[str, ...] = ()
+) -> Configuration:
+    """A configuration: its knobs, seeds and jobs, and the statistics of its ok jobs (of
+    CONFIG_METRICS, and of the `extra` columns: a mixture's per source)."""
+    metrics = {**CONFIG_METRICS, **{column: column for column in extra}}
     ok = [job for job in jobs if job["status"] == "ok"]
     num_params = None
     if ok:
@@ -192,14 +196,16 @@ def configuration(name: str, jobs: list[dict], knobs: list[str]) -> Configuratio
         num_params=num_params,
         seeds=" ".join(sorted((str(job.get("seed")) for job in jobs), key=sort_key)),
         jobs=" ".join(sorted((job["job"] for job in jobs), key=sort_key)),
-        stats={metric: Seeds.of(job_values(jobs, key)) for metric, key in CONFIG_METRICS.items()},
+        stats={metric: Seeds.of(job_values(jobs, key)) for metric, key in metrics.items()},
     )
 
 
-def aggregate(rows: list[dict], knobs: list[str]) -> list[Configuration]:
+def aggregate(
+    rows: list[dict], knobs: list[str], extra: tuple[str, ...] = ()
+) -> list[Configuration]:
     """One per configuration, best mean val loss first, each against the best by Welch."""
     groups = group_configurations(rows, knobs)
-    configs = [configuration(name, jobs, knobs) for name, jobs in groups.items()]
+    configs = [configuration(name, jobs, knobs, extra) for name, jobs in groups.items()]
     configs.sort(key=lambda c: sort_key(c.stats["val_loss"].mean))
     best = configs[0].stats["val_loss"].values
     if best:
@@ -216,15 +222,19 @@ def present(columns: list[str], rows: list[dict]) -> list[str]:
     return [column for column in columns if any(row.get(column) is not None for row in rows)]
 
 
-def config_columns(knobs: list[str], rows: list[dict]) -> list[str]:
-    """The columns of summary_configs.csv; CONFIG_EXTRA where a configuration has them."""
+def config_columns(knobs: list[str], rows: list[dict], extra: tuple[str, ...] = ()) -> list[str]:
+    """The columns of summary_configs.csv; CONFIG_EXTRA, and the statistics of the `extra`
+    columns (a mixture's), where a configuration has them."""
     stats = [f"{m}_{stat}" for m in ("val_loss", "val_bpb") for stat in ("mean", "std", "ci95")]
     head = ["config", *[k for k in knobs if k != "seed"], "num_params", "n_seeds", "n_failed"]
-    return [*head, *stats, "p_vs_best", "vs_best", *present(CONFIG_EXTRA, rows), "seeds", "jobs"]
+    more = present([f"{m}_{stat}" for m in extra for stat in ("mean", "std", "ci95")], rows)
+    tail = [*present(CONFIG_EXTRA, rows), *more, "seeds", "jobs"]
+    return [*head, *stats, "p_vs_best", "vs_best", *tail]
 
 
-def job_columns(rows: list[dict], knobs: list[str]) -> list[str]:
-    """The columns of summary.csv; best_val_bpb and JOB_EXTRA where jobs have them."""
+def job_columns(rows: list[dict], knobs: list[str], extra: tuple[str, ...] = ()) -> list[str]:
+    """The columns of summary.csv; best_val_bpb and JOB_EXTRA where jobs have them, then the
+    `extra` ones (a mixture's per source)."""
     bpb = ["best_val_bpb"] if any(number(r.get("best_val_bpb")) is not None for r in rows) else []
     head = [
         "job",
@@ -233,6 +243,7 @@ def job_columns(rows: list[dict], knobs: list[str]) -> list[str]:
         *bpb,
         "best_val_perplexity",
         *present(JOB_EXTRA, rows),
+        *extra,
     ]
     knob_columns = [k for k in knobs if k not in PARAMS.values()]
     tail = ["tokens_per_sec", "wall_seconds", "overrides", "reason"]
