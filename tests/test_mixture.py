@@ -174,9 +174,7 @@ def test_staged_weights_switch_at_their_step(mixed):
         {"start": 10, "weights": "proportional"},
     ]
     mixture = Mixture(stages, sizes)
-    assert [mixture.counts(step, 16).tolist() for step in (0, 4, 5, 9)] == [[16, 0]] * 2 + [
-        [0, 16]
-    ] * 2
+    assert [mixture.counts(step, 16) for step in (0, 4, 5, 9)] == [[16, 0]] * 2 + [[0, 16]] * 2
     assert 0 < mixture.counts(10, 16)[0] < 16
     epochs = mixture.epochs(20, 100)
     assert epochs["book"] == pytest.approx((500 + 1000 * mixture.shares_at(10)[0]) / sizes["book"])
@@ -241,6 +239,7 @@ def test_sigkill_then_resume_gives_the_same_per_source_losses(tmp_path):
     from gptlab.run import directory
 
     args = [*TINY, "experiment=two_books", "trainer.max_steps=30", "trainer.val_check_interval=15"]
+    union = set_up(two_books(tmp_path / "cache")).tokenizer.vocab.tolist()
     whole = run_main(*args, "hydra.run.dir=whole", cwd=tmp_path)
     assert whole.returncode == 0, whole.stderr[-3000:]
     run_dir = tmp_path / "run"
@@ -251,6 +250,8 @@ def test_sigkill_then_resume_gives_the_same_per_source_losses(tmp_path):
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     a, b = weights(tmp_path / "whole" / directory.CHECKPOINTS / "last.ckpt"), weights(last)
     assert max((a[k] - b[k]).abs().max().item() for k in a) == 0
+    saved = torch.load(last, map_location="cpu", weights_only=True)["hyper_parameters"]
+    assert saved["tokenizer"]["vocab"] == union  # the checkpoint holds the union vocabulary
     tags = scalars(tmp_path / "whole" / "tensorboard")
     again = scalars(run_dir / "tensorboard")
     per_source = [tag for tag in tags if tag.startswith(("val/book/", "val/shakespeare/"))]

@@ -23,10 +23,13 @@ class Windows(Dataset):
         return self.num_starts
 
     def __getitem__(self, starts: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        window = self.tokens[np.asarray(starts)[:, None] + self.offsets]  # [batch, T + 1]
-        window = window.astype(np.int64) if self.table is None else self.table[window]
-        window = torch.from_numpy(window)
+        window = torch.from_numpy(self.gather(starts))
         return window[:, :-1], window[:, 1:]  # x, y: [batch, context_length], y shifted by one
+
+    def gather(self, starts: list[int]) -> np.ndarray:
+        """[batch, T + 1] int64 model ids of the windows at `starts`."""
+        window = self.tokens[np.asarray(starts)[:, None] + self.offsets]
+        return window.astype(np.int64) if self.table is None else self.table[window]
 
 
 @dataclass
@@ -66,8 +69,9 @@ class MixedWindows(Dataset):
         return sum(len(windows) for windows in self.sources)
 
     def __getitem__(self, starts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-        parts = [windows[s] for windows, s in zip(self.sources, starts, strict=True) if s]
-        return torch.cat([x for x, _ in parts]), torch.cat([y for _, y in parts])  # [batch, T]
+        parts = [windows.gather(s) for windows, s in zip(self.sources, starts, strict=True) if s]
+        window = torch.from_numpy(np.concatenate(parts))  # [batch, T + 1]
+        return window[:, :-1], window[:, 1:]
 
 
 @dataclass
