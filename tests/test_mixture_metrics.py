@@ -50,6 +50,7 @@ def test_metrics_json_holds_each_source_and_both_averages(mixed_run):
     # val/loss, best.ckpt and best_val_loss follow data.val_average
     assert m["best_val_loss"] == pytest.approx(macro["best_val_loss"], rel=1e-6)
     assert m["test_loss"] == pytest.approx(macro["test_loss"], rel=1e-6)
+    assert m["best_val_bpb"] == pytest.approx(macro["best_val_bpb"], rel=1e-6)
     # proportional weights: each source's share of the train tokens, the epochs the steps took
     assert book["share"] + shakespeare["share"] == pytest.approx(1.0)
     assert 0.15 < book["share"] < 0.25  # the book is a fifth of the two books' tokens

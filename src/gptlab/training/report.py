@@ -144,6 +144,9 @@ class RunReport(L.Callback):
         result = merged(result, epochs)
         # the most repeated source's: what a scaling fit's warning reads
         result["epochs"] = max(trained.values())
+        # exact: a macro average's bpb is no constant factor of its loss, as one val text's is
+        best_bpb = result["averages"].get(average, {}).get("best_val_bpb")
+        result["best_val_bpb"] = math.nan if best_bpb is None else best_bpb
         return result
 
     def branch(self, trainer) -> dict:
