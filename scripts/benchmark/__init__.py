@@ -7,7 +7,7 @@ Run from the repository root:
     python -m scripts.benchmark --repeats 3     # ... each throughput side 3 times
     python -m scripts.benchmark --quick         # every row, few steps: a smoke run (about 2 min)
     python -m scripts.benchmark --device cuda   # on a GPU
-    python -m scripts.benchmark --downstream --repeats 3   # row 9 alone (the tasks' data in
+    python -m scripts.benchmark --downstream --repeats 3   # row 10 alone (the tasks' data in
                                                 #   GPTLAB_DATA_DIR, else --tasks-data)
 
 gptlab is measured as a user runs it: every measured side is a process of its own (real
@@ -31,8 +31,10 @@ The rows (training steps/s always over training steps only; validation is timed 
    warm one) against bare tiktoken batch-encoding the same text on every core, each run's peak
    memory, the token store's bytes per byte of text, training tokens/s on that store.
 8. generation: GPT.generate's tokens/s with the KV cache and without (bare_generate.py), on the
-   default model and on d_model 512 x 8 blocks, batch 1 and 8.
-9. (--downstream, alone) callbacks=downstream's cost: the default run with it and without,
+   default model and on d_model 512 x 8 blocks, batch 1 and 8;
+9. a data mixture's cost: the book as one source against its two halves as a mixture of two
+   sources, steps/s end to end, and the batches alone (bare_batches.py); not in --quick.
+10. (--downstream, alone) callbacks=downstream's cost: the default run with it and without,
    alternating; its scoring seconds over the run's training seconds, and the wall times' ratio.
 
 Module by module: cli (options, the order of the stages, the JSON), stages (each row's runs),
@@ -40,5 +42,6 @@ runs (a gptlab-train process and what it wrote), processes (a child, its peak me
 competitor), reference (the reference loop's process), bare_loop (the overhead row's bare side,
 a script of its own), corpus and bare_tokenize (row 7; the latter a script of its own), machine
 (the CPU and its bf16 flags), table (targets, verdicts, the table), generation and bare_generate
-(row 8; the latter a script of its own), downstream (row 9).
+(row 8; the latter a script of its own), mixing and bare_batches (row 9; the latter a script of
+its own), downstream (row 10).
 """

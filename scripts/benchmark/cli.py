@@ -14,6 +14,7 @@ from . import corpus, stages
 from .downstream import downstream_rows, downstream_stage
 from .generation import generation_rows, generation_stage
 from .machine import machine_info
+from .mixing import mixing_rows, mixing_stage
 from .reference import default_corpus
 from .report import render, write_json
 from .runs import Setup
@@ -64,11 +65,11 @@ def parser() -> argparse.ArgumentParser:
     add(
         "--downstream",
         action="store_true",
-        help="only row 9: the default run with callbacks=downstream and without, alternating",
+        help="only row 10: the default run with callbacks=downstream and without, alternating",
     )
-    add("--downstream-steps", type=int, help="row 9's trainer.max_steps (its config's: 1200)")
-    add("--downstream-items", type=int, help="row 9's max_items a task (the callback's default)")
-    add("--downstream-tasks", help="row 9's tasks, comma-separated (the callback's default)")
+    add("--downstream-steps", type=int, help="row 10's trainer.max_steps (its config's: 1200)")
+    add("--downstream-items", type=int, help="row 10's max_items a task (the callback's default)")
+    add("--downstream-tasks", help="row 10's tasks, comma-separated (the callback's default)")
     add(
         "--tasks-data",
         type=Path,
@@ -147,6 +148,9 @@ def measure(args, setup: Setup) -> dict:
         )
     stages.stage("8. generation with and without the KV cache")
     results["generation"] = generation_stage(setup, args.quick)
+    if not args.quick:  # a smoke run skips it (scripts/benchmark/mixing.py)
+        stages.stage("9. a mixture of two sources against one source of the same text")
+        results["mixing"] = mixing_stage(setup, args.corpus, args.steps, args.repeats)
     return results
 
 
@@ -158,12 +162,13 @@ def main(argv=None) -> int:
     info = machine_info(args.device, args.threads)
     results = {"machine": info, "settings": {k: str(v) for k, v in vars(args).items()}}
     if args.downstream:  # a case of its own
-        stages.stage("9. the default run with callbacks=downstream and without")
+        stages.stage("10. the default run with callbacks=downstream and without")
         results["downstream"] = downstream_stage(setup, args)
         rows = downstream_rows(results["downstream"])
     else:
         results.update(measure(args, setup))
         rows = all_rows(results, info) + generation_rows(results["generation"])
+        rows += mixing_rows(results.get("mixing"))
     info["load_average_end"] = list(os.getloadavg())
     info["benchmark_seconds"] = round(time.time() - began, 1)
     results["rows"] = rows

@@ -31,7 +31,7 @@ TARGETS = {  # id: (comparison, threshold, what is compared)
         "d_model 512 x 8 blocks, batch 1: generation tokens/s with the KV cache / without",
     ),
 }
-CASES = {  # the targets of the cases run alone: --downstream (row 9)
+CASES = {  # the targets of the cases run alone: --downstream (row 10)
     "downstream_cost_pct": (
         "<=",
         10.0,

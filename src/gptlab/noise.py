@@ -10,8 +10,10 @@ KNOWN_WARNINGS = (
     r".*isinstance\(treespec, LeafSpec\)",
     # a run outside SLURM on a host that has SLURM installed (SLURM runs go through srun)
     r"The `srun` command is available",
-    # gptlab sums val and test losses across ranks itself before logging them (exact_means)
-    r"It is recommended to use `self\.log\('(val|test)/[a-z_]+', \.\.\., sync_dist=True\)` "
+    # gptlab sums val and test losses across ranks itself before logging them (GPTModule.summed):
+    # val/loss, a mixture's val/<source>/loss, and its values at the best, best/val/<source>/loss
+    r"It is recommended to use `self\.log\('(best/)?(val|test)/[A-Za-z0-9_/-]+', \.\.\., "
+    r"sync_dist=True\)` "
     r"when logging on epoch level in distributed setting",
 )
 KNOWN_MESSAGES = (

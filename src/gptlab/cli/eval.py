@@ -87,6 +87,7 @@ def evaluate(cfg: DictConfig) -> dict:
         f"perplexity: {result[f'{split}_perplexity']:.4f}",
         f"bpb:        {result[f'{split}_bpb']:.6f} bits per byte",
     ]
+    lines += source_table(result, split)
     if own and not other:  # the run's own logged figure beside it
         lines += logged_line(run_dir, checkpoint, split, result["step"])
     label = f"{checkpoint.name} on {result['corpus']} (val_fraction {datamodule.val_fraction})"
@@ -127,18 +128,48 @@ def score(checkpoint: Path, split: str, data: dict, trainer_cfg: dict, device: s
         default_root_dir=PLACE.run_dir,
     )  # not the cwd, where SLURM leaves hpc_ckpt files
     (trainer.test if split == "test" else trainer.validate)(module, datamodule, verbose=False)
-    loss, bpb = (float(trainer.callback_metrics[f"{split}/{k}"]) for k in ("loss", "bpb"))
+    from gptlab.training.report import per_source
+
+    metrics = {name: float(value) for name, value in trainer.callback_metrics.items()}
+    loss, bpb = metrics[f"{split}/loss"], metrics[f"{split}/bpb"]
+    names = datamodule.source_names
     result = {
         "checkpoint": str(checkpoint),
         "step": step,
-        "corpus": str(datamodule.corpus_path()),
+        "corpus": corpus_of(datamodule),
         "val_fraction": datamodule.val_fraction,
         "context_length": datamodule.context_length,
         f"{split}_loss": loss,
         f"{split}_perplexity": math.exp(loss),
         f"{split}_bpb": bpb,
     }
+    if names is not None:  # a mixture's: each source's values, and both averages
+        result["val_average"] = datamodule.settings.val_average
+        result.update(per_source(metrics, split, split, names))
     return result, datamodule
+
+
+def corpus_of(datamodule) -> str:
+    """The corpus file (or folder, glob, dataset); a mixture's: each source's, by name."""
+    names = datamodule.source_names
+    if names is None:
+        return str(datamodule.corpus_path())
+    return ", ".join(f"{name}: {datamodule.corpus_path(name)}" for name in names)
+
+
+def source_table(result: dict, split: str) -> list[str]:
+    """A mixture's loss and bpb of each source and of both averages, one line each."""
+    if "sources" not in result:
+        return []
+    rows = {**result["sources"], **result["averages"]}
+    width = max(len(name) for name in rows) + 2
+    average = f"{split} loss above: the {result['val_average']} average"
+    lines = [f"{'source':<{width}}{'loss':>10}{'bpb':>11}   ({average})"]
+    for name, values in rows.items():
+        lines.append(
+            f"{name:<{width}}{values[f'{split}_loss']:>10.6f}{values[f'{split}_bpb']:>11.6f}"
+        )
+    return lines
 
 
 def logged_line(run_dir: Path, checkpoint: Path, split: str, step: int) -> list[str]:
@@ -153,7 +184,14 @@ def logged_line(run_dir: Path, checkpoint: Path, split: str, step: int) -> list[
     value = number(metrics.get(key))
     if value is None or (key == "final_val_loss" and step != metrics.get("steps")):
         return []
-    return [f"The run logged {key} = {value:.6f} for these weights."]
+    sources = metrics.get("sources")
+    logged_sources = []
+    for name, values in (sources if isinstance(sources, dict) else {}).items():
+        source_value = number(values.get(key)) if isinstance(values, dict) else None
+        if source_value is not None:
+            logged_sources.append(f"{name} {source_value:.6f}")
+    each = f" ({', '.join(logged_sources)})" if logged_sources else ""
+    return [f"The run logged {key} = {value:.6f}{each} for these weights."]
 
 
 def write_result(outs: list[Path], label: str, result: dict) -> list[str]:

@@ -1,8 +1,12 @@
 """The data module's settings as a plain dataclass: the data group's schema (a mistyped key fails
-when Hydra composes, before torch loads) and the checks that need no data."""
+when Hydra composes, before torch loads) and the checks that need no data. A mixture's sources and
+weights are checked here too (gptlab.data.mixture), before any file is read."""
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, fields
+from typing import Any
 
+from gptlab.data.mixture import SOURCE_KEYS, check_mixture
 from gptlab.errors import ConfigError
 
 SALES_TEXTBOOK_URL = (
@@ -36,6 +40,12 @@ class DataConfig:
     seed: int = 0
     repeat_batches: int | None = None  # N: the same N batches over and over (debug=overfit)
     tokenizer: dict | None = None  # a checkpoint's (gptlab-eval): the text is encoded with it
+    file_name: str | None = None  # data.url's file under another name (found, downloaded as it)
+    # a mixture (docs/data.md): {name: {url, path, sha256, name, split, text_field, file_name}}
+    sources: Any = None
+    weights: Any = None  # {source: weight}, [{start: step, weights: ...}, ...], or proportional
+    val_average: str = "micro"  # val/loss of a mixture: micro (per token) or macro (per source)
+    max_epochs: float | None = None  # refuse a run that would repeat any source more often
 
     def __post_init__(self) -> None:
         """Every setting that can be checked without the data, before any download."""
@@ -59,3 +69,33 @@ class DataConfig:
                 raise ConfigError(f"data.{key}={getattr(self, key)}: it must be positive or null.")
         if self.num_workers < 0:
             raise ConfigError(f"data.num_workers={self.num_workers}: it must be 0 or more.")
+        self.check_mixing()
+
+    def check_mixing(self) -> None:
+        """A mixture's settings: its average, its repetition cap, its sources and weights."""
+        if self.val_average not in ("micro", "macro"):
+            raise ConfigError(
+                f"data.val_average={self.val_average!r}: choose micro (val/loss per token over "
+                "every source's val tokens) or macro (the mean of the sources' val losses)."
+            )
+        cap = self.max_epochs
+        positive = isinstance(cap, int | float) and math.isfinite(cap) and cap > 0
+        if cap is not None and not positive:
+            raise ConfigError(
+                f"data.max_epochs={cap!r}: it must be a positive number of epochs, or null (no "
+                "cap on how often a source repeats)."
+            )
+        if self.sources is not None:
+            check_mixture(self)
+
+
+def source_settings(settings: DataConfig, source: str) -> DataConfig:
+    """One source of a mixture as a single-source DataConfig: its own keys (SOURCE_KEYS, unset ones
+    at a single source's defaults, no download unless it names one), the shared ones as given."""
+    given = settings.sources[source]
+    own = {f.name: f.default for f in fields(DataConfig) if f.name in SOURCE_KEYS}
+    own.update(url=None, sha256=None)  # the book's, unless the source names them
+    own.update(given)
+    shared = {f.name: getattr(settings, f.name) for f in fields(DataConfig)}
+    shared.update(sources=None, weights=None)
+    return DataConfig(**{**shared, **own})

@@ -33,8 +33,10 @@ def resolve_corpus(
     sha256: str | None,
     data_dir: str | Path,
     timeout: float = 30.0,
+    file_name: str | None = None,
 ) -> Path:
-    """Return the path of a verified corpus file: `path` if given, else the download of `url`."""
+    """Return the path of a verified corpus file: `path` if given, else the download of `url`,
+    found or saved under `file_name` (else the URL's own file name)."""
     if path:
         corpus = Path(path).expanduser()
         if not corpus.is_file():
@@ -53,7 +55,12 @@ def resolve_corpus(
     if not url:
         raise ConfigError("data.url and data.path are both empty: set one of them.")
 
-    name = Path(unquote(parse_url(prepared_url(url)).path or "")).name or "corpus.txt"
+    if file_name is not None and (Path(file_name).name != file_name or file_name in (".", "..")):
+        raise ConfigError(
+            f"data.file_name={file_name!r}: give a bare file name (no folder), the name the "
+            "download is found or saved under in the data directory."
+        )
+    name = file_name or Path(unquote(parse_url(prepared_url(url)).path or "")).name or "corpus.txt"
     data_dir = Path(data_dir).expanduser()
     placed = data_dir / name  # put there by hand (a read-only mount, a copy)
     stored = data_dir / DOWNLOADS / (sha256 or "") / name  # a download: only with its sha256

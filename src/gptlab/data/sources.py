@@ -43,7 +43,9 @@ def find_corpus(settings: DataConfig) -> "Files | HFDataset":
                 "data.sha256=null."
             )
         return Files(find_files(path), settings.text_field)
-    single = resolve_corpus(settings.url, path, settings.sha256, settings.data_dir)
+    single = resolve_corpus(
+        settings.url, path, settings.sha256, settings.data_dir, file_name=settings.file_name
+    )
     return Files([single], settings.text_field, settings.sha256)
 
 

@@ -50,31 +50,71 @@ def config_tree(cfg: DictConfig) -> Tree:
     return tree
 
 
-def scored_val_tokens(datamodule, limit: int | float, world_size: int) -> int:
-    """The val tokens a validation scores: of each rank's share of the windows, the batches
-    trainer.limit_val_batches keeps (an int: that many, a float: that fraction, as Lightning)."""
+def scored_val_tokens(
+    datamodule, limit: int | float, world_size: int, source: str | None = None
+) -> int:
+    """The val tokens a validation scores (of a mixture's source): of each rank's share of the
+    windows, the batches trainer.limit_val_batches keeps (an int: that many, a float: that
+    fraction, as Lightning)."""
     T = datamodule.context_length
-    batches = every_window(datamodule.evaluated("val"), T, datamodule.batch_size)
+    batches = every_window(datamodule.evaluated("val", source), T, datamodule.batch_size)
     shares = [batches[rank::world_size] for rank in range(world_size)]
     kept = [s[: limit if isinstance(limit, int) else int(len(s) * limit)] for s in shares]
     return T * sum(len(batch) for share in kept for batch in share)
 
 
+def corpus_line(datamodule, trainer, source: str | None = None) -> str:
+    """`<corpus>: N tokens (train, val, test); a validation covers ...`, of a source."""
+    train, val, test = (len(datamodule.part(split, source)) for split in ("train", "val", "test"))
+    covered = datamodule.evaluated("val", source)
+    limit = trainer.limit_val_batches
+    scored = scored_val_tokens(datamodule, limit, trainer.world_size, source)
+    what = f"{'all' if covered == val else 'the first'} {covered:,} val tokens"
+    if scored < scored_val_tokens(datamodule, 1.0, trainer.world_size, source):
+        what = f"{scored:,} of the {val:,} val tokens (trainer.limit_val_batches={limit})"
+    return (
+        f"{datamodule.corpus(source).describe()}: "
+        f"{datamodule.token_store(source).meta['count']:,} tokens (train {train:,}, val {val:,}, "
+        f"test {test:,}); a validation covers {what}"
+    )
+
+
+AVERAGES = {
+    "micro": "the micro average (per token, over every source's val tokens)",
+    "macro": "the macro average (the mean of the sources' val losses)",
+}
+
+
+def mixture_lines(datamodule, trainer) -> list[str]:
+    """A mixture: its sources, each one's weight and epochs in this run, val/loss's average."""
+    steps, ranks = trainer.max_steps, trainer.world_size
+    epochs = datamodule.planned_epochs(steps, ranks)
+    stages = datamodule.mixture.starts
+    average = AVERAGES[datamodule.settings.val_average]
+    staged = "" if len(stages) == 1 else f" (staged: from steps {', '.join(map(str, stages))})"
+    lines = [
+        f"Data: a mixture of {len(epochs)} sources, {len(datamodule.splits['train']):,} train "
+        f"tokens; val/loss (best.ckpt, early stopping) is {average} (data.val_average); "
+        f"weights at step 0{staged}:"
+    ]
+    shares = datamodule.mixture.shares_at(0)
+    for source, share in zip(datamodule.source_names, shares, strict=True):
+        lines.append(
+            f"  {source}: {corpus_line(datamodule, trainer, source)}; weight {share:.3f}, "
+            f"{epochs[source]:.2f} epochs of its train split in {steps:,} steps"
+        )
+    return lines
+
+
 def data_lines(cfg: DictConfig, datamodule, trainer) -> list[str]:
-    """The corpus, how much of val a validation covers, and a sample prompt it cannot encode."""
+    """The corpus (a mixture's sources), how much of val a validation covers, and a sample
+    prompt it cannot encode."""
     if datamodule is None:
         return []
-    train, val, test = (len(datamodule.splits[split]) for split in ("train", "val", "test"))
-    covered = datamodule.evaluated("val")
-    limit = trainer.limit_val_batches
-    scored = scored_val_tokens(datamodule, limit, trainer.world_size)
-    what = f"{'all' if covered == val else 'the first'} {covered:,} val tokens"
-    if scored < scored_val_tokens(datamodule, 1.0, trainer.world_size):
-        what = f"{scored:,} of the {val:,} val tokens (trainer.limit_val_batches={limit})"
-    lines = [
-        f"Data: {datamodule.corpus().describe()}: {datamodule.token_store().meta['count']:,} "
-        f"tokens (train {train:,}, val {val:,}, test {test:,}); a validation covers {what}"
-    ]
+    if datamodule.source_names is None:
+        lines = [f"Data: {corpus_line(datamodule, trainer)}"]
+    else:
+        lines = mixture_lines(datamodule, trainer)
     prompts = {cfg.get("sample_prompt"), OmegaConf.select(cfg, "callbacks.text_sample.prompt")}
     for prompt in sorted(p for p in prompts if isinstance(p, str)):
         if not datamodule.tokenizer.can_encode(prompt):
@@ -94,6 +134,8 @@ def print_first_screen(cfg: DictConfig, model: GPT, output_dir: Path, datamodule
         PLACE.write_text(output_dir / directory.CONFIG_TREE, console.file.getvalue())
     if not place.in_multirun():
         Console(stderr=True, width=110).print(tree)
+    if datamodule is not None:  # data.max_epochs: refused before anything is trained
+        datamodule.check_epochs(trainer.max_steps, trainer.world_size)
     for line in data_lines(cfg, datamodule, trainer):
         log.info(line)
     log.info("\n".join([model_line(model), f"Run directory: {output_dir}"]))

@@ -19,6 +19,14 @@ from gptlab.run.place import PLACE
 from gptlab.sweep import downstream, tables
 from gptlab.sweep.ablation import BASELINE, leading_sections
 from gptlab.sweep.jobs import job_identity
+from gptlab.sweep.mixture import (
+    epochs_note,
+    job_mixture_columns,
+    mixture_section,
+    shown_estimates,
+    source_cells,
+    statistics_of,
+)
 from gptlab.sweep.mutransfer import mutransfer_section
 from gptlab.sweep.plots import summary_figure
 from gptlab.sweep.scaling import TooFewPoints
@@ -89,6 +97,7 @@ def read_job(job: Path) -> Job:
         row["max_steps"] = metrics["max_steps"]
     pairs = [split_override(override) for override in overrides]
     row.update({key: saved_value(cfg, key, text) for key, text in pairs})
+    row.update(source_cells(metrics))  # a mixture's: each source's values and share
     horizon = short_horizon(cfg, overrides, row["max_steps"])  # for the headline
     if row["status"] == "ok" and number(row.get("best_val_loss")) is None:
         reason = f"diverged: best val loss {row.get('best_val_loss')}"
@@ -157,6 +166,7 @@ def headline(
         counts += f"{pruned} pruned, "
     head = [f"Sweep done: {counts}{len(rows) - len(ok) - pruned} failed."]
     head += smoke_test_note(rows, horizons or {})
+    head += epochs_note(rows)  # a mixture's: whether any job repeats a source
     if ok:
         head.append(
             f"Best: job {ok[0]['job']} ({ok[0]['overrides'] or 'no overrides'}): val loss "
@@ -195,14 +205,16 @@ def write_summary(
     for row in rows:
         row.update(downstream.marks([row]))
     configs = None  # configurations: where seeds are swept
+    extra = tuple(statistics_of(rows))  # a mixture's columns, per source
     if "seed" in knobs:
-        configs = aggregate(rows, knobs, scores)
+        configs = aggregate(rows, knobs, [*extra, *scores])
         groups = group_configurations(rows, knobs)
         for config in configs:
             config.marks = downstream.marks(groups[config.name])
     leading = leading_sections(rows, configs, out, target_val_loss, baseline)
     # μTransfer's verdict (experiment=mutransfer), else where optim.lr and a size are swept, μP's
     leading += mutransfer_section(rows, sweep_dir) or transfer_section(rows, knobs, out)
+    leading += mixture_section(rows, out)  # a mixture's weights swept: mixture.png
     head = headline(rows, configs, out, jobs.horizons)
     smoke = smoke_test_note(rows, jobs.horizons)
     fit, missing = scaling_section(rows, knobs, (sweep_dir, out), scaling, metric, baseline, smoke)
@@ -212,15 +224,18 @@ def write_summary(
     if configs is not None:
         path = out / "summary_configs.csv"
         cells = [config.row() for config in configs]
-        columns = config_columns(knobs, cells, downstream.config_columns(rows))
-        table = write_table(path, columns, cells, tables.CONFIG_SHOWN)
+        estimates = [f"{m}_{stat}" for m in extra for stat in ("mean", "std", "ci95")]
+        columns = config_columns(knobs, cells, [*estimates, *downstream.config_columns(rows)])
+        shown = [*tables.CONFIG_SHOWN, *shown_estimates(rows)]
+        table = write_table(path, columns, cells, shown)
         lines += ["## Configurations", "", *table, ""]
     scored = downstream.downstream_section(rows, knobs)
     lines += scored
     if configs is not None or scored:
         lines += ["## Jobs", ""]
-    columns = job_columns(rows, knobs, downstream.job_columns(rows))
-    shown = job_columns(rows, knobs)  # the downstream scores: their own table, above
+    mixed = job_mixture_columns(rows)  # a mixture's per source: in summary.md's table too
+    columns = job_columns(rows, knobs, [*mixed, *downstream.job_columns(rows)])
+    shown = job_columns(rows, knobs, mixed)  # the downstream scores: their own table, above
     lines += write_table(out / "summary.csv", columns, rows, shown)
     figure = summary_figure(rows, knobs, configs, out.name)
     PLACE.save_figure(figure, out / "summary.png", dpi=80)

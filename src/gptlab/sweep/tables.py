@@ -184,7 +184,8 @@ def configuration(
     name: str, jobs: list[dict], knobs: list[str], scores: list[str] = ()
 ) -> Configuration:
     """A configuration: its knobs, seeds and jobs, and the statistics of its ok jobs (of
-    CONFIG_METRICS, and of `scores`: metrics.json's keys, e.g. the downstream tasks')."""
+    CONFIG_METRICS, and of `scores`: metrics.json's or summary.csv's keys, e.g. a mixture's
+    per source, the downstream tasks')."""
     ok = [job for job in jobs if job["status"] == "ok"]
     num_params = None
     if ok:
@@ -227,7 +228,8 @@ def present(columns: list[str], rows: list[dict]) -> list[str]:
 
 def config_columns(knobs: list[str], rows: list[dict], extra: list[str] = ()) -> list[str]:
     """The columns of summary_configs.csv; CONFIG_EXTRA where a configuration has them, then
-    `extra` (the downstream scores' statistics: gptlab.sweep.downstream) where one has them."""
+    `extra` (statistics of a mixture's and the downstream scores: gptlab.sweep.mixture,
+    gptlab.sweep.downstream) where one has them."""
     stats = [f"{m}_{stat}" for m in ("val_loss", "val_bpb") for stat in ("mean", "std", "ci95")]
     head = ["config", *[k for k in knobs if k != "seed"], "num_params", "n_seeds", "n_failed"]
     tail = [*present(CONFIG_EXTRA, rows), *present(extra, rows), "seeds", "jobs"]
@@ -236,7 +238,7 @@ def config_columns(knobs: list[str], rows: list[dict], extra: list[str] = ()) ->
 
 def job_columns(rows: list[dict], knobs: list[str], extra: list[str] = ()) -> list[str]:
     """The columns of summary.csv; best_val_bpb and JOB_EXTRA where jobs have them, then `extra`
-    (the downstream scores: gptlab.sweep.downstream)."""
+    (a mixture's per source, the downstream scores: gptlab.sweep.mixture, .downstream)."""
     bpb = ["best_val_bpb"] if any(number(r.get("best_val_bpb")) is not None for r in rows) else []
     head = [
         "job",
@@ -245,6 +247,7 @@ def job_columns(rows: list[dict], knobs: list[str], extra: list[str] = ()) -> li
         *bpb,
         "best_val_perplexity",
         *present(JOB_EXTRA, rows),
+        *extra,
     ]
     knob_columns = [k for k in knobs if k not in PARAMS.values()]
     tail = ["tokens_per_sec", "wall_seconds", "overrides", "reason"]

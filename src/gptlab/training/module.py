@@ -37,6 +37,7 @@ class GPTModule(L.LightningModule):
         object.__setattr__(self, "_train_model", compiled)
         self._token_bytes: torch.Tensor | None = None  # [vocab_size]: UTF-8 bytes of each token
         self.best_val_loss = math.inf
+        self.best_val_metrics: dict[str, float] = {}  # a validation's values at the best val/loss
 
     def setup(self, stage: str) -> None:
         """One batch as the example input: Lightning's summary shows its shapes."""
@@ -63,69 +64,86 @@ class GPTModule(L.LightningModule):
         return loss
 
     def on_validation_epoch_start(self) -> None:
-        self.start_sums()
+        self.start_sums(len(self.mixture()[0] or [None]))
 
-    def validation_step(self, batch, batch_idx: int) -> None:
-        self.add_to_sums(batch)
+    def validation_step(self, batch, batch_idx: int, dataloader_idx: int = 0) -> None:
+        self.add_to_sums(batch, dataloader_idx)  # a mixture: one val loader per source
 
     def on_validation_epoch_end(self) -> None:
-        val_loss, val_bpb = self.exact_means()
+        metrics = split_metrics("val", self.summed(), *self.mixture())
+        val_loss = metrics["val/loss"]
         self.log("val/loss", val_loss, prog_bar=True)
         self.log("val/perplexity", val_loss.exp())
-        self.log("val/bpb", val_bpb)
+        for name, value in metrics.items():  # at epoch end: no /dataloader_idx_N appended
+            if name != "val/loss":
+                self.log(name, value, add_dataloader_idx=False)
         if not self.trainer.sanity_checking and self.trainer.state.fn == "fit":
-            self.best_val_loss = min(self.best_val_loss, float(val_loss))
+            if float(val_loss) < self.best_val_loss:  # as best.ckpt: strictly lower replaces it
+                self.best_val_loss = float(val_loss)
+                self.best_val_metrics = {name: float(value) for name, value in metrics.items()}
         # for the run's metrics, also where the module is a copy (ddp_spawn): not for the loggers
         self.log("val/best_loss", self.best_val_loss, logger=False)
+        for name, value in self.best_val_metrics.items():  # a mixture's values at the best
+            if name.count("/") == 2:  # val/<source or average>/<loss or bpb>
+                self.log(f"best/{name}", value, logger=False)
 
     # the held-out test split, scored exactly as validation scores the val split
     on_test_epoch_start = on_validation_epoch_start
     test_step = validation_step
 
     def on_test_epoch_end(self) -> None:
-        test_loss, test_bpb = self.exact_means()
         # for metrics.json only: the loggers have ended their runs by then (W&B's is finished)
-        self.log("test/loss", test_loss, logger=False)
-        self.log("test/bpb", test_bpb, logger=False)
+        for name, value in split_metrics("test", self.summed(), *self.mixture()).items():
+            self.log(name, value, logger=False, add_dataloader_idx=False)
 
-    def start_sums(self) -> None:
+    def mixture(self) -> tuple[list[str] | None, str]:
+        """The data's sources (None: one source) and the average val/loss follows."""
+        datamodule = self.trainer.datamodule
+        if datamodule is None or datamodule.source_names is None:
+            return None, "micro"
+        return datamodule.source_names, datamodule.settings.val_average
+
+    def start_sums(self, sources: int = 1) -> None:
         if self._token_bytes is None:
             self._token_bytes = torch.as_tensor(self.tokenizer.token_bytes())
         self._token_bytes = self._token_bytes.to(self.device)
-        zero = torch.zeros((), device=self.device, dtype=torch.float64)
-        self._sum, self._count, self._bytes = (zero.clone() for _ in range(3))
+        # [source, 3]: nats summed over tokens, tokens, UTF-8 bytes of the targets
+        self._sums = torch.zeros(sources, 3, device=self.device, dtype=torch.float64)
 
-    def add_to_sums(self, batch: tuple[torch.Tensor, torch.Tensor]) -> None:
+    def add_to_sums(self, batch: tuple[torch.Tensor, torch.Tensor], source: int = 0) -> None:
         targets = batch[1]  # [batch, context_length]
-        self._sum += self.loss(batch).double() * targets.numel()  # nats, summed over tokens
-        self._count += targets.numel()
-        self._bytes += self._token_bytes[targets].sum()
+        sums = self._sums[source]
+        sums[0] += self.loss(batch).double() * targets.numel()
+        sums[1] += targets.numel()
+        sums[2] += self._token_bytes[targets].sum()
 
-    def exact_means(self, across_ranks: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
-        """Exact means, summed across ranks first: nats per token, bits per UTF-8 byte."""
-        sums = (self._sum, self._count, self._bytes)
+    def summed(self, across_ranks: bool = True) -> torch.Tensor:
+        """The exact sums of each source, [source, 3], summed across ranks first."""
         if across_ranks:
-            sums = [self.trainer.strategy.reduce(t, reduce_op="sum") for t in sums]
-        total, count, num_bytes = sums
-        loss = (total / count.clamp(min=1)).float()
-        bpb = (total / (math.log(2) * num_bytes.clamp(min=1))).float()
-        return loss, bpb
+            return self.trainer.strategy.reduce(self._sums, reduce_op="sum")
+        return self._sums
 
     @torch.no_grad()
-    def score(self, batches) -> tuple[float, float]:
-        """The exact loss and bpb over `batches`, in eval mode, in this process alone."""
+    def score(
+        self, loaders: list, names: list[str] | None = None, average: str = "micro", split="test"
+    ) -> dict[str, float]:
+        """The exact loss and bpb over each of `loaders` (a source's batches, named by `names`),
+        in eval mode, in this process alone: split_metrics' values."""
         self.eval()
-        self.start_sums()
-        for x, y in batches:
-            self.add_to_sums((x.to(self.device), y.to(self.device)))
-        loss, bpb = self.exact_means(across_ranks=False)
-        return float(loss), float(bpb)
+        self.start_sums(len(loaders))
+        for source, batches in enumerate(loaders):
+            for x, y in batches:
+                self.add_to_sums((x.to(self.device), y.to(self.device)), source)
+        metrics = split_metrics(split, self.summed(across_ranks=False), names, average)
+        return {name: float(value) for name, value in metrics.items()}
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["best_val_loss"] = self.best_val_loss
+        checkpoint["best_val_metrics"] = self.best_val_metrics
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         self.best_val_loss = checkpoint.get("best_val_loss", math.inf)
+        self.best_val_metrics = checkpoint.get("best_val_metrics", {})  # an older gptlab's: none
 
     def build_optimizer(self, mixed_precision: bool = False) -> torch.optim.Optimizer:
         """AdamW, weight decay on matrices only, fused (about 4x faster a step on CPU at 13M
@@ -195,3 +213,31 @@ class GPTModule(L.LightningModule):
         a checkpoint's), drawn as GPT(config) draws them."""
         model = GPT(GPTConfig(**hparams["model"]))
         return cls(model, hparams["optim"], hparams["tokenizer"])
+
+
+def means(sums: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Exact means of sums [..., 3] (nats, tokens, bytes): nats per token, bits per UTF-8 byte."""
+    total, count, num_bytes = sums.unbind(-1)
+    loss = total / count.clamp(min=1)
+    bpb = total / (math.log(2) * num_bytes.clamp(min=1))
+    return loss, bpb
+
+
+def split_metrics(
+    split: str, sums: torch.Tensor, names: list[str] | None, average: str
+) -> dict[str, torch.Tensor]:
+    """A split's exact values from each source's sums [source, 3]: `split`/loss and /bpb; a
+    mixture's also per source (`split`/<source>/loss), per token over all sources (micro) and the
+    mean of the sources (macro), `split`/loss and /bpb following `average` (levanter's names)."""
+    loss, bpb = means(sums)  # [source] each
+    if names is None:
+        return {f"{split}/loss": loss[0].float(), f"{split}/bpb": bpb[0].float()}
+    micro = means(sums.sum(0))
+    averages = {"micro": micro, "macro": (loss.mean(), bpb.mean())}
+    metrics = {}
+    for i, name in enumerate(names):
+        metrics[f"{split}/{name}/loss"], metrics[f"{split}/{name}/bpb"] = loss[i], bpb[i]
+    for name, (avg_loss, avg_bpb) in averages.items():
+        metrics[f"{split}/{name}/loss"], metrics[f"{split}/{name}/bpb"] = avg_loss, avg_bpb
+    metrics[f"{split}/loss"], metrics[f"{split}/bpb"] = averages[average]
+    return {name: value.float() for name, value in metrics.items()}

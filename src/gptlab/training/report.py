@@ -59,7 +59,7 @@ class RunReport(L.Callback):
         if not trainer.is_global_zero:
             return
         sample = self.sample(pl_module)  # of the final weights, before the test loads the best
-        metrics = {**self.metrics(trainer, pl_module), **self.test(trainer, pl_module)}
+        metrics = merged(self.metrics(trainer, pl_module), self.test(trainer, pl_module))
         PLACE.write_json(directory.metrics_file(self.run_dir), metrics)
         log_results(trainer, OmegaConf.create(self.cfg), metrics, self.run_dir, self.swept)
         log.info("\n".join([*self.report(trainer, metrics), sample]))
@@ -76,7 +76,10 @@ class RunReport(L.Callback):
         tokens = trainer.global_step * self.stats.tokens_per_step
         rate = self.stats.rate(trainer.global_step, (self.stats.timed_from or 0, 0.0))
         mfu = self.stats.mfu(rate, trainer.world_size)
-        train_tokens = len(trainer.datamodule.splits["train"]) if trainer.datamodule else 0
+        names, average = pl_module.mixture()
+        train_tokens = 0
+        if trainer.datamodule and names is None:
+            train_tokens = len(trainer.datamodule.splits["train"])
         return {
             "best_val_loss": best,
             "final_val_loss": final_loss,
@@ -104,9 +107,49 @@ class RunReport(L.Callback):
             "scaling_params": pl_module.model.scaling_params(),
             "epochs": tokens / train_tokens if train_tokens else None,
             **downstream_results(trainer),  # the last validation's, where the callback is on
+            **self.mixture(trainer, pl_module, names, average),
             **pruning_result(trainer),  # "status": "pruned" when an Optuna pruner stopped it
             **self.branch(trainer),
         }
+
+    def mixture(self, trainer, pl_module, names: list[str] | None, average: str) -> dict:
+        """A mixture's values per source and of both averages: at the best val/loss (best.ckpt's),
+        at the last validation, and each source's epochs (those trained; those planned)."""
+        if names is None:
+            return {}
+        metrics = trainer.callback_metrics
+        last = self.stats.last_validation
+        final = {k: metrics.get(k, last.get(k)) for k in last if k.count("/") == 2}
+        best = {k[len("best/") :]: v for k, v in metrics.items() if k.startswith("best/val/")}
+        best = best or pl_module.best_val_metrics  # resumed after its last step: its checkpoint's
+        datamodule = trainer.datamodule
+        trained = datamodule.planned_epochs(trainer.global_step, trainer.world_size)
+        planned = datamodule.planned_epochs(trainer.max_steps, trainer.world_size)
+        # each source's share of the planned train tokens (staged weights: over all stages)
+        planned_tokens = {
+            name: planned[name] * datamodule.mixture.train_tokens[name] for name in names
+        }
+        total = sum(planned_tokens.values())
+        epochs = {
+            "sources": {
+                name: {
+                    "share": planned_tokens[name] / total if total else None,
+                    "epochs": trained[name],
+                    "planned_epochs": planned[name],
+                }
+                for name in names
+            }
+        }
+        result = {"val_average": average, "sources": {n: {} for n in names}, "averages": {}}
+        result = merged(result, per_source(best, "val", "best_val", names))
+        result = merged(result, per_source(final, "val", "final_val", names))
+        result = merged(result, epochs)
+        # the most repeated source's: what a scaling fit's warning reads
+        result["epochs"] = max(trained.values())
+        # exact: a macro average's bpb is no constant factor of its loss, as one val text's is
+        best_bpb = result["averages"].get(average, {}).get("best_val_bpb")
+        result["best_val_bpb"] = math.nan if best_bpb is None else best_bpb
+        return result
 
     def branch(self, trainer) -> dict:
         """A cooldown branch: its trunk and step; its own FLOPs (train_flops adds the trunk's
@@ -121,7 +164,8 @@ class RunReport(L.Callback):
         }
 
     def test(self, trainer, pl_module) -> dict:
-        """best.ckpt (else the final weights) on the whole test split, on rank 0 alone."""
+        """best.ckpt (else the final weights) on the whole test split, on rank 0 alone: a
+        mixture's on each source's (its values under "sources" and "averages")."""
         datamodule = trainer.datamodule
         if datamodule is None or datamodule.test_fraction == 0 or trainer.global_step == 0:
             return {}
@@ -130,10 +174,13 @@ class RunReport(L.Callback):
         if best.is_file():
             pl_module.load_state_dict(reader.load_checkpoint(best)["state_dict"])
             scored = f"{directory.CHECKPOINTS}/{best.name}"
+        names, average = pl_module.mixture()
+        loaders = [datamodule.windows_of("test", source=name) for name in names or [None]]
         with trainer.precision_plugin.test_step_context():
-            loss, bpb = pl_module.score(datamodule.windows_of("test"))
+            scores = pl_module.score(loaders, names, average)
+        loss, bpb = scores["test/loss"], scores["test/bpb"]
         log.info("Test loss %.4f (%.3f bits per byte) of %s.", loss, bpb, scored)
-        return {"test_loss": loss, "test_bpb": bpb}
+        return {"test_loss": loss, "test_bpb": bpb, **per_source(scores, "test", "test", names)}
 
     def sample(self, pl_module) -> str:
         try:
@@ -165,6 +212,37 @@ class RunReport(L.Callback):
                 logdir = self.run_dir if inside else where(logger.root_dir)
                 lines.append(f"TensorBoard: tensorboard --logdir {logdir}")
         return lines
+
+
+AVERAGES = ("micro", "macro")  # of a mixture's sources: per token over all, the mean of them
+
+
+def per_source(values: dict, split: str, key: str, names: list[str] | None) -> dict:
+    """{"sources": {source: {`key`_loss, `key`_bpb}}, "averages": {micro: ..., macro: ...}} from
+    a mixture's `split`/<name>/loss and /bpb values; {} for one source."""
+    if names is None:
+        return {}
+    found = {}
+    for metric, value in values.items():
+        parts = metric.split("/")
+        if len(parts) == 3 and parts[0] == split:
+            found.setdefault(parts[1], {})[f"{key}_{parts[2]}"] = float(value)
+    return {
+        "sources": {name: found.get(name, {}) for name in names},
+        "averages": {name: found.get(name, {}) for name in AVERAGES},
+    }
+
+
+def merged(metrics: dict, more: dict) -> dict:
+    """`metrics` with `more`'s keys, a mixture's tables (sources, averages) merged by name."""
+    result = {**metrics, **more}
+    for table in ("sources", "averages"):
+        if table in metrics and table in more:
+            names = {**metrics[table], **more[table]}
+            result[table] = {
+                n: {**metrics[table].get(n, {}), **more[table].get(n, {})} for n in names
+            }
+    return result
 
 
 def run_callbacks(

@@ -29,7 +29,8 @@ class RunStats(L.Callback):
         self._wall_before = 0.0  # of the runs this one continues
         self._clock: float | None = None  # when the stretch of training being timed began
         self._rate_since = (0, 0.0)  # (step, train seconds) of the last logged rate
-        self.last_validation: dict = {}  # val/loss, val/bpb and step of the latest validation
+        # val/loss, val/bpb (a mixture's: also val/<source or average>/loss and /bpb) and step
+        self.last_validation: dict = {}
         # since the previous validation: summed train loss (on its device), batches, (step, secs)
         self._loss_sum: torch.Tensor | None = None
         self._batches = 0
@@ -76,7 +77,7 @@ class RunStats(L.Callback):
         if trainer.sanity_checking or "val/loss" not in metrics:
             return
         step = trainer.global_step
-        latest = {k: float(metrics[k]) for k in ("val/loss", "val/bpb") if k in metrics}
+        latest = {k: float(v) for k, v in metrics.items() if is_validation_value(k)}
         self.last_validation = {**latest, "step": step}
         wall = self._wall_before + time.perf_counter() - self._fit_start
         # a resume may validate a step again that the checkpoint's curve already holds
@@ -98,9 +99,19 @@ class RunStats(L.Callback):
         bpb = self.last_validation.get("val/bpb", math.nan)
         return (
             f"step {trainer.global_step}{total}: train loss {train}, "
-            f"val loss {self.last_validation['val/loss']:.4f}, val bpb {bpb:.4f}, "
+            f"val loss {self.last_validation['val/loss']:.4f}{self.sources_part()}, "
+            f"val bpb {bpb:.4f}, "
             f"{rate:,.0f} tokens/s, {datetime.timedelta(seconds=round(wall))} elapsed"
         )
+
+    def sources_part(self) -> str:
+        """A mixture's val loss of each source and of both averages: " [book 5.0123, ...]"."""
+        losses = [
+            f"{name.split('/')[1]} {value:.4f}"
+            for name, value in self.last_validation.items()
+            if name.count("/") == 2 and name.endswith("/loss")
+        ]
+        return f" [{', '.join(losses)}]" if losses else ""
 
     def pause(self) -> None:
         """End the stretch of training being timed (at a logged rate, a validation, the end)."""
@@ -135,3 +146,8 @@ class RunStats(L.Callback):
         self._wall_before = state_dict["wall_seconds"]
         self.last_validation = state_dict.get("last_validation", {})
         self.val_curve = state_dict.get("val_curve", [])  # a checkpoint of an older gptlab
+
+
+def is_validation_value(name: str) -> bool:
+    """val/loss, val/bpb, and a mixture's val/<source or average>/loss and /bpb."""
+    return name in ("val/loss", "val/bpb") or (name.startswith("val/") and name.count("/") == 2)
