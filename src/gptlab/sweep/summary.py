@@ -201,16 +201,9 @@ def write_summary(
     PLACE.make_dir(out)
     jobs = collect(sweep_dir)
     rows, knobs = jobs.rows, jobs.knobs
-    scores = downstream.score_keys(rows)  # the in-loop callback's, where jobs have them
     for row in rows:
         row.update(downstream.marks([row]))
-    configs = None  # configurations: where seeds are swept
-    extra = tuple(statistics_of(rows))  # a mixture's columns, per source
-    if "seed" in knobs:
-        configs = aggregate(rows, knobs, [*extra, *scores])
-        groups = group_configurations(rows, knobs)
-        for config in configs:
-            config.marks = downstream.marks(groups[config.name])
+    configs = configurations(rows, knobs) if "seed" in knobs else None
     leading = leading_sections(rows, configs, out, target_val_loss, baseline)
     # μTransfer's verdict (experiment=mutransfer), else where optim.lr and a size are swept, μP's
     leading += mutransfer_section(rows, sweep_dir) or transfer_section(rows, knobs, out)
@@ -221,13 +214,37 @@ def write_summary(
     if fit:
         head.append(fit)
     lines = [f"# Sweep {sweep_dir}", "", *(f"- {line}" for line in head), "", *leading]
+    lines += table_sections(rows, knobs, configs, out)
+    figure = summary_figure(rows, knobs, configs, out.name)
+    PLACE.save_figure(figure, out / "summary.png", dpi=80)
+    lines += search_summary(sweep_dir, out / "summary.png")  # an Optuna search's study and plots
+    PLACE.write_text(out / "summary.md", "\n".join(lines) + "\n")
+    if missing:
+        raise TooFewPoints(missing)
+    return rows, head
+
+
+def configurations(rows: list[dict], knobs: list[str]) -> list:
+    """The configurations of a sweep of seeds, with the statistics of a mixture's per-source
+    columns and of the downstream scores where jobs have them, and their marks at chance."""
+    extra = [*statistics_of(rows), *downstream.score_keys(rows)]
+    configs = aggregate(rows, knobs, extra)
+    groups = group_configurations(rows, knobs)
+    for config in configs:
+        config.marks = downstream.marks(groups[config.name])
+    return configs
+
+
+def table_sections(rows: list[dict], knobs: list[str], configs, out: Path) -> list[str]:
+    """summary.md's tables (configurations, downstream tasks, jobs), written beside it as
+    summary_configs.csv and summary.csv."""
+    lines = []
     if configs is not None:
-        path = out / "summary_configs.csv"
         cells = [config.row() for config in configs]
-        estimates = [f"{m}_{stat}" for m in extra for stat in ("mean", "std", "ci95")]
-        columns = config_columns(knobs, cells, [*estimates, *downstream.config_columns(rows)])
+        stats = [f"{m}_{s}" for m in statistics_of(rows) for s in ("mean", "std", "ci95")]
+        columns = config_columns(knobs, cells, [*stats, *downstream.config_columns(rows)])
         shown = [*tables.CONFIG_SHOWN, *shown_estimates(rows)]
-        table = write_table(path, columns, cells, shown)
+        table = write_table(out / "summary_configs.csv", columns, cells, shown)
         lines += ["## Configurations", "", *table, ""]
     scored = downstream.downstream_section(rows, knobs)
     lines += scored
@@ -236,14 +253,7 @@ def write_summary(
     mixed = job_mixture_columns(rows)  # a mixture's per source: in summary.md's table too
     columns = job_columns(rows, knobs, [*mixed, *downstream.job_columns(rows)])
     shown = job_columns(rows, knobs, mixed)  # the downstream scores: their own table, above
-    lines += write_table(out / "summary.csv", columns, rows, shown)
-    figure = summary_figure(rows, knobs, configs, out.name)
-    PLACE.save_figure(figure, out / "summary.png", dpi=80)
-    lines += search_summary(sweep_dir, out / "summary.png")  # an Optuna search's study and plots
-    PLACE.write_text(out / "summary.md", "\n".join(lines) + "\n")
-    if missing:
-        raise TooFewPoints(missing)
-    return rows, head
+    return lines + write_table(out / "summary.csv", columns, rows, shown)
 
 
 def job_ranges(jobs: list[str]) -> str:
