@@ -206,6 +206,7 @@ def test_a_continued_run_draws_what_the_stopped_one_would_have(mixed):
         ("+data.sources.book.colour=red", "data.sources.book.colour: a source has no such"),
         ("data.val_average=mean", "data.val_average='mean'"),
         ("data.max_epochs=-1", "data.max_epochs=-1"),
+        ("+data.sources.micro.path=x.txt", "data.sources.micro: 'micro' names one of the averages"),
     ],
 )
 def test_bad_mixtures_are_refused_before_any_tokenizing(tmp_path, override, needle):

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any
 
-from gptlab.data.mixture import SOURCE_KEYS, check_mixture
+from gptlab.data.mixture import AVERAGES, SOURCE_KEYS, check_mixture
 from gptlab.errors import ConfigError
 
 SALES_TEXTBOOK_URL = (
@@ -73,7 +73,7 @@ class DataConfig:
 
     def check_mixing(self) -> None:
         """A mixture's settings: its average, its repetition cap, its sources and weights."""
-        if self.val_average not in ("micro", "macro"):
+        if self.val_average not in AVERAGES:
             raise ConfigError(
                 f"data.val_average={self.val_average!r}: choose micro (val/loss per token over "
                 "every source's val tokens) or macro (the mean of the sources' val losses)."

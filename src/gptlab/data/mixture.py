@@ -30,6 +30,7 @@ SOURCE_KEYS = (
 PROPORTIONAL = "proportional"  # weights in proportion to the sources' train tokens
 GOLDEN = 0x9E3779B9  # 2**32 / the golden ratio, odd: u_n = (n * GOLDEN mod 2**32) / 2**32
 NAME = re.compile(r"[A-Za-z0-9_-]+")  # a source's name is part of its metrics' names
+AVERAGES = ("micro", "macro")  # val/micro/loss, val/macro/loss: no source may take their names
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,11 @@ def check_mixture(settings) -> None:
             raise ConfigError(
                 f"{where}: a source's name is letters, digits, _ and - only (it names the "
                 "source's metrics, val/<source>/loss). Rename it."
+            )
+        if source in AVERAGES:
+            raise ConfigError(
+                f"{where}: '{source}' names one of the averages over the sources "
+                f"(val/{source}/loss), so a source cannot take it. Rename the source."
             )
         if not isinstance(given, Mapping):
             raise ConfigError(f"{where}={given!r}: give its settings, e.g. {{path: f.txt}}.")

@@ -5,11 +5,11 @@ its share of the mix, means ± 95% CI over seeds."""
 
 from pathlib import Path
 
+from gptlab.data.mixture import AVERAGES
 from gptlab.run.place import PLACE
 from gptlab.sweep.stats import ci_half_width, job_values, mean_std, number, sort_key
 from gptlab.sweep.tables import format_estimate, markdown_table
 
-AVERAGES = ("micro", "macro")  # a mixture's averages: per token over all sources, their mean
 # a source's (or average's) columns: column suffix, the key in its metrics.json entry
 SOURCE_METRICS = {
     "val_loss": "best_val_loss",  # at the best val/loss: best.ckpt's

@@ -13,6 +13,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from omegaconf import OmegaConf
 
 from gptlab import reader
+from gptlab.data.mixture import AVERAGES
 from gptlab.errors import ConfigError
 from gptlab.run import directory
 from gptlab.run.directory import where
@@ -212,9 +213,6 @@ class RunReport(L.Callback):
                 logdir = self.run_dir if inside else where(logger.root_dir)
                 lines.append(f"TensorBoard: tensorboard --logdir {logdir}")
         return lines
-
-
-AVERAGES = ("micro", "macro")  # of a mixture's sources: per token over all, the mean of them
 
 
 def per_source(values: dict, split: str, key: str, names: list[str] | None) -> dict:
