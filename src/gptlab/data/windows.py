@@ -46,16 +46,18 @@ class RandomWindowSampler(Sampler[list[int]]):
     repeat: int | None = None
 
     def __iter__(self):
-        for i in itertools.count(self.start):
-            key = i % self.repeat if self.repeat else i
-            generator = batch_generator(self.seed, self.rank, self.world_size, key)
+        draws = batch_draws(self.seed, self.rank, self.world_size, self.start, self.repeat)
+        for _, generator in draws:
             yield torch.randint(self.num_starts, (self.batch_size,), generator=generator).tolist()
 
 
-def batch_generator(seed: int, rank: int, world_size: int, key: int) -> torch.Generator:
-    """The generator batch `key` of a rank draws from: seeded by (seed, rank, world size, key)."""
-    entropy = np.random.SeedSequence([seed, rank, world_size, key])
-    return torch.Generator().manual_seed(int(entropy.generate_state(1)[0]))
+def batch_draws(seed: int, rank: int, world_size: int, start: int, repeat: int | None):
+    """(key, generator) of batch start, start + 1, ...: batch i's key is i (i % repeat with
+    `repeat`), its generator seeded by (seed, rank, world size, key) alone."""
+    for i in itertools.count(start):
+        key = i % repeat if repeat else i
+        entropy = np.random.SeedSequence([seed, rank, world_size, key])
+        yield key, torch.Generator().manual_seed(int(entropy.generate_state(1)[0]))
 
 
 class MixedWindows(Dataset):
@@ -91,9 +93,8 @@ class MixtureSampler(Sampler[list[list[int]]]):
     repeat: int | None = None
 
     def __iter__(self):
-        for i in itertools.count(self.start):
-            key = i % self.repeat if self.repeat else i
-            generator = batch_generator(self.seed, self.rank, self.world_size, key)
+        draws = batch_draws(self.seed, self.rank, self.world_size, self.start, self.repeat)
+        for key, generator in draws:
             counts = self.mixture.counts(key, self.batch_size)
             yield [
                 torch.randint(n, (int(c),), generator=generator).tolist() if c else []
