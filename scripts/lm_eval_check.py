@@ -131,7 +131,7 @@ def fits(tokenizer, item, window: int) -> bool:
 def check(model_dir: Path, data_dir: Path, cache_dir: Path, names, max_items, device, batch):
     """{task: gptlab's scores, lm-eval's, and their agreement} on the same items: each task's
     first max_items, less those whose continuation lm-eval cannot fit in the window."""
-    from gptlab.cli.eval import load_any
+    from gptlab.cli.eval_tasks import load_any
     from gptlab.data.tasks import Task, load_tasks
     from gptlab.training.downstream import score_task
 

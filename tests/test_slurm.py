@@ -325,7 +325,7 @@ def test_sbatch_requeue_continues_from_last_checkpoint(tmp_path):
     wait_for(last.is_file, 120, f"{last} (job {job_id}: {job_fields(job_id).get('JobState')})")
     slurm("scontrol", "requeue", job_id)  # what a preemption with PreemptMode=REQUEUE does
     # SIGTERM: gptlab saves last.ckpt and exits; the job waits cred_expire (10 s here), starts again
-    final = wait_for(lambda: ended(job_id), 180, f"job {job_id} to end")
+    final = wait_for(lambda: ended(job_id), 400, f"job {job_id} to end")  # a hang, not a speed
     output = Path(str(log).replace("%j", job_id)).read_text()
     assert final["JobState"] == "COMPLETED" and final["Restarts"] == "1", (final, output[-3000:])
     train_log = (run_dir / "train.log").read_text()

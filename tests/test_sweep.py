@@ -34,8 +34,8 @@ from tensorboard.plugins.hparams import plugin_data_pb2
 from gptlab.config.schemas import register_configs
 from gptlab.run import directory
 from gptlab.sweep import jobs as sweep
-from gptlab.sweep.jobs import sweep_job
-from gptlab.sweep.summary import aggregate, collect, failure_message, write_summary
+from gptlab.sweep.jobs import failure_message, sweep_job
+from gptlab.sweep.summary import aggregate, collect, write_summary
 
 register_configs()  # the config schemas and resolvers that composing conf/train.yaml needs
 

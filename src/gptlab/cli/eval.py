@@ -12,45 +12,17 @@ from omegaconf import DictConfig, OmegaConf
 
 from gptlab import reader
 from gptlab.cli.app import resolve_device, run_hydra_app, run_task
+from gptlab.cli.eval_record import own_run_of, read_results, write_result
+from gptlab.cli.eval_tasks import evaluate_tasks
 from gptlab.config.resolve import resolved
 from gptlab.config.schemas import register_configs
 from gptlab.errors import ConfigError
-from gptlab.run import directory, ownership
+from gptlab.run import directory
 from gptlab.run.directory import saved_by_latest_start
 from gptlab.run.place import PLACE, STORE_KEYS, WHERE_KEYS
 
 log = logging.getLogger("gptlab.eval")
 register_configs()  # the unique_dir resolver of the output directory
-
-
-def read_results(path: Path) -> dict:
-    """The results saved in `path` before ({} if none); anything else there is refused, not lost."""
-    if not path.is_file() or path.is_symlink():  # never read through a link
-        return {}
-    saved = reader.read_json(path)
-    if not isinstance(saved, dict):
-        raise ConfigError(
-            f"'{path}' is not gptlab-eval's JSON record of results, so the new result cannot be "
-            "added to it. Move it away (or delete it) and run gptlab-eval again."
-        )
-    return saved
-
-
-def own_run_of(checkpoint: Path) -> Path | None:
-    """The run directory of a checkpoint in the checkpoints/ of a run of the user's own (its
-    settings are read), else None."""
-    if checkpoint.parent.name != directory.CHECKPOINTS:
-        return None
-    run_dir = checkpoint.parent.parent
-    found = ownership.owner(directory.where(run_dir))
-    if not found.own:
-        log.info(
-            "'%s' is not a run directory of yours (%s): its settings are not read.",
-            run_dir,
-            found.why,
-        )
-        return None
-    return run_dir
 
 
 def evaluate(cfg: DictConfig) -> dict:
@@ -194,20 +166,6 @@ def logged_line(run_dir: Path, checkpoint: Path, split: str, step: int) -> list[
     return [f"The run logged {key} = {value:.6f}{each} for these weights."]
 
 
-def write_result(outs: list[Path], label: str, result: dict) -> list[str]:
-    """Add the result to eval.json beside an own run, else (or read-only) in the output dir."""
-    notes = []
-    for out in outs:
-        eval_file = out / directory.EVAL
-        try:
-            saved = read_results(eval_file)
-            PLACE.write_json(eval_file, {**saved, label: result})
-            return [*notes, f"Written: {eval_file}"]
-        except OSError as e:
-            notes.append(f"Could not write {eval_file} ({e.strerror}).")
-    return notes
-
-
 def run_settings(run_dir: Path | None) -> tuple[dict, dict]:
     """An own run's data and trainer settings from its latest start's saved config, as literal
     values (where its data lay is eval's own to say; nothing is resolved); anyone else's: none."""
@@ -243,86 +201,6 @@ def check_split(split: str, data: dict, other: dict) -> str:
             "with data.test_fraction=0.1, or use split=val."
         )
     return split
-
-
-def whole(key: str, value, least: int, none: bool = False) -> int | None:
-    if value is None and none:
-        return None
-    if type(value) is not int or value < least:
-        more = " (or null: all)" if none else ""
-        raise ConfigError(f"{key}={value!r}: give a whole number of {least} or more{more}.")
-    return value
-
-
-def evaluate_tasks(cfg: DictConfig) -> dict:
-    """Score the model on the named tasks, read (and checked) before any model is built; print
-    one table; write it beside an own run (else in the output dir); return it."""
-    from gptlab.data.tasks import load_tasks
-
-    settings = cfg.downstream
-    max_items = whole("downstream.max_items", settings.max_items, 1, none=True)
-    num_shots = whole("downstream.num_shots", settings.num_shots, 0)
-    batch_size = whole("downstream.batch_size", settings.batch_size, 1)
-    names = list(cfg.tasks) if OmegaConf.is_list(cfg.tasks) else [cfg.tasks]
-    device = resolve_device(cfg.device)
-    cfg = resolved(cfg)
-    tasks = load_tasks(names, cfg.data.data_dir, cfg.data.cache_dir, num_shots)
-    model, tokenizer, step, source, run_dir = load_any(cfg.ckpt_path)
-    places = [PLACE.admit(run_dir, "ckpt_path", own=True)] if run_dir else []
-    places.append(PLACE.run_dir or Path(cfg.output_dir))
-    read_results(places[0] / directory.EVAL)  # a corrupt one is refused before the long part
-    from gptlab.training.downstream import aggregate, score_tasks
-
-    scores = score_tasks(model.to(device), tokenizer, tasks, max_items, batch_size)
-    result = {
-        "model": str(source),
-        "step": step,
-        "max_items": max_items,
-        "num_shots": num_shots,
-        "downstream": {name: score.as_dict() for name, score in scores.items()},
-        "aggregate": aggregate(scores),
-    }
-    lines = [f"Model: {source} (step {step}), {num_shots}-shot", *task_table(scores, tasks)]
-    label = f"{Path(source).name}: downstream, {num_shots}-shot, max_items {max_items}"
-    lines += write_result(places, label, result)
-    print("\n".join(lines), flush=True)
-    return result
-
-
-def task_table(scores: dict, tasks: list) -> list[str]:
-    """One row a task, then the aggregate (CORE's mean centred accuracy) naming its parts."""
-    from gptlab.sweep.tables import markdown_table
-    from gptlab.training.downstream import aggregate
-
-    header = ["task", "acc", "acc_norm", "bpb", "centred", "chance", "items", "oov", "cut"]
-    rows = [
-        [name, s.acc, s.acc_norm, s.bpb, s.centred, s.random, s.n, s.n_oov, s.n_cut]
-        for name, s in scores.items()
-    ]
-    total = aggregate(scores)
-    rows.append(["mean", total["acc"], None, total["bpb"], total["core"], None, None, None, None])
-    sources = [f"{task.name}: {task.source}" for task in tasks]
-    return [*markdown_table(header, rows, ".4f"), "", "Read from: " + "; ".join(sources)]
-
-
-def load_any(path) -> tuple:
-    """(the GPT in eval mode, its tokenizer, its step, what it was read from, an own run's
-    directory or None): a checkpoint, a run directory, or a Hugging Face folder (config.json)."""
-    from gptlab.run.checkpoints import find_checkpoint, load_model
-
-    folder = Path(str(path or "")).expanduser()
-    if str(path or "").strip() and folder.is_dir() and (folder / "config.json").is_file():
-        from gptlab.data.tokenizer import Tokenizer
-        from gptlab.model.config import GPTConfig
-        from gptlab.model.meta import build_gpt
-        from gptlab.run.hf_folder import read_folder
-
-        trained = read_folder(folder)
-        model = build_gpt(GPTConfig(**trained.model), trained.weights, f"ckpt_path: '{folder}'")
-        return model.eval(), Tokenizer(**trained.tokenizer), 0, folder, None
-    checkpoint = Path(find_checkpoint(path).absolute())
-    model, tokenizer, step = load_model(checkpoint)
-    return model, tokenizer, step, checkpoint, own_run_of(checkpoint)
 
 
 @hydra.main(version_base="1.3", config_path="pkg://gptlab.conf", config_name="eval")

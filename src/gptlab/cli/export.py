@@ -9,7 +9,8 @@ from omegaconf import DictConfig
 
 from gptlab import reader
 from gptlab.cli.app import run_hydra_app, run_task
-from gptlab.cli.eval import own_run_of, run_settings
+from gptlab.cli.eval import run_settings
+from gptlab.cli.eval_record import own_run_of
 from gptlab.config.schemas import register_configs
 from gptlab.errors import ConfigError
 from gptlab.run import directory

@@ -1,6 +1,7 @@
 """A sweep's jobs: each runs on its own, a failure is recorded in its metrics.json and the sweep
 goes on, and a finished job is kept when the sweep is continued."""
 
+import itertools
 import logging
 import math
 import os
@@ -161,3 +162,33 @@ def sweep_job(train: Callable[[DictConfig, Plan], float], cfg: DictConfig) -> fl
             output_dir, overrides, f"diverged: no finite validation loss (best {value})"
         )
     return value
+
+
+def job_ranges(jobs: list[str]) -> str:
+    """Job numbers as ranges: "jobs 0-3, 7" ("job 5" for one)."""
+    numbers = sorted(int(job) for job in jobs if job.isdigit())
+    parts = []
+    for _, group in itertools.groupby(enumerate(numbers), key=lambda pair: pair[1] - pair[0]):
+        run = [n for _, n in group]  # consecutive numbers
+        parts.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
+    parts += sorted(job for job in jobs if not job.isdigit())  # a job dir someone renamed
+    return ("job " if len(jobs) == 1 else "jobs ") + ", ".join(parts)
+
+
+def failure_message(failed: list[dict], rows: list[dict], sweep_dir: Path) -> str:
+    """One paragraph: each distinct reason once, with the jobs that failed for it."""
+    by_reason = {}
+    for row in failed:
+        reason = str(row.get("reason") or "no reason recorded")  # metrics.json is data
+        by_reason.setdefault(reason.rstrip("."), []).append(row)
+    causes = []
+    for reason, jobs in by_reason.items():
+        where = job_ranges([r["job"] for r in jobs])
+        if len(jobs) == 1:
+            where += f" ({jobs[0]['overrides']})"
+        causes.append(f"{where}: {reason}")
+    rest = "No job finished" if len(failed) == len(rows) else "The other jobs finished"
+    return (
+        f"Sweep failed: {len(failed)} of {len(rows)} jobs failed: {'; '.join(causes)}. "
+        f"{rest}; see {sweep_dir / 'summary.md'}."
+    )

@@ -1,7 +1,6 @@
 """The summary of a sweep: summary.csv/.md/.png, with seed statistics per configuration, and the
 Hydra callback that writes it at a multirun's end."""
 
-import itertools
 import sys
 from collections import Counter
 from dataclasses import dataclass, field
@@ -18,7 +17,7 @@ from gptlab.run.overrides import split_override
 from gptlab.run.place import PLACE
 from gptlab.sweep import downstream, tables
 from gptlab.sweep.ablation import BASELINE, leading_sections
-from gptlab.sweep.jobs import job_identity
+from gptlab.sweep.jobs import failure_message, job_identity
 from gptlab.sweep.mixture import (
     epochs_note,
     job_mixture_columns,
@@ -254,36 +253,6 @@ def table_sections(rows: list[dict], knobs: list[str], configs, out: Path) -> li
     columns = job_columns(rows, knobs, [*mixed, *downstream.job_columns(rows)])
     shown = job_columns(rows, knobs, mixed)  # the downstream scores: their own table, above
     return lines + write_table(out / "summary.csv", columns, rows, shown)
-
-
-def job_ranges(jobs: list[str]) -> str:
-    """Job numbers as ranges: "jobs 0-3, 7" ("job 5" for one)."""
-    numbers = sorted(int(job) for job in jobs if job.isdigit())
-    parts = []
-    for _, group in itertools.groupby(enumerate(numbers), key=lambda pair: pair[1] - pair[0]):
-        run = [n for _, n in group]  # consecutive numbers
-        parts.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
-    parts += sorted(job for job in jobs if not job.isdigit())  # a job dir someone renamed
-    return ("job " if len(jobs) == 1 else "jobs ") + ", ".join(parts)
-
-
-def failure_message(failed: list[dict], rows: list[dict], sweep_dir: Path) -> str:
-    """One paragraph: each distinct reason once, with the jobs that failed for it."""
-    by_reason = {}
-    for row in failed:
-        reason = str(row.get("reason") or "no reason recorded")  # metrics.json is data
-        by_reason.setdefault(reason.rstrip("."), []).append(row)
-    causes = []
-    for reason, jobs in by_reason.items():
-        where = job_ranges([r["job"] for r in jobs])
-        if len(jobs) == 1:
-            where += f" ({jobs[0]['overrides']})"
-        causes.append(f"{where}: {reason}")
-    rest = "No job finished" if len(failed) == len(rows) else "The other jobs finished"
-    return (
-        f"Sweep failed: {len(failed)} of {len(rows)} jobs failed: {'; '.join(causes)}. "
-        f"{rest}; see {sweep_dir / 'summary.md'}."
-    )
 
 
 class SweepSummary(Callback):
