@@ -126,9 +126,17 @@ def scalars(log_dir: Path) -> dict[str, list[tuple[int, float]]]:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     [run] = {path.parent for path in Path(log_dir).rglob("events.out.tfevents.*")} or {log_dir}
-    acc = EventAccumulator(str(run), size_guidance={"scalars": 0, "tensors": 0})
+    # a run killed after its last save and resumed logs those steps twice: each step once here,
+    # the value logged last (TensorBoard's own purge drops as many as the kill's timing left)
+    acc = EventAccumulator(
+        str(run), size_guidance={"scalars": 0, "tensors": 0}, purge_orphaned_data=False
+    )
     acc.Reload()
-    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+    found = {}
+    for tag in acc.Tags()["scalars"]:
+        logged = sorted(acc.Scalars(tag), key=lambda e: e.wall_time)
+        found[tag] = sorted({e.step: e.value for e in logged}.items())
+    return found
 
 
 def tensorboard_runs(log_dir: Path) -> list[str]:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import check, read_metrics, run_main
+from helpers import check, read_metrics, run_main, scalars
 from test_resume import TINY, kill_at_save, start, weights
 
 from gptlab.run import directory
@@ -20,17 +20,8 @@ OPTIM = OptimConfig(schedule="wsd", warmup_steps=5, branch_at=[0.25, 0.5, 0.75])
 
 
 def learning_rates(run_dir: Path) -> list[float]:
-    """The learning rate of each update, in step order, as the run's TensorBoard logged it: a
-    step logged twice (by a run killed after its last save, then by its resume) counts once, with
-    the value logged last. TensorBoard's own reader would instead purge the killed run's later
-    steps as orphaned, and how many depends on when the kill landed."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    [run] = {path.parent for path in (run_dir / "tensorboard").rglob("events.out.tfevents.*")}
-    events = EventAccumulator(str(run), size_guidance={"scalars": 0}, purge_orphaned_data=False)
-    events.Reload()
-    logged = sorted(events.Scalars("vitals/lr/matrices"), key=lambda e: e.wall_time)
-    return [lr for _, lr in sorted({e.step: e.value for e in logged}.items())]
+    """The learning rate of each update, in step order, as the run's TensorBoard logged it."""
+    return [lr for _, lr in scalars(run_dir / "tensorboard")["vitals/lr/matrices"]]
 
 
 def assert_same_run(a: Path, b: Path) -> None:
