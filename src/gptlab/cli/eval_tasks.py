@@ -8,18 +8,9 @@ from omegaconf import DictConfig, OmegaConf
 from gptlab.cli.app import resolve_device
 from gptlab.cli.eval_record import own_run_of, read_results, write_result
 from gptlab.config.resolve import resolved
-from gptlab.errors import ConfigError
+from gptlab.errors import whole_number
 from gptlab.run import directory
 from gptlab.run.place import PLACE
-
-
-def whole(key: str, value, least: int, none: bool = False) -> int | None:
-    if value is None and none:
-        return None
-    if type(value) is not int or value < least:
-        more = " (or null: all)" if none else ""
-        raise ConfigError(f"{key}={value!r}: give a whole number of {least} or more{more}.")
-    return value
 
 
 def evaluate_tasks(cfg: DictConfig) -> dict:
@@ -28,9 +19,9 @@ def evaluate_tasks(cfg: DictConfig) -> dict:
     from gptlab.data.tasks import load_tasks
 
     settings = cfg.downstream
-    max_items = whole("downstream.max_items", settings.max_items, 1, none=True)
-    num_shots = whole("downstream.num_shots", settings.num_shots, 0)
-    batch_size = whole("downstream.batch_size", settings.batch_size, 1)
+    max_items = whole_number("downstream.max_items", settings.max_items, 1, none=True)
+    num_shots = whole_number("downstream.num_shots", settings.num_shots, 0)
+    batch_size = whole_number("downstream.batch_size", settings.batch_size, 1)
     names = list(cfg.tasks) if OmegaConf.is_list(cfg.tasks) else [cfg.tasks]
     device = resolve_device(cfg.device)
     cfg = resolved(cfg)

@@ -8,7 +8,7 @@ import time
 import lightning as L
 
 from gptlab.data.tasks import load_tasks
-from gptlab.errors import ConfigError
+from gptlab.errors import whole_number
 from gptlab.training.downstream import TaskScore, aggregate, score_tasks
 
 PREFIX = "downstream"  # the logged names: downstream/<task>/<score>, downstream/<aggregate>
@@ -35,8 +35,8 @@ class DownstreamScores(L.Callback):
         batch_size: int = 32,
         num_shots: int = 0,
     ):
-        self.max_items = whole("max_items", max_items, none=True)
-        self.batch_size = whole("batch_size", batch_size)
+        self.max_items = whole_number("callbacks.downstream.max_items", max_items, none=True)
+        self.batch_size = whole_number("callbacks.downstream.batch_size", batch_size)
         self.tasks = load_tasks(tasks, data_dir, cache_dir, num_shots)
         self.last: dict = {}  # the last validation's scores, as metrics.json holds them
         self.seconds = 0.0  # spent scoring over the run's life (its cost: scripts/benchmark)
@@ -78,16 +78,6 @@ class DownstreamScores(L.Callback):
     def load_state_dict(self, state_dict: dict) -> None:
         self.last = state_dict.get("last", {})
         self.seconds = state_dict.get("seconds", 0.0)
-
-
-def whole(key: str, value, none: bool = False) -> int | None:
-    """A setting that counts (items, rows): a whole number of 1 or more (or null, where `none`)."""
-    if (value is None and none) or (type(value) is int and value >= 1):
-        return value
-    also = " or null (all)" if none else ""
-    raise ConfigError(
-        f"callbacks.downstream.{key}={value!r}: give a whole number of 1 or more{also}."
-    )
 
 
 def is_logged(key: str) -> bool:
