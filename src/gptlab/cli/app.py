@@ -18,7 +18,7 @@ from hydra.main import get_args_parser
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
-from gptlab.errors import ConfigError, Refusal
+from gptlab.errors import ConfigError, Refusal, raised_within
 from gptlab.exits import BAD_INPUT, CTRL_C, SIGTERM, catch_ctrl_c, stop_at_ctrl_c
 from gptlab.process import Terminated, sigterm_raises
 from gptlab.run.overrides import override_key
@@ -44,6 +44,7 @@ def run_hydra_app(hydra_main: Callable[[], object], tool: str) -> None:
     if conflict:
         print(f"{tool}: {conflict}", file=sys.stderr)
         sys.exit(BAD_INPUT)
+    sys.argv = resolved_job_config(sys.argv)
     stopping = catch_ctrl_c()  # a KeyboardInterrupt, caught below: what the start made removed
     users = os.environ.get(FULL_ERROR)  # the user's wish for whole tracebacks stays theirs
     os.environ[FULL_ERROR] = "1"
@@ -90,11 +91,8 @@ COMMANDS = {  # Hydra's commands, of which a command line gives one: its parsed 
 def command_conflict(argv: list[str]) -> str | None:
     """Two of Hydra's commands on one command line (`-m ... --cfg job`), read from Hydra's own
     argument parser before Hydra raises its ValueError: the paragraph that says what to drop."""
-    try:
-        quiet = io.StringIO()  # --version, a malformed flag: Hydra's to say, next
-        with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
-            args = get_args_parser().parse_args(argv)
-    except SystemExit:
+    args = parsed(argv)
+    if args is None:
         return None
     commands = [
         flag for field, flag in COMMANDS.items() if getattr(args, field, None) not in (None, False)
@@ -109,6 +107,25 @@ def command_conflict(argv: list[str]) -> str | None:
         f"`--cfg {args.cfg or 'job'}` prints the composed config of one job, `--cfg hydra` "
         "shows the sweep's choices (hydra.sweeper.params)."
     )
+
+
+def parsed(argv: list[str]):
+    """The command line as Hydra's own argument parser reads it; None where it cannot."""
+    try:
+        quiet = io.StringIO()  # --version, a malformed flag: Hydra's to say, next
+        with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
+            return get_args_parser().parse_args(argv)
+    except SystemExit:
+        return None
+
+
+def resolved_job_config(argv: list[str]) -> list[str]:
+    """`--cfg job` shows the values the job gets, resolved (Hydra's --resolve): model.depth's
+    derived settings among them, not the interpolations that derive them."""
+    args = parsed(argv[1:])
+    if args is None or args.cfg != "job" or args.resolve:
+        return argv
+    return [*argv, "--resolve"]
 
 
 def missing_group(tool: str) -> str | None:
@@ -154,6 +171,9 @@ def given(key: str) -> str:
 def explain(tool: str, error: Exception) -> str:
     """Hydra's composition error as one paragraph, from the exception's own fields: the key or
     the group's option, the reason, "did you mean" among its neighbours."""
+    found = raised_within(error)  # a resolver's (model.depth=0): its own paragraph
+    if found is not None:
+        return str(found)
     cause = error.__cause__
     missing = missing_group(tool) if isinstance(error, ConfigCompositionException) else None
     if missing:

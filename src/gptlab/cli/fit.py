@@ -10,6 +10,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from gptlab.cli.app import check_accelerator, check_logins
 from gptlab.cli.build import build, build_module, build_trainer, build_writers
+from gptlab.config import depth
 from gptlab.config.resolve import resolved
 from gptlab.run.logs import route_lightning_logs
 from gptlab.run.resume import starting_point
@@ -32,6 +33,8 @@ def train(cfg: DictConfig, plan: Plan) -> float:
     route_lightning_logs()
     check_accelerator(cfg.trainer.get("accelerator"))
     check_logins(cfg.logger)
+    knob = depth.provenance(cfg)  # what model.depth derived and what was given: read unresolved
+    rules, knob_lines = knob.record(), knob.screen_lines()
     cfg = resolved(cfg)
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
@@ -49,14 +52,15 @@ def train(cfg: DictConfig, plan: Plan) -> float:
     module = build_module(model, optim, datamodule.tokenizer, datamodule.batch_size, start)
 
     # the run's length, then the Trainer built once with it
-    length = run_length(cfg, module.model.flops_per_token(), module.optim, plan.branch)
+    flops = module.model.flops_per_token()
+    length = run_length(cfg, flops, module.optim, plan.branch, derived_for=knob.ranks)
     cfg = OmegaConf.merge(cfg, {"trainer": {"max_steps": length.max_steps}})  # as shown
     stats = RunStats(length.tokens_per_step, module.model.flops_per_token())
     callbacks = run_callbacks(
-        cfg, run_dir, stats, length, job_overrides(), swept_overrides(), plan.branch
+        cfg, run_dir, stats, length, job_overrides(), swept_overrides(), plan.branch, rules
     )
     trainer = build_trainer(cfg, run_dir, length, writers, callbacks)
     if trainer.is_global_zero:
-        print_first_screen(cfg, module.model, run_dir, datamodule, trainer)
+        print_first_screen(cfg, module.model, run_dir, datamodule, trainer, knob_lines)
 
     return fit(trainer, module, datamodule, start, run_dir)

@@ -10,6 +10,7 @@ import hydra
 from omegaconf import DictConfig
 
 from gptlab.cli.app import run_hydra_app, run_task
+from gptlab.config import depth
 from gptlab.config.schemas import register_configs
 from gptlab.errors import ConfigError
 from gptlab.exits import BAD_INPUT
@@ -22,15 +23,20 @@ register_configs()
 @hydra.main(version_base="1.3", config_path="pkg://gptlab.conf", config_name="train")
 def run_job(cfg: DictConfig) -> float:
     """Bad input: one paragraph and exit code 2, or in a multirun a failed job and the sweep on."""
-    from gptlab.cli.fit import train
     from gptlab.run.place import in_multirun
+
+    if not in_multirun():
+        return run_task(one_run, cfg, log)
+    from gptlab.cli.fit import train
     from gptlab.sweep.jobs import sweep_job  # torch and Lightning: only now
 
-    return sweep_job(train, cfg) if in_multirun() else run_task(one_run, cfg, log)
+    return sweep_job(train, cfg)
 
 
 def one_run(cfg: DictConfig) -> float:
-    """A single run: its start planned in its run directory (gptlab.run.start), then trained."""
+    """A single run: model.depth's rules checked (before torch loads), its start planned in its
+    run directory (gptlab.run.start), then trained."""
+    depth.provenance(cfg)
     from gptlab.cli.fit import train
 
     return train(cfg, plan_of(cfg, Path(cfg.paths.output_dir)))

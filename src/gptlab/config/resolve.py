@@ -8,7 +8,7 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from gptlab.errors import ConfigError
+from gptlab.errors import ConfigError, raised_within
 from gptlab.run.overrides import escape_interpolation
 
 
@@ -16,6 +16,9 @@ def resolve(node: DictConfig | ListConfig, where: str) -> Any:
     try:
         return OmegaConf.to_container(node, resolve=True)
     except OmegaConfBaseException as e:
+        found = raised_within(e)  # a resolver's own paragraph (gptlab.config.depth)
+        if found is not None:
+            raise found from None
         key = f"{where}.{e.full_key}" if getattr(e, "full_key", None) else where
         reason = " ".join(str(e).split("\n")[0].split())
         raise ConfigError(

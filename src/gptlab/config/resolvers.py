@@ -9,6 +9,7 @@ from pathlib import Path
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
+from gptlab.config import depth
 from gptlab.process import rank
 from gptlab.run import directory
 from gptlab.run.place import in_multirun
@@ -77,14 +78,16 @@ def sweep_name(default=None):
     return default if dirs is None or dirs[1] is None else _relative(dirs[1], dirs[2])
 
 
-def run_info(prefix: str = "") -> dict:
+def run_info(prefix: str = "") -> DictConfig:
+    """The run's tags: a DictConfig, which OmegaConf.resolve (`--cfg job`, resolved) can put in
+    place of the interpolation, as it cannot a dict."""
     dirs = _dirs()
     if dirs is None:
-        return {}
+        return OmegaConf.create({})
     info = {"run_dir": str(dirs[0]), "overrides": " ".join(HydraConfig.get().overrides.task)}
     if dirs[1] is not None:
         info.update(sweep_dir=str(dirs[1]), job=dirs[0].name)
-    return {f"{prefix}{k}": v for k, v in info.items()}
+    return OmegaConf.create({f"{prefix}{k}": v for k, v in info.items()})
 
 
 def run_id() -> str | None:
@@ -134,6 +137,7 @@ def register() -> None:
         "gptlab.run_id": run_id,
         "gptlab.mlflow_run": mlflow_run,
         "gptlab.mlflow_artifacts": mlflow_artifacts,
+        depth.RESOLVER: depth.derived,
     }
     for name, resolver in resolvers.items():
         if not OmegaConf.has_resolver(name):

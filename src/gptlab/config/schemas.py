@@ -30,6 +30,7 @@ class TrainSchema:
     init_from: Optional[str] = None  # noqa: UP045 - a Hugging Face folder: new run from its weights
     num_threads: Optional[int] = None  # noqa: UP045
     flops_budget: Optional[float] = None  # noqa: UP045 - training FLOPs: sets trainer.max_steps
+    tokens_per_param: float = 20.0  # model.depth's token budget: this x the blocks' parameters
     branch_from: Optional[str] = None  # noqa: UP045 - a wsd run directory: a cooldown branch
     branch_step: Optional[int] = None  # noqa: UP045
     sample_prompt: str = "The salesperson"

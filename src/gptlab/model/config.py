@@ -19,6 +19,21 @@ def fits(annotation: Any, value: Any) -> bool:
     return isinstance(value, (int, float) if annotation is float else annotation)
 
 
+def ffn_hidden(d_model: int, ffn_mult: int, activation: str) -> int:
+    """The FFN's width: ffn_mult * d_model. SwiGLU has three matrices instead of two, so it gets
+    2/3 of that width (rounded), which keeps its parameters and FLOPs about the same (LLaMA's)."""
+    if activation == "swiglu":
+        return round(2 * ffn_mult * d_model / 3)
+    return ffn_mult * d_model
+
+
+def block_params(d_model: int, num_blocks: int, ffn_mult: int, activation: str) -> int:
+    """The blocks' weight matrices (GPT.block_matrices): Wq, Wk, Wv, Wo and the FFN's two (three
+    with SwiGLU), per block."""
+    ffn = (3 if activation == "swiglu" else 2) * d_model * ffn_hidden(d_model, ffn_mult, activation)
+    return num_blocks * (4 * d_model * d_model + ffn)
+
+
 @dataclass
 class GPTConfig:
     """gptlab's defaults (conf/model/ overrides them); vocab_size and context_length: the data's."""
@@ -53,9 +68,13 @@ class GPTConfig:
     mup_embedding: float = 1.0
     mup_init: float = 1.0
     mup_attention: float = 1.0
+    # model.depth=N: the one knob that derives the width, heads, blocks and the training settings
+    # (gptlab.config.depth, docs/training.md); None: each is its own key
+    depth: int | None = None
 
-    # the settings a trained model's weights do not depend on: anything else names another model
-    TRAINING_ONLY = ("dropout", "attention", "compile", "zero_init", "mup_init")
+    # the settings a trained model's weights do not depend on (depth: the knob that set the
+    # others, which say the architecture): anything else names another model
+    TRAINING_ONLY = ("dropout", "attention", "compile", "zero_init", "mup_init", "depth")
 
     def __post_init__(self) -> None:
         self.check_types()
@@ -76,7 +95,7 @@ class GPTConfig:
 
     def check_sizes(self) -> None:
         sizes = ("context_length", "d_model", "num_heads", "num_blocks", "ffn_mult", "vocab_size")
-        sizes += ("base_width", "base_depth")
+        sizes += ("base_width", "base_depth", "depth")
         for key in sizes:
             value = getattr(self, key)  # ints or None (vocab_size until the data sets it)
             if value is not None and value < 1:
@@ -130,9 +149,4 @@ class GPTConfig:
 
     @property
     def ffn_hidden(self) -> int:
-        """The FFN's width: ffn_mult * d_model. SwiGLU has three matrices instead of two, so it
-        gets 2/3 of that width (rounded), which keeps its parameters and FLOPs about the same
-        (LLaMA's)."""
-        if self.activation == "swiglu":
-            return round(2 * self.ffn_mult * self.d_model / 3)
-        return self.ffn_mult * self.d_model
+        return ffn_hidden(self.d_model, self.ffn_mult, self.activation)

@@ -16,6 +16,18 @@ BRANCH = "branch-step="
 CKPT = ".ckpt"
 HYDRA = ".hydra"
 METRICS = "metrics.json"
+# the settings metrics.json holds as its run had them (model.depth derives some: the saved
+# config.yaml holds the interpolations), by their column in a sweep's summary.csv
+SETTINGS = {
+    "d_model": "model.d_model",
+    "num_heads": "model.num_heads",
+    "num_blocks": "model.num_blocks",
+    "dropout": "model.dropout",
+    "lr": "optim.lr",
+    "batch_size": "data.batch_size",
+    "context_length": "data.context_length",
+    "max_steps": "trainer.max_steps",
+}
 EVAL = "eval.json"
 TRAIN_LOG = "train.log"
 CONFIG_TREE = "config_tree.log"

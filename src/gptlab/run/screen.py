@@ -125,8 +125,11 @@ def data_lines(cfg: DictConfig, datamodule, trainer) -> list[str]:
     return lines
 
 
-def print_first_screen(cfg: DictConfig, model: GPT, output_dir: Path, datamodule, trainer) -> None:
-    """The config tree (saved; not printed in a sweep's jobs), the data, model and run dir."""
+def print_first_screen(
+    cfg: DictConfig, model: GPT, output_dir: Path, datamodule, trainer, knob: list[str]
+) -> None:
+    """The config tree (saved; not printed in a sweep's jobs), what model.depth derived and what
+    was given (`knob`), the data, model and run dir."""
     tree = config_tree(cfg)
     if output_dir.is_dir():
         console = Console(file=io.StringIO(), width=110, color_system=None)
@@ -136,7 +139,7 @@ def print_first_screen(cfg: DictConfig, model: GPT, output_dir: Path, datamodule
         Console(stderr=True, width=110).print(tree)
     if datamodule is not None:  # data.max_epochs: refused before anything is trained
         datamodule.check_epochs(trainer.max_steps, trainer.world_size)
-    for line in data_lines(cfg, datamodule, trainer):
+    for line in [*knob, *data_lines(cfg, datamodule, trainer)]:
         log.info(line)
     log.info("\n".join([model_line(model), f"Run directory: {output_dir}"]))
 

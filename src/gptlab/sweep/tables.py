@@ -6,6 +6,7 @@ import csv
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gptlab.run import directory
 from gptlab.run.place import PLACE
 from gptlab.sweep.stats import (
     ci_half_width,
@@ -18,16 +19,7 @@ from gptlab.sweep.stats import (
     welch,
 )
 
-PARAMS = {
-    "d_model": "model.d_model",
-    "num_heads": "model.num_heads",
-    "num_blocks": "model.num_blocks",
-    "dropout": "model.dropout",
-    "lr": "optim.lr",
-    "batch_size": "data.batch_size",
-    "context_length": "data.context_length",
-    "max_steps": "trainer.max_steps",
-}  # always in summary.csv
+PARAMS = directory.SETTINGS  # always in summary.csv
 # where there are any: the test split's, the deltas against a baseline (gptlab.sweep.ablation), the
 # time to a val loss (gptlab.sweep.curves)
 JOB_EXTRA = ["test_loss", "test_bpb", "time_to_val_loss"]

@@ -62,11 +62,23 @@ class Length(NamedTuple):
 
 
 def run_length(
-    cfg: DictConfig, flops_per_token: int, optim: OptimConfig, branch: Branch | None = None
+    cfg: DictConfig,
+    flops_per_token: int,
+    optim: OptimConfig,
+    branch: Branch | None = None,
+    derived_for: int | None = None,
 ) -> Length:
     """trainer.max_steps, or the steps flops_budget buys, or a branch's (its plan's step: the wsd
-    run whose cooldown starts there), said when they differ; `optim`'s schedule checked."""
+    run whose cooldown starts there), said when they differ; `optim`'s schedule checked, and the
+    processes model.depth derived the batch for (`derived_for`) against Lightning's count."""
     ranks = world_size(cfg.trainer)
+    if derived_for not in (None, ranks):
+        raise ConfigError(
+            f"model.depth: its rules split the batch over {derived_for} process(es) "
+            f"(trainer.devices x trainer.num_nodes), but this Trainer runs {ranks} (devices=auto "
+            f"on a machine with GPUs, say). Give trainer.devices={ranks} (or the count you mean) "
+            "so the batch, steps and learning rate are derived for it."
+        )
     tokens = tokens_per_step(cfg, ranks)
     steps, why = cfg.trainer.max_steps, None
     if cfg.flops_budget is not None:

@@ -16,7 +16,7 @@ from gptlab import reader
 from gptlab.data.mixture import AVERAGES
 from gptlab.errors import ConfigError
 from gptlab.run import directory
-from gptlab.run.directory import where
+from gptlab.run.directory import SETTINGS, where
 from gptlab.run.logs import SpawnedRank
 from gptlab.run.place import PLACE
 from gptlab.run.start import Branch
@@ -48,8 +48,10 @@ class RunReport(L.Callback):
         overrides: list[str],
         swept: list[str],
         branch: Branch | None = None,
+        rules: dict | None = None,
     ):
         self.cfg = cfg
+        self.rules = rules or {}  # model.depth's: each derived key's value and rule's value
         self.run_dir = run_dir
         self.branched = branch  # a cooldown branch's trunk and step (its plan's)
         self.stats = stats
@@ -78,6 +80,7 @@ class RunReport(L.Callback):
         rate = self.stats.rate(trainer.global_step, (self.stats.timed_from or 0, 0.0))
         mfu = self.stats.mfu(rate, trainer.world_size)
         names, average = pl_module.mixture()
+        cfg = OmegaConf.create(self.cfg)
         train_tokens = 0
         if trainer.datamodule and names is None:
             train_tokens = len(trainer.datamodule.splits["train"])
@@ -101,6 +104,9 @@ class RunReport(L.Callback):
             "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
             "overrides": self.overrides,  # what a continued sweep recognises its finished jobs by
             "status": "ok",
+            "depth": OmegaConf.select(cfg, "model.depth"),  # model.depth=N's rung, None without
+            "depth_rules": self.rules,  # {key: {value, rule, derived}}: what the ladder checks
+            "settings": {name: OmegaConf.select(cfg, key) for name, key in SETTINGS.items()},
             "val_curve": self.stats.val_curve,  # [step, wall seconds, val loss] per validation
             # what a scaling-law fit reads (docs/scaling.md)
             "flops_budget": self.cfg.get("flops_budget"),
@@ -244,10 +250,18 @@ def merged(metrics: dict, more: dict) -> dict:
 
 
 def run_callbacks(
-    cfg, run_dir: Path, stats: RunStats, length, overrides: list[str], swept: list[str], branch
+    cfg,
+    run_dir: Path,
+    stats: RunStats,
+    length,
+    overrides: list[str],
+    swept: list[str],
+    branch,
+    rules: dict,
 ) -> list[L.Callback]:
     """gptlab's own callbacks of a run, in the order Lightning calls them: its `stats` first,
-    the run's end (RunReport, told its job's overrides and those its sweep varies) last."""
+    the run's end (RunReport, told its job's overrides, those its sweep varies and model.depth's
+    `rules`) last."""
     return [
         SpawnedRank(run_dir),
         stats,
@@ -258,5 +272,5 @@ def run_callbacks(
         RngState(),
         DivergenceGuard(),
         BranchCheckpoints(length.branch_steps, str(run_dir)),
-        RunReport(OmegaConf.to_container(cfg), run_dir, stats, overrides, swept, branch),
+        RunReport(OmegaConf.to_container(cfg), run_dir, stats, overrides, swept, branch, rules),
     ]
