@@ -18,6 +18,7 @@ from gptlab.run.place import PLACE
 from gptlab.sweep import downstream, tables
 from gptlab.sweep.ablation import BASELINE, leading_sections
 from gptlab.sweep.jobs import failure_message, job_identity
+from gptlab.sweep.ladder_report import ladder_section
 from gptlab.sweep.mixture import (
     epochs_note,
     job_mixture_columns,
@@ -84,13 +85,15 @@ def read_job(job: Path) -> Job:
     failed = {"status": "failed", "reason": f"no {directory.METRICS}"}
     metrics = reader.read_json(directory.metrics_file(job))
     metrics = metrics if isinstance(metrics, dict) else failed
+    settings = metrics.get("settings") if isinstance(metrics.get("settings"), dict) else {}
     row = {
         "status": "ok",
         "reason": "",
         **metrics,
         "job": job.name,
         "overrides": " ".join(overrides),
-        **{column: saved_value(cfg, key) for column, key in PARAMS.items()},
+        # the saved value, else (an interpolation: model.depth's rules) the run's own
+        **{column: saved_value(cfg, key, settings.get(column)) for column, key in PARAMS.items()},
     }
     if number(metrics.get("max_steps")) is not None:  # a FLOP budget's steps, not the config's
         row["max_steps"] = metrics["max_steps"]
@@ -207,11 +210,15 @@ def write_summary(
     # μTransfer's verdict (experiment=mutransfer), else where optim.lr and a size are swept, μP's
     leading += mutransfer_section(rows, sweep_dir) or transfer_section(rows, knobs, out)
     leading += mixture_section(rows, out)  # a mixture's weights swept: mixture.png
+    ladder_head, ladder_lines = ladder_section(rows, out)  # model.depth's rungs: ladder.png
+    leading += ladder_lines
     head = headline(rows, configs, out, jobs.horizons)
     smoke = smoke_test_note(rows, jobs.horizons)
     fit, missing = scaling_section(rows, knobs, (sweep_dir, out), scaling, metric, baseline, smoke)
     if fit:
         head.append(fit)
+    if ladder_head:
+        head.append(ladder_head)
     lines = [f"# Sweep {sweep_dir}", "", *(f"- {line}" for line in head), "", *leading]
     lines += table_sections(rows, knobs, configs, out)
     figure = summary_figure(rows, knobs, configs, out.name)
