@@ -62,6 +62,19 @@ def run_main(
     return subprocess.CompletedProcess([tool, *args], code, out.getvalue(), err.getvalue())
 
 
+def train_without_torch(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """gptlab-train's entry point in a new interpreter whose stdout is its exit code, then which
+    of torch and Lightning it loaded (`2\n[]\n`: bad input said before the heavy imports)."""
+    code = (
+        f"import sys; sys.argv = {['gptlab-train', *args]!r}\n"
+        "from gptlab.cli.train import main\n"
+        "try: main()\n"
+        "except SystemExit as e: print(e.code)\n"
+        "print(sorted(m for m in ('torch', 'lightning') if m in sys.modules))"
+    )
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=cwd)
+
+
 @contextlib.contextmanager
 def process_state():
     """What a tool changes in its process, put back afterwards: the environment, argv, the

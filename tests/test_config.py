@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 import lightning as L
 import pytest
-from helpers import run_cli, run_main
+from helpers import run_cli, run_main, train_without_torch
 from hydra import compose, initialize_config_module
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import ConfigCompositionException
@@ -123,17 +123,7 @@ def test_the_data_schema_is_the_data_modules_settings():
 def test_the_entry_points_check_a_command_line_without_torch_or_lightning(tmp_path):
     """A config mistake is reported by Hydra's own composition before the heavy imports: exit
     code 2, one paragraph with "did you mean", and neither torch nor Lightning loaded."""
-    import subprocess
-    import sys
-
-    code = (
-        "import sys; sys.argv = ['gptlab-train', 'model.num_head=8']\n"
-        "from gptlab.cli.train import main\n"
-        "try: main()\n"
-        "except SystemExit as e: print(e.code)\n"
-        "print(sorted(m for m in ('torch', 'lightning') if m in sys.modules))"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    out = train_without_torch("model.num_head=8", cwd=tmp_path)
     assert out.stdout == "2\n[]\n", out.stderr
     assert "did you mean num_heads?" in out.stderr and len(out.stderr.splitlines()) == 1
     assert not list(tmp_path.iterdir())  # nothing made

@@ -4,17 +4,15 @@ given anywhere wins and the first screen says so; a bad depth, ratio or budget i
 and exit code 2 before torch loads; without a depth nothing changes."""
 
 import math
-import subprocess
-import sys
 
 import pytest
+from helpers import check, read_metrics, run_cli, run_main, train_without_torch
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
 from gptlab.config import depth
 from gptlab.config.schemas import register_configs
 from gptlab.model.config import GPTConfig
-from tests.helpers import check, read_metrics, run_cli, run_main
 
 register_configs()
 
@@ -136,15 +134,7 @@ def test_cfg_job_shows_the_derived_values(tmp_path):
     ],
 )
 def test_a_bad_depth_ratio_or_budget_exits_2_before_torch(tmp_path, override, said):
-    argv = ["gptlab-train", "model.depth=1", override]
-    code = (
-        f"import sys; sys.argv = {argv!r}\n"
-        "from gptlab.cli.train import main\n"
-        "try: main()\n"
-        "except SystemExit as e: print(e.code)\n"
-        "print(sorted(m for m in ('torch', 'lightning') if m in sys.modules))"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    out = train_without_torch("model.depth=1", override, cwd=tmp_path)
     assert out.stdout == "2\n[]\n", out.stderr
     message = [line for line in out.stderr.splitlines() if line.strip()]
     assert len(message) == 1 and said in message[0], out.stderr

@@ -10,11 +10,11 @@ from pathlib import Path
 import matplotlib.image
 import pytest
 import yaml
+from helpers import check, run_main
 from omegaconf import OmegaConf
 
 from gptlab.sweep import ladder, ladder_scan
 from gptlab.sweep.summary import write_summary
-from tests.helpers import check, run_main
 
 DEPTHS = (1, 2, 3, 4)
 
