@@ -26,7 +26,6 @@ HEAD_SIZE = GPTConfig.d_model // GPTConfig.num_heads  # 32 (nanochat's head_dim 
 BATCH_EXPONENT = 0.383  # B_opt ∝ D^0.383 (Power Lines, Bergsma et al. 2025), as nanochat
 WARMUP_FRACTION = 1 / 12  # gptlab's default: 100 warmup steps of 1,200
 MIN_LR_FRACTION = 0.1  # gptlab's default: min_lr 3e-4 for lr 3e-3
-DEFAULT_MAX_STEPS = 1200  # trainer/default.yaml's, where no depth sets it
 
 
 def width(depth: int) -> int:
@@ -87,7 +86,7 @@ DERIVED = (
     "optim.weight_decay",
     "optim.warmup_steps",
 )
-SETTINGS = {"model": GPTConfig, "data": DataConfig, "optim": OptimConfig}
+SETTINGS = {"model": GPTConfig, "data": DataConfig, "optim": OptimConfig}  # their defaults
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,17 +181,17 @@ class Rung:
 def default(key: str) -> Any:
     """A derived key's value without a depth: its settings dataclass's default."""
     group, _, field = key.partition(".")
-    if key == "trainer.max_steps":
-        return DEFAULT_MAX_STEPS
     return SETTINGS[group].__dataclass_fields__[field].default
 
 
-def derived(key: str, _root_: DictConfig) -> Any:
-    """The resolver `${gptlab.depth:<key>}`: the rule's value with a depth, else the default."""
+def derived(key: str, *otherwise: Any, _root_: DictConfig) -> Any:
+    """The resolver `${gptlab.depth:<key>}`: the rule's value with a depth, else the value the
+    config gives after the key (trainer/default.yaml's 1,200 steps) or the key's settings
+    dataclass's default."""
     if key not in DERIVED:
         raise ConfigError(f"${{{RESOLVER}:{key}}}: no rule derives {key} (they derive {DERIVED}).")
     if OmegaConf.select(_root_, "model.depth") is None:
-        return default(key)
+        return otherwise[0] if otherwise else default(key)
     return Rung(_root_).value(key)
 
 
@@ -232,7 +231,8 @@ def is_derived(cfg: DictConfig, key: str) -> bool:
     if not OmegaConf.is_dict(node) or field not in node:
         return False
     raw = OmegaConf.to_container(node, resolve=False)[field]
-    return isinstance(raw, str) and raw.replace(" ", "") == f"${{{RESOLVER}:{key}}}"
+    raw = raw.replace(" ", "") if isinstance(raw, str) else ""
+    return raw.startswith(f"${{{RESOLVER}:{key}") and raw[len(RESOLVER) + len(key) + 3] in ",}"
 
 
 class Row(NamedTuple):
