@@ -178,3 +178,18 @@ def test_the_ladder_experiment_runs_and_reports_per_source(tmp_path):
     assert OmegaConf.to_container(config.model)["d_model"] == "${gptlab.depth:model.d_model}"
     assert "Ladder: the rung 4 held out" in result.stdout
     assert (sweep / "ladder.png").stat().st_size > 1000
+
+
+def test_a_ladder_with_a_value_given_to_every_rung_is_still_a_ladder():
+    """optim.lr=1e-3 given to every rung is no scan (one value a depth): the rungs are fitted;
+    five rates at one depth are a scan, not a rung."""
+    given = {"optim.lr": {"value": 1e-3, "rule": 3e-3, "derived": False}}
+    rows = [
+        {"status": "ok", **rung_metrics(d, s, law(compute(d))), "depth_rules": given}
+        for d in DEPTHS
+        for s in (1, 2)
+    ]
+    assert ladder.is_ladder(rows) and len(ladder.ladder_jobs(rows)) == 8
+    scan = [scan_job(2, "optim.lr", lr, 3e-3, 4.0) for lr in (1e-3, 3e-3, 1e-2)]
+    assert not ladder.is_ladder(scan) and not ladder_scan.scans(rows)
+    assert [s["grid"] for s in ladder_scan.scans(scan)] == [[1e-3, 3e-3, 1e-2]]

@@ -13,6 +13,8 @@ from gptlab.sweep.mixture import mixture_names
 from gptlab.sweep.scaling import REPEATED_EPOCHS
 from gptlab.sweep.stats import bootstrap, ci_half_width, number, percentile_interval
 
+SCANNED = ("optim.lr", "data.batch_size")  # a scan of the rules: one of these given (ladder_scan)
+MIN_GRID = 3  # values a scan needs to bracket an optimum
 MIN_FIT_RUNGS = 3  # a power law's two parameters and one rung to spare
 SATURATING_RUNGS = 4  # from here the fit has an irreducible loss E as well (OLMo's ladder)
 
@@ -24,7 +26,7 @@ def rung_of(row: dict) -> int | None:
 
 
 def is_ladder(rows: list[dict]) -> bool:
-    """Jobs of two depths at least, every other setting of theirs derived (no scan)."""
+    """Jobs of two depths at least that are no scan's."""
     return len({rung_of(row) for row in ladder_jobs(rows)} - {None}) >= 2
 
 
@@ -34,10 +36,25 @@ def given_keys(row: dict) -> list[str]:
     return [key for key, rule in rules.items() if isinstance(rule, dict) and not rule["derived"]]
 
 
+def scan_groups(rows: list[dict]) -> dict[tuple[int, str], list[dict]]:
+    """The jobs of each scan, by (depth, key): at one depth, MIN_GRID values at least of one
+    SCANNED key given alone (the depth deriving the rest)."""
+    groups = {}
+    for row in rows:
+        depth, given = rung_of(row), given_keys(row)
+        if depth is not None and len(given) == 1 and given[0] in SCANNED:
+            groups.setdefault((depth, given[0]), []).append(row)
+    values = {
+        where: {number(row["depth_rules"][where[1]].get("value")) for row in jobs}
+        for where, jobs in groups.items()
+    }
+    return {where: jobs for where, jobs in groups.items() if len(values[where]) >= MIN_GRID}
+
+
 def ladder_jobs(rows: list[dict]) -> list[dict]:
-    """The rungs' jobs: a depth, and nothing the depth derives given instead (a scan's jobs give
-    optim.lr or data.batch_size: gptlab.sweep.ladder_scan)."""
-    return [row for row in rows if rung_of(row) is not None and not given_keys(row)]
+    """The rungs' jobs: those with a depth that are no scan's (gptlab.sweep.ladder_scan)."""
+    scanned = {id(row) for jobs in scan_groups(rows).values() for row in jobs}
+    return [row for row in rows if rung_of(row) is not None and id(row) not in scanned]
 
 
 def losses(rows: list[dict]) -> dict[str, str]:

@@ -10,24 +10,17 @@ from gptlab.sweep import ladder
 from gptlab.sweep.stats import number
 from gptlab.sweep.tables import markdown_table
 
-SCANNED = ("optim.lr", "data.batch_size")
-MIN_GRID = 3  # values a scan needs to bracket an optimum
 
-
-def scan_groups(rows: list[dict]) -> dict[tuple[int, str], dict]:
-    """The scans' jobs by (depth, key): each job gives that one key alone, the depth the rest."""
-    groups = {}
-    for row in rows:
-        depth, given = ladder.rung_of(row), ladder.given_keys(row)
-        if depth is None or len(given) != 1 or given[0] not in SCANNED:
-            continue
-        rule = row["depth_rules"][given[0]]
-        value, loss = number(rule.get("value")), number(row.get("best_val_loss"))
-        if value is None or loss is None:
-            continue
-        group = groups.setdefault((depth, given[0]), {"rule": number(rule.get("rule")), "by": {}})
-        group["by"].setdefault(value, []).append(loss)
-    return groups
+def losses_by_value(jobs: list[dict], key: str) -> tuple[float | None, dict[float, list]]:
+    """A scan's rule value and its jobs' best val losses by the scanned value."""
+    by, rule = {}, None
+    for row in jobs:
+        given = row["depth_rules"][key]
+        value, loss = number(given.get("value")), number(row.get("best_val_loss"))
+        rule = number(given.get("rule"))
+        if value is not None and loss is not None:
+            by.setdefault(value, []).append(loss)
+    return rule, by
 
 
 def judged(depth: int, key: str, rule: float | None, by: dict[float, list[float]]) -> dict:
@@ -56,12 +49,13 @@ def judged(depth: int, key: str, rule: float | None, by: dict[float, list[float]
 
 
 def scans(rows: list[dict]) -> list[dict]:
-    """Every scan of MIN_GRID values at least, by depth then key."""
-    return [
-        judged(depth, key, group["rule"], group["by"])
-        for (depth, key), group in sorted(scan_groups(rows).items())
-        if len(group["by"]) >= MIN_GRID
-    ]
+    """Every scan's reading (ladder.scan_groups: MIN_GRID values at least), by depth then key."""
+    found = []
+    for (depth, key), jobs in sorted(ladder.scan_groups(rows).items()):
+        rule, by = losses_by_value(jobs, key)
+        if len(by) >= ladder.MIN_GRID:
+            found.append(judged(depth, key, rule, by))
+    return found
 
 
 def reading(scan: dict) -> str:
