@@ -11,6 +11,7 @@ from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
 from gptlab.config import depth
+from gptlab.config.knob import Knob, provenance
 from gptlab.config.schemas import register_configs
 from gptlab.model.config import GPTConfig
 
@@ -84,7 +85,7 @@ def test_without_a_depth_every_default_stands():
         "optim.warmup_steps": 100,
     }
     assert {key: OmegaConf.select(cfg, key) for key in expected} == expected
-    assert depth.provenance(cfg) == depth.Knob() and depth.Knob().screen_lines() == []
+    assert provenance(cfg) == Knob() and Knob().screen_lines() == []
     # the reference rung is the default model with its default training
     rung4 = composed("model.depth=4", "tokens_per_param=4")
     reference = {**expected, "trainer.max_steps": 3072, "optim.warmup_steps": 256}
@@ -96,7 +97,7 @@ def test_a_value_given_anywhere_wins_and_the_rules_follow_it():
     """A given d_model (the command line) and a debug preset's keys win; the rules downstream
     read the values the run has: the heads of the given width, the lr of the given batch."""
     cfg = composed("model.depth=2", "model.d_model=96", "data.batch_size=32")
-    knob = depth.provenance(cfg)
+    knob = provenance(cfg)
     rows = {key: (value, derived, rule) for key, value, derived, rule in knob.rows}
     assert rows["model.d_model"] == (96, False, 64)
     assert rows["data.batch_size"][:2] == (32, False)
@@ -175,7 +176,7 @@ def test_a_batch_derived_for_other_processes_is_refused_before_training():
     from gptlab.training.optim_config import OptimConfig
 
     cfg = composed("model.depth=1", "trainer.accelerator=cpu")
-    knob = depth.provenance(cfg)
+    knob = provenance(cfg)
     assert knob.ranks == 1 and run_length(cfg, 1000, OptimConfig(), derived_for=1).ranks == 1
     with pytest.raises(ConfigError, match="split the batch over 2 process.*trainer.devices=1"):
         run_length(cfg, 1000, OptimConfig(), derived_for=2)

@@ -10,7 +10,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from gptlab.cli.app import check_accelerator, check_logins
 from gptlab.cli.build import build, build_module, build_trainer, build_writers
-from gptlab.config import depth
+from gptlab.config.knob import provenance
 from gptlab.config.resolve import resolved
 from gptlab.run.logs import route_lightning_logs
 from gptlab.run.resume import starting_point
@@ -33,7 +33,7 @@ def train(cfg: DictConfig, plan: Plan) -> float:
     route_lightning_logs()
     check_accelerator(cfg.trainer.get("accelerator"))
     check_logins(cfg.logger)
-    knob = depth.provenance(cfg)  # what model.depth derived and what was given: read unresolved
+    knob = provenance(cfg)  # what model.depth derived and what was given: read unresolved
     rules, knob_lines = knob.record(), knob.screen_lines()
     cfg = resolved(cfg)
     if cfg.num_threads:

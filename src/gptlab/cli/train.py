@@ -10,7 +10,7 @@ import hydra
 from omegaconf import DictConfig
 
 from gptlab.cli.app import run_hydra_app, run_task
-from gptlab.config import depth
+from gptlab.config.knob import provenance
 from gptlab.config.schemas import register_configs
 from gptlab.errors import ConfigError
 from gptlab.exits import BAD_INPUT
@@ -36,7 +36,7 @@ def run_job(cfg: DictConfig) -> float:
 def one_run(cfg: DictConfig) -> float:
     """A single run: model.depth's rules checked (before torch loads), its start planned in its
     run directory (gptlab.run.start), then trained."""
-    depth.provenance(cfg)
+    provenance(cfg)
     from gptlab.cli.fit import train
 
     return train(cfg, plan_of(cfg, Path(cfg.paths.output_dir)))
