@@ -151,8 +151,8 @@ def test_a_scan_judges_the_derived_value_against_its_best(best, rule, holds, sai
 
 
 def test_the_ladder_experiment_runs_and_reports_per_source(tmp_path):
-    """experiment=ladder on two_books, its rungs shrunk to seconds (tokens_per_param=0.05: 2 to
-    38 steps) and one seed: every rung trains with its derived settings, and the report holds a
+    """experiment=ladder on two_books, its rungs shrunk to seconds (tokens_per_param=0.025: 1 to
+    19 steps) and one seed: every rung trains with its derived settings, and the report holds a
     fit and a verdict per source, ladder.png beside it."""
     result = check(
         run_main(
@@ -160,9 +160,11 @@ def test_the_ladder_experiment_runs_and_reports_per_source(tmp_path):
             "experiment=ladder",
             "data=two_books",
             "seed=1",
-            "tokens_per_param=0.05",
+            "tokens_per_param=0.025",
             "trainer.val_check_interval=1000",
-            "callbacks.text_sample.max_new_tokens=2",
+            "trainer.limit_val_batches=2",
+            "callbacks=none",
+            "logger=none",
             "hydra.sweep.dir=sweep",
             cwd=tmp_path,
         )
@@ -173,7 +175,7 @@ def test_the_ladder_experiment_runs_and_reports_per_source(tmp_path):
     for result_ in report["losses"].values():
         assert result_["holdout"]["depth"] == 4 and result_["verdict"]
     steps = [json.loads((sweep / str(n) / "metrics.json").read_text())["steps"] for n in range(4)]
-    assert steps == [2, 10, 16, 38]
+    assert steps == [1, 5, 8, 19]
     config = OmegaConf.load(sweep / "3" / ".hydra" / "config.yaml")
     assert OmegaConf.to_container(config.model)["d_model"] == "${gptlab.depth:model.d_model}"
     assert "Ladder: the rung 4 held out" in result.stdout
