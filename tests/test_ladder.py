@@ -93,13 +93,14 @@ def test_a_ladder_whose_top_rung_stalls_breaks_and_says_where(tmp_path):
 
 
 def test_each_source_and_each_tasks_bpb_is_fitted_on_its_own(tmp_path):
-    """Two sources on different laws, a task's bpb on a third: three fits, three verdicts."""
+    """Two sources on different laws, a task's bpb on a third: three fits, three verdicts, each
+    source's repetition its own."""
 
     def more(depth, seed):
         c = compute(depth)
-        sources = {
-            "book": {"best_val_loss": law(c) + 0.004 * (seed - 1.5)},
-            "shakespeare": {"best_val_loss": 2 * law(c) + 0.004 * (seed - 1.5)},
+        sources = {  # the book repeated 6 times on rung 4, Shakespeare never
+            "book": {"best_val_loss": law(c) + 0.004 * (seed - 1.5), "epochs": depth * 1.5},
+            "shakespeare": {"best_val_loss": 2 * law(c) + 0.004 * (seed - 1.5), "epochs": 0.5},
         }
         return {"sources": sources, "downstream/piqa/bpb": 3.0 * c**-0.05}
 
@@ -111,6 +112,8 @@ def test_each_source_and_each_tasks_bpb_is_fitted_on_its_own(tmp_path):
     assert losses["shakespeare val loss"]["holdout"]["predicted"] == pytest.approx(
         2 * law(compute(4)), abs=0.02
     )
+    assert "repeated the data up to 6.0 times" in losses["book val loss"]["verdict"]
+    assert "repeated" not in losses["shakespeare val loss"]["verdict"]
 
 
 def test_three_rungs_are_too_few_to_hold_one_out():

@@ -68,13 +68,21 @@ def losses(rows: list[dict]) -> dict[str, str]:
     return fitted
 
 
+def epochs_of(row: dict, column: str) -> float | None:
+    """The epochs behind a loss: its source's (`<source>_val_loss`: `<source>_epochs`), else the
+    job's (the most of any source's, under a mixture)."""
+    source = column.removesuffix("_val_loss")
+    own = number(row.get(f"{source}_epochs")) if source != column else None
+    return own if own is not None else number(row.get("epochs"))
+
+
 def points(rows: list[dict], column: str) -> list[dict]:
     """(depth, C, L, epochs) of each rung's job with a value of `column`."""
     found = []
     for row in rows:
         c, value = number(row.get("train_flops")), number(row.get(column))
         if c and value is not None and c > 0 and value > 0:
-            epochs = number(row.get("epochs"))
+            epochs = epochs_of(row, column)
             found.append({"depth": rung_of(row), "C": c, "L": value, "epochs": epochs})
     return found
 
