@@ -198,3 +198,20 @@ def test_a_ladder_with_a_value_given_to_every_rung_is_still_a_ladder():
     scan = [scan_job(2, "optim.lr", lr, 3e-3, 4.0) for lr in (1e-3, 3e-3, 1e-2)]
     assert not ladder.is_ladder(scan) and not ladder_scan.scans(rows)
     assert [s["grid"] for s in ladder_scan.scans(scan)] == [[1e-3, 3e-3, 1e-2]]
+
+
+def test_a_mixtures_columns_appear_once_in_the_jobs_table(tmp_path):
+    """Each source's columns once in summary.csv and summary.md's jobs table (a merge had given
+    them twice)."""
+
+    def more(depth, seed):
+        return {"sources": {"book": {"best_val_loss": 4.0, "epochs": 0.5, "share": 1.0}}}
+
+    write_ladder(tmp_path, lambda depth: law(compute(depth)), extra=more)
+    write_summary(tmp_path)
+    header = (tmp_path / "summary.csv").read_text().splitlines()[0].split(",")
+    assert header.count("book_val_loss") == 1 and header.count("book_share") == 1
+    jobs = [
+        line for line in (tmp_path / "summary.md").read_text().splitlines() if "| job |" in line
+    ]
+    assert jobs and all(line.count("| book_val_loss |") == 1 for line in jobs)

@@ -243,4 +243,4 @@ def job_columns(rows: list[dict], knobs: list[str], extra: list[str] = ()) -> li
     ]
     knob_columns = [k for k in knobs if k not in PARAMS.values()]
     tail = ["tokens_per_sec", "wall_seconds", "overrides", "reason"]
-    return [*head, *extra, "num_params", *PARAMS, *knob_columns, *tail]
+    return [*head, "num_params", *PARAMS, *knob_columns, *tail]
