@@ -3,6 +3,7 @@ known: a ladder on a power law is predicted on its held-out rung, one whose top 
 said to break, each source and each task's bpb gets its own fit; a scan's best against the
 derived value, with a best at the scan's edge judged no optimum. And the experiment itself, run."""
 
+import csv
 import json
 import math
 from pathlib import Path
@@ -215,3 +216,24 @@ def test_a_mixtures_columns_appear_once_in_the_jobs_table(tmp_path):
         line for line in (tmp_path / "summary.md").read_text().splitlines() if "| job |" in line
     ]
     assert jobs and all(line.count("| book_val_loss |") == 1 for line in jobs)
+
+
+def test_a_crafted_metrics_file_is_read_as_data(tmp_path):
+    """A sweep's metrics.json is anyone's file: a rule without its fields, settings that are
+    nested maps, a depth of text: the report is written, those values left out, nothing raised."""
+    write_ladder(tmp_path, lambda depth: law(compute(depth)))
+    crafted = tmp_path / "0" / "metrics.json"
+    metrics = json.loads(crafted.read_text())
+    metrics.update(
+        depth_rules={"optim.lr": {}, "data.batch_size": [1]},
+        settings={"d_model": {"${oc.env:HOME}": 1}, "lr": [3e-3]},
+    )
+    crafted.write_text(json.dumps(metrics))
+    (tmp_path / "1" / "metrics.json").write_text(
+        json.dumps({**rung_metrics(2, 1, 5.0), "depth": "two", "status": "ok"})
+    )
+    write_summary(tmp_path)
+    with open(tmp_path / "summary.csv") as f:
+        jobs = {row["job"]: row for row in csv.DictReader(f)}
+    assert jobs["0"]["d_model"] == "" and jobs["0"]["lr"] == ""
+    assert json.loads((tmp_path / "ladder.json").read_text())["losses"]["val loss"]["holdout"]

@@ -4,6 +4,7 @@ is resolved (a derived key is still its `${gptlab.depth:...}` interpolation ther
 screen and metrics.json. Plain Python, no torch: the rules' refusals come before torch loads."""
 
 import dataclasses
+import re
 from typing import Any, NamedTuple
 
 from omegaconf import DictConfig, OmegaConf
@@ -19,8 +20,8 @@ def is_derived(cfg: DictConfig, key: str) -> bool:
     if not OmegaConf.is_dict(node) or field not in node:
         return False
     raw = OmegaConf.to_container(node, resolve=False)[field]
-    raw = raw.replace(" ", "") if isinstance(raw, str) else ""
-    return raw.startswith(f"${{{RESOLVER}:{key}") and raw[len(RESOLVER) + len(key) + 3] in ",}"
+    rule = rf"\$\{{{re.escape(RESOLVER)}:{re.escape(key)}(,[^}}]*)?\}}"
+    return isinstance(raw, str) and re.fullmatch(rule, raw.replace(" ", "")) is not None
 
 
 class Row(NamedTuple):

@@ -33,7 +33,11 @@ def is_ladder(rows: list[dict]) -> bool:
 def given_keys(row: dict) -> list[str]:
     rules = row.get("depth_rules")
     rules = rules if isinstance(rules, dict) else {}
-    return [key for key, rule in rules.items() if isinstance(rule, dict) and not rule["derived"]]
+    return [
+        key
+        for key, rule in rules.items()
+        if isinstance(rule, dict) and rule.get("derived") is False
+    ]
 
 
 def scan_groups(rows: list[dict]) -> dict[tuple[int, str], list[dict]]:

@@ -93,7 +93,10 @@ def read_job(job: Path) -> Job:
         "job": job.name,
         "overrides": " ".join(overrides),
         # the saved value, else (an interpolation: model.depth's rules) the run's own
-        **{column: saved_value(cfg, key, settings.get(column)) for column, key in PARAMS.items()},
+        **{
+            column: saved_value(cfg, key, saved_value(settings, column))
+            for column, key in PARAMS.items()
+        },
     }
     if number(metrics.get("max_steps")) is not None:  # a FLOP budget's steps, not the config's
         row["max_steps"] = metrics["max_steps"]
