@@ -55,7 +55,7 @@ def train(cfg: DictConfig, plan: Plan) -> float:
     flops = module.model.flops_per_token()
     length = run_length(cfg, flops, module.optim, plan.branch, derived_for=knob.ranks)
     cfg = OmegaConf.merge(cfg, {"trainer": {"max_steps": length.max_steps}})  # as shown
-    stats = RunStats(length.tokens_per_step, module.model.flops_per_token())
+    stats = RunStats(length.tokens_per_step, flops)
     callbacks = run_callbacks(
         cfg, run_dir, stats, length, job_overrides(), swept_overrides(), plan.branch, rules
     )
